@@ -1,0 +1,18 @@
+// Shared declarations of the binding files: one register_* function per bound class.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace omni::bindings {
+
+void register_errors(py::module_ & m);
+void register_log(py::module_ & m);
+void register_backend(py::module_ & m);
+void register_gguf_file(py::module_ & m);
+void register_llm_model(py::module_ & m);
+
+}  // namespace omni::bindings

@@ -1,0 +1,14 @@
+// The extension module llama_omni_py._core: registers every bound class.
+#include "bindings.h"
+
+#include "omni/log.h"
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "Native core of llama-omni-py (ggml/llama.cpp); use the llama_omni_py package API.";
+    omni::install_log_handler();
+    omni::bindings::register_errors(m);
+    omni::bindings::register_log(m);
+    omni::bindings::register_backend(m);
+    omni::bindings::register_gguf_file(m);
+    omni::bindings::register_llm_model(m);
+}
