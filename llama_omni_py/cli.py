@@ -1,0 +1,136 @@
+"""``llama-omni``: info | make-models (speak, serve and bench come with their issues)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+from .errors import OmniError
+
+
+def _pkg_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
+    from . import backend, placement
+    from ._native import core
+
+    topo = placement.read_topology()
+    devs = []
+    for d in backend.devices():
+        node = placement.pci_numa_node(d.pci_bus_id)
+        devs.append({"id": d.id, "description": d.description, "memory_total": d.memory_total,
+                     "pci_bus_id": d.pci_bus_id or None, "numa_node": node})
+    info = {
+        "llama_omni_py": __version__,
+        "llama_cpp_python": _pkg_version("llama-cpp-python"),
+        "ggml": core.ggml_version(),
+        "compiled_backends": backend.compiled_backends(),
+        "devices": devs,
+        "cpu": {"model": topo.cpu_model, "logical": topo.logical_cpus, "physical_cores": topo.physical_cores,
+                "allowed": placement.format_cpulist(list(topo.allowed_cpus))},
+        "numa_nodes": [{"id": n.id, "cpus": placement.format_cpulist(list(n.cpus))} for n in topo.nodes],
+        "llama_system_info": core.llama_system_info().strip(),
+    }
+    if model_dir:
+        from . import models
+        ms = models.discover(model_dir)
+        reports = models.validate(ms, ms.modules_present() or None, device)
+        info["model_set"] = {
+            "root": str(ms.root),
+            "files": [{"key": r.key, "path": str(r.path), "tensors": r.tensors, "MiB": round(r.bytes / 2**20, 1),
+                       **({"weight_types": list(r.weight_types)} if r.weight_types else {})} for r in reports],
+            "missing": ms.missing(),
+        }
+    return info
+
+
+def _print_info(info: dict) -> None:
+    print(f"llama-omni-py {info['llama_omni_py']}  (llama-cpp-python {info['llama_cpp_python']}, ggml {info['ggml']})")
+    print(f"backends compiled in: {', '.join(info['compiled_backends'])}")
+    print("devices:")
+    for d in info["devices"]:
+        extra = f", {d['memory_total'] / 2**30:.1f} GiB" if d["memory_total"] else ""
+        node = f", NUMA node {d['numa_node']}" if d["numa_node"] is not None else ""
+        print(f"  {d['id']:<10} {d['description']}{extra}{node}")
+    c = info["cpu"]
+    print(f"cpu: {c['model']}; {c['logical']} logical CPUs, {c['physical_cores']} cores; this process may use {c['allowed']}")
+    for n in info["numa_nodes"]:
+        print(f"  NUMA node {n['id']}: CPUs {n['cpus']}")
+    print(f"llama.cpp: {info['llama_system_info']}")
+    if "model_set" in info:
+        m = info["model_set"]
+        print(f"model set {m['root']}:")
+        for f in m["files"]:
+            wt = f" weights {'/'.join(f['weight_types'])}" if "weight_types" in f else ""
+            print(f"  ok  {f['key']:<24} {f['tensors']:>4} tensors {f['MiB']:>9.1f} MiB{wt}")
+        for p in m["missing"]:
+            print(f"  --  missing {p}")
+
+
+def cmd_info(args) -> int:
+    info = collect_info(args.model_dir, args.device)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        _print_info(info)
+    return 0
+
+
+def cmd_make_models(args) -> int:
+    from .modelgen import make_models
+
+    only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
+    t0 = time.perf_counter()
+    written = make_models(args.dir, args.size, only, args.seed)
+    total = sum(g.bytes for g in written)
+    for g in written:
+        print(f"{g.path}  {g.bytes / 2**20:8.1f} MiB")
+    print(f"wrote {len(written)} files, {total / 2**20:.1f} MiB in {time.perf_counter() - t0:.1f} s "
+          f"(size={args.size}, seed={args.seed}; random weights)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
+    p.add_argument("--version", action="version", version=f"llama-omni-py {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    i = sub.add_parser("info", help="versions, backends, devices, CPU/NUMA topology; validates a model set")
+    i.add_argument("--model-dir", help="check this MiniCPM-o-4_5-gguf directory (or its LLM file)")
+    i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_info)
+
+    m = sub.add_parser("make-models", help="write a module set with random weights")
+    m.add_argument("dir", help="output directory")
+    m.add_argument("--size", choices=("tiny", "real"), default="tiny")
+    m.add_argument("--only", help="comma-separated subset of llm,apm,vpm,tts,projector,token2wav")
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(func=cmd_make_models)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (OmniError, ValueError) as exc:
+        print(f"llama-omni: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

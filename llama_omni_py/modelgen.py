@@ -1,0 +1,123 @@
+"""Writes MiniCPM-o 4.5 module sets with random weights (``llama-omni make-models``).
+
+Files, tensor names, shapes, dtypes and metadata come from :mod:`modelspec` (llama.cpp-omni's
+layout). ``tiny`` is the whole set in a few MB for tests and the demo; ``real`` has real
+dimensions for APM, VPM, TTS, projector and Token2Wav and a 2-layer Qwen3 at real width and
+vocabulary (benchmarks). Every tensor draws from its own generator seeded by (seed, file,
+tensor name), so the same seed gives byte-identical files and ``--only`` subsets match a
+full run. Weights are scaled by fan-in so activations stay finite through every module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from . import modelspec as ms
+from .dsp import mel_filterbank, sincos_2d
+from .gguf_writer import GGML_TYPES, GgufWriter
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1 << 24  # elements per generated chunk: bounds memory for multi-GB tensors
+DEMO_NOTICE = ("the demo module set has random weights: its text is gibberish and its audio is noise. "
+               "Point model_dir at a real MiniCPM-o-4_5-gguf directory for real speech.")
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    key: str
+    path: Path
+    bytes: int
+    seconds: float
+
+
+def _rng(seed: int, file_key: str, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(file_key.encode()), zlib.crc32(name.encode())])
+
+
+def _fixed_values(spec: ms.TensorSpec) -> np.ndarray:
+    if spec.name == "resampler.pos_embed_k":
+        e, npos = spec.ne
+        return sincos_2d(e, int(round(npos ** 0.5))).reshape(-1)
+    raise ValueError(f"no fixed initialiser for {spec.name}")
+
+
+def _tensor_chunks(spec: ms.TensorSpec, rng: np.random.Generator, np_dtype) -> Iterable[np.ndarray]:
+    n = int(np.prod(spec.ne, dtype=np.int64))
+    if spec.init == "fixed":
+        yield _fixed_values(spec).astype(np_dtype)
+        return
+    for start in range(0, n, _CHUNK):
+        m = min(_CHUNK, n - start)
+        if spec.init == "linear":
+            x = rng.standard_normal(m, dtype=np.float32) * np.float32(spec.gain / np.sqrt(max(1, spec.fan_in)))
+        elif spec.init in ("embed", "bias"):
+            x = rng.standard_normal(m, dtype=np.float32) * np.float32(0.02)
+        elif spec.init == "norm":
+            x = 1.0 + rng.standard_normal(m, dtype=np.float32) * np.float32(0.05)
+        elif spec.init == "alpha":
+            x = rng.uniform(0.5, 1.5, m).astype(np.float32)
+        else:
+            raise ValueError(f"unknown init {spec.init!r} for {spec.name}")
+        yield x.astype(np_dtype, copy=False)
+
+
+def _metadata(file: ms.FileSpec, dims: ms.SetDims, vocab: ms.Vocab) -> ms.Meta:
+    if file.key == "llm":
+        return file.metadata(dims) + vocab.metadata()
+    if file.key == "apm":
+        # The real mel filter bank, not noise: the audio front end reads it from this file.
+        return ms.apm_metadata(dims.apm, mel_filterbank(16000, 400, dims.apm.n_mel).reshape(-1).tolist())
+    if file.key == "tts" and vocab.special_base != ms.SPECIAL_TOKEN_BASE:
+        bos, eos = ms.tts_special_ids(vocab.special_base)
+        # Not in llama.cpp-omni's files (it hard-codes 151687/151692); only the tiny set needs them.
+        return file.metadata(dims) + [("omni.tts.audio_bos_token_id", "uint32", bos),
+                                      ("omni.tts.text_eos_token_id", "uint32", eos)]
+    return file.metadata(dims)
+
+
+def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Vocab, seed: int) -> GeneratedFile:
+    t0 = time.perf_counter()
+    path = out_dir / file.relpath
+    w = GgufWriter(path)
+    for key, vtype, value in _metadata(file, dims, vocab):
+        w.add(key, vtype, value)
+    specs = {s.name: s for s in file.tensors(dims)}
+    for s in specs.values():
+        w.declare(s.name, s.ne, s.dtype)
+
+    def data(name, ne, dtype):
+        return _tensor_chunks(specs[name], _rng(seed, file.key, name), GGML_TYPES[dtype][1])
+
+    w.write(data)
+    return GeneratedFile(file.key, path, path.stat().st_size, time.perf_counter() - t0)
+
+
+def make_models(out_dir: str | Path, size: str = "tiny", only: Sequence[str] | None = None,
+                seed: int = 0) -> list[GeneratedFile]:
+    """Writes the module set (or the modules in ``only``) under ``out_dir``."""
+    if size not in ms.SIZES:
+        raise ValueError(f"size must be one of {', '.join(ms.SIZES)}, got {size!r}")
+    modules = list(only) if only else list(ms.MODULES)
+    unknown = [m for m in modules if m not in ms.MODULES]
+    if unknown:
+        raise ValueError(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(ms.MODULES)}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    vocab = ms.build_vocab(full_size=(size == "real"))
+    dims = ms.preset(size, vocab)
+    out = Path(out_dir)
+    written = []
+    for file in ms.FILES:
+        if file.module in modules:
+            g = write_file(file, out, dims, vocab, seed)
+            log.info("wrote %s (%.1f MiB, %.1f s)", g.path, g.bytes / 2**20, g.seconds)
+            written.append(g)
+    return written

@@ -1,0 +1,196 @@
+"""Model module sets: the llama.cpp-omni directory layout, discovery and validation.
+
+A module set is a directory with the LLM GGUF at its root and ``audio/``, ``vision/``,
+``tts/`` and ``token2wav-gguf/`` beneath it (docs/engine-spec.md §1). :func:`discover`
+finds the files from the directory or from the LLM file's path; :func:`validate` opens
+each one with the native validating reader and checks architecture, every tensor's name,
+shape and dtype against :mod:`modelspec`, and the dtype rules of the target device. Every
+problem raises :class:`ModelFileError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from . import modelspec as ms
+from ._native import core
+from .errors import ModelFileError
+
+log = logging.getLogger(__name__)
+
+# CANN's MUL_MAT supports these weight types (ascend-and-serving §5.3); anything else, e.g. the
+# K-quants of Q4_K_M, silently runs on the CPU there, 10x slower.
+CANN_MATMUL_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0"}
+CANN_PREFERRED = {"f16", "f32", "bf16"}
+
+
+@dataclass
+class ModelSet:
+    """Paths of one module set; a module whose file(s) are absent maps to None."""
+
+    root: Path
+    llm: Path | None
+    files: dict[str, Path] = field(default_factory=dict)  # FileSpec.key -> path (present files only)
+
+    def path(self, key: str) -> Path | None:
+        return self.files.get(key)
+
+    def modules_present(self) -> list[str]:
+        return [m for m in ms.MODULES if all(f.key in self.files for f in ms.files_of(m))]
+
+    def missing(self, modules: Iterable[str] = ms.MODULES) -> list[str]:
+        return [str(self.root / f.relpath) for m in modules for f in ms.files_of(m) if f.key not in self.files]
+
+
+def _find_llm(root: Path) -> Path | None:
+    exact = root / ms.LLM_FILE
+    if exact.is_file():
+        return exact
+    # Quantised variants (Q8_0, Q4_K_M) share the pattern; prefer F16, then the first in name order.
+    candidates = sorted(p for p in root.glob(ms.LLM_FILE_GLOB) if p.is_file())
+    return candidates[0] if candidates else None
+
+
+def discover(path: str | Path) -> ModelSet:
+    """Module set from a model directory or from the path of its LLM file."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError("model path does not exist", str(p))
+    if p.is_file():
+        root, llm = p.parent, p
+    else:
+        root, llm = p, _find_llm(p)
+    files = {}
+    for f in ms.FILES:
+        candidate = llm if f.key == "llm" else root / f.relpath
+        if candidate is not None and candidate.is_file():
+            files[f.key] = candidate
+    return ModelSet(root=root, llm=llm, files=files)
+
+
+class _Reader:
+    """Adapter of the native GgufFile to the accessors modelspec's infer functions use."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.g = core.GgufFile(str(path))
+        self._tensors = {t.name: t for t in self.g.tensors}
+
+    def _fail(self, problem: str):
+        raise ModelFileError(problem, str(self.path))
+
+    def get_int(self, key: str, default: int | None = None) -> int:
+        if not self.g.has_key(key):
+            if default is not None:
+                return default
+            self._fail(f"missing metadata key '{key}'")
+        v = self.g.value(key)
+        if isinstance(v, bool) or not isinstance(v, int):
+            self._fail(f"metadata key '{key}' should be an integer, found {v!r}")
+        return v
+
+    def get_str(self, key: str) -> str:
+        if not self.g.has_key(key):
+            self._fail(f"missing metadata key '{key}'")
+        v = self.g.value(key)
+        if not isinstance(v, str):
+            self._fail(f"metadata key '{key}' should be a string, found {type(v).__name__}")
+        return v
+
+    def tensor_ne(self, name: str) -> list[int]:
+        t = self._tensors.get(name)
+        if t is None:
+            self._fail(f"missing tensor '{name}'")
+        return list(t.ne)
+
+    def tensor_names(self) -> list[str]:
+        return list(self._tensors)
+
+
+@dataclass(frozen=True)
+class FileReport:
+    key: str
+    path: Path
+    tensors: int
+    bytes: int
+    weight_types: tuple[str, ...]
+
+
+def _check_tensors(reader: _Reader, specs: list[ms.TensorSpec], file: ms.FileSpec, device_backend: str) -> tuple[str, ...]:
+    weight_types = set()
+    for spec in specs:
+        t = reader._tensors.get(spec.name)
+        if t is None:
+            reader._fail(f"missing tensor '{spec.name}' ({file.key} expects {len(specs)} tensors)")
+        if tuple(t.ne) != spec.ne:
+            reader._fail(f"tensor '{spec.name}' has shape {list(t.ne)}, expected {list(spec.ne)} (ggml order)")
+        tname = t.type_name.lower()
+        if file.key == "llm" and spec.dtype == ms.F16 and len(spec.ne) == 2:
+            weight_types.add(tname)  # the LLM may be quantised; the device decides (below)
+            continue
+        allowed = {spec.dtype} | ({"f32"} if spec.dtype == ms.F16 else set())
+        if tname not in allowed:
+            reader._fail(f"tensor '{spec.name}' is {tname}, expected {spec.dtype}"
+                         + (" (Token2Wav files must be F32)" if file.module == "token2wav" else ""))
+    if file.key == "llm" and device_backend == "cann":
+        bad = sorted(weight_types - CANN_MATMUL_TYPES)
+        if bad:
+            reader._fail(f"LLM weights are {', '.join(bad)}, which the CANN backend cannot multiply: they would run "
+                         "on the CPU (Q4_K_M prefill measured 7.9 s vs 0.58 s for F16). Use MiniCPM-o-4_5-F16.gguf")
+        slow = sorted(weight_types - CANN_PREFERRED)
+        if slow:
+            log.warning("%s: LLM weights %s run on CANN but gave no speed-up over F16 on 910B; F16 is recommended",
+                        reader.path, ", ".join(slow))
+    return tuple(sorted(weight_types))
+
+
+def validate(model_set: ModelSet, modules: Sequence[str] | None = None, device: str = "cpu") -> list[FileReport]:
+    """Checks every file of ``modules`` (default: all) for ``device``; returns one report per file.
+
+    Raises ModelFileError for the first missing file, unreadable GGUF, wrong architecture,
+    missing or misshapen tensor, or dtype the module or device cannot use.
+    """
+    modules = list(modules) if modules else list(ms.MODULES)
+    backend = device.split(":")[0]
+    reports = []
+    for module in modules:
+        files = ms.files_of(module)
+        readers = {}
+        for f in files:
+            path = model_set.path(f.key)
+            if path is None:
+                expected = model_set.root / f.relpath if f.key != "llm" else model_set.root / ms.LLM_FILE_GLOB
+                raise ModelFileError(f"missing file of module '{module}'", str(expected))
+            readers[f.key] = _Reader(path)
+            if f.architecture is not None:
+                arch = readers[f.key].get_str("general.architecture")
+                if arch != f.architecture:
+                    raise ModelFileError(f"general.architecture is '{arch}', expected '{f.architecture}' "
+                                         f"(is this the {module} file?)", str(path))
+        try:
+            dims = ms.infer_dims(module, readers)
+        except (ValueError, ZeroDivisionError, IndexError) as exc:
+            raise ModelFileError(f"cannot derive {module} dimensions: {exc}", str(model_set.path(files[0].key))) from exc
+        set_dims = _single_module_dims(module, dims)
+        for f in files:
+            r = readers[f.key]
+            wt = _check_tensors(r, f.tensors(set_dims), f, backend)
+            reports.append(FileReport(f.key, r.path, len(r.g.tensors), r.g.file_size, wt))
+    return reports
+
+
+def _single_module_dims(module: str, dims) -> ms.SetDims:
+    """A SetDims whose ``module`` field is ``dims`` (the other fields are never read)."""
+    base = ms.preset("real")
+    from dataclasses import replace
+    return replace(base, **{ms.set_dims_field(module): dims})
+
+
+def load(path: str | Path, modules: Sequence[str] | None = None, device: str = "cpu") -> ModelSet:
+    """discover() + validate(): the module set, ready for the loaders."""
+    model_set = discover(path)
+    validate(model_set, modules, device)
+    return model_set

@@ -1,0 +1,115 @@
+"""The LLM tokenizer the generator writes: Qwen3-style byte-level BPE that libllama accepts.
+
+``tokenizer.ggml.model = "gpt2"`` with the ``qwen2`` pre-tokenizer: 256 byte tokens (GPT-2's
+byte-to-unicode alphabet), merges learned deterministically from a short built-in text,
+then either filler up to the real vocabulary size with the MiniCPM-o special tokens at their
+real ids (151643..151747), or -- in the tiny set -- the same special tokens, in the same
+order, right after the merges. Prompting resolves special tokens by name, so both work.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .common import SPECIAL_TOKEN_BASE, SPECIAL_TOKENS
+
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
+# Qwen marks the think tags as user-defined (they appear in text); the rest are control tokens.
+_USER_DEFINED = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"}
+
+_CORPUS = (
+    "the quick brown fox jumps over the lazy dog. hello world! this is a test of the speech "
+    "model: it listens, it thinks and then it speaks. there are three stages in the pipeline, "
+    "the language model, the text to speech model and the vocoder that turns tokens into sound."
+)
+
+
+def byte_alphabet() -> list[str]:
+    """GPT-2's reversible byte -> printable unicode mapping, index = byte value."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return [mapping[b] for b in range(256)]
+
+
+def learn_merges(n_merges: int, text: str = _CORPUS) -> list[tuple[str, str]]:
+    """Plain BPE on the words of ``text`` (space attached to the following word, as GPT-2 does)."""
+    alphabet = byte_alphabet()
+    words = Counter()
+    for i, w in enumerate(text.split(" ")):
+        raw = (" " if i else "") + w
+        words[tuple(alphabet[b] for b in raw.encode())] += 1
+    merges: list[tuple[str, str]] = []
+    for _ in range(n_merges):
+        pairs = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        # Highest count, ties broken by the pair itself so the result is deterministic.
+        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        merges.append(best)
+        new_words = Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            new_words[tuple(out)] += c
+        words = new_words
+    return merges
+
+
+@dataclass(frozen=True)
+class Vocab:
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+    special_base: int   # id of <|endoftext|>; the special block follows SPECIAL_TOKENS order
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def special_id(self, name: str) -> int:
+        return self.special_base + SPECIAL_TOKENS.index(name)
+
+    def metadata(self) -> list[tuple[str, str, object]]:
+        return [
+            ("tokenizer.ggml.model", "string", "gpt2"),
+            ("tokenizer.ggml.pre", "string", "qwen2"),
+            ("tokenizer.ggml.tokens", "string[]", self.tokens),
+            ("tokenizer.ggml.token_type", "int32[]", self.token_types),
+            ("tokenizer.ggml.merges", "string[]", self.merges),
+            ("tokenizer.ggml.bos_token_id", "uint32", self.special_id("<|endoftext|>")),
+            ("tokenizer.ggml.eos_token_id", "uint32", self.special_id("<|im_end|>")),
+            ("tokenizer.ggml.padding_token_id", "uint32", self.special_id("<|endoftext|>")),
+            ("tokenizer.ggml.add_bos_token", "bool", False),
+        ]
+
+
+def build_vocab(full_size: bool, n_merges: int = 64) -> Vocab:
+    """Full size: 151748 entries, specials at their real ids. Otherwise the tiny layout."""
+    merges = learn_merges(n_merges)
+    tokens = byte_alphabet() + [a + b for a, b in merges]
+    # Merged strings can repeat a byte token only if a merge produced an existing symbol; BPE never does.
+    types = [TOKEN_NORMAL] * len(tokens)
+    if full_size:
+        filler = SPECIAL_TOKEN_BASE - len(tokens)
+        tokens += [f"[omni_unused_{i}]" for i in range(filler)]
+        types += [TOKEN_UNUSED] * filler
+    base = len(tokens)
+    tokens += list(SPECIAL_TOKENS)
+    types += [TOKEN_USER_DEFINED if t in _USER_DEFINED else TOKEN_CONTROL for t in SPECIAL_TOKENS]
+    return Vocab(tokens, types, [f"{a} {b}" for a, b in merges], base)
