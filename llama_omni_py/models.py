@@ -129,18 +129,18 @@ def _check_tensors(reader: _Reader, specs: list[ms.TensorSpec], file: ms.FileSpe
             reader._fail(f"tensor '{spec.name}' has shape {list(t.ne)}, expected {list(spec.ne)} (ggml order)")
         tname = t.type_name.lower()
         if file.key == "llm" and spec.dtype == ms.F16 and len(spec.ne) == 2:
-            weight_types.add(tname)  # the LLM may be quantised; the device decides (below)
+            weight_types.add(t.type_name)  # the LLM may be quantised; the device decides (below)
             continue
         allowed = {spec.dtype} | ({"f32"} if spec.dtype == ms.F16 else set())
         if tname not in allowed:
             reader._fail(f"tensor '{spec.name}' is {tname}, expected {spec.dtype}"
                          + (" (Token2Wav files must be F32)" if file.module == "token2wav" else ""))
     if file.key == "llm" and device_backend == "cann":
-        bad = sorted(weight_types - CANN_MATMUL_TYPES)
+        bad = sorted(w for w in weight_types if w.lower() not in CANN_MATMUL_TYPES)
         if bad:
             reader._fail(f"LLM weights are {', '.join(bad)}, which the CANN backend cannot multiply: they would run "
                          "on the CPU (Q4_K_M prefill measured 7.9 s vs 0.58 s for F16). Use MiniCPM-o-4_5-F16.gguf")
-        slow = sorted(weight_types - CANN_PREFERRED)
+        slow = sorted(w for w in weight_types if w.lower() not in CANN_PREFERRED)
         if slow:
             log.warning("%s: LLM weights %s run on CANN but gave no speed-up over F16 on 910B; F16 is recommended",
                         reader.path, ", ".join(slow))

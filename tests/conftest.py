@@ -1,0 +1,22 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llama_omni_py import make_models
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """The whole tiny module set, written once per test session (read-only for tests)."""
+    d = tmp_path_factory.mktemp("tiny")
+    make_models(d, "tiny", seed=0)
+    return d
+
+
+@pytest.fixture
+def tiny_copy(tiny_dir, tmp_path) -> Path:
+    """A private copy of the tiny set that a test may damage."""
+    d = tmp_path / "set"
+    shutil.copytree(tiny_dir, d)
+    return d

@@ -1,0 +1,32 @@
+import json
+import subprocess
+import sys
+
+from llama_omni_py import cli
+from llama_omni_py import modelspec as ms
+
+
+def test_make_models_and_info_json(tmp_path, capsys):
+    assert cli.main(["make-models", str(tmp_path / "m"), "--only", "projector,token2wav", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 6 files" in out
+    assert cli.main(["info", "--json", "--model-dir", str(tmp_path / "m")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert "cpu" in [d["id"] for d in info["devices"]]
+    assert info["llama_cpp_python"] == "0.3.36"
+    assert info["numa_nodes"] and info["cpu"]["logical"] >= 1
+    keys = [f["key"] for f in info["model_set"]["files"]]
+    assert keys == ["projector"] + [f"token2wav.{s}" for s in ms.T2W_FILES]
+    assert any(p.endswith(ms.LLM_FILE_GLOB) or "audio" in p for p in info["model_set"]["missing"])
+
+
+def test_errors_exit_2_with_a_message(tmp_path, capsys):
+    assert cli.main(["info", "--model-dir", str(tmp_path / "absent")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["make-models", str(tmp_path), "--only", "vocoder"]) == 2
+
+
+def test_console_entry_point_runs():
+    r = subprocess.run([sys.executable, "-m", "llama_omni_py", "info"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "devices:" in r.stdout and "NUMA node" in r.stdout
