@@ -1,6 +1,8 @@
 import json
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 from llama_omni_py import cli
 from llama_omni_py import modelspec as ms
@@ -26,7 +28,13 @@ def test_errors_exit_2_with_a_message(tmp_path, capsys):
     assert cli.main(["make-models", str(tmp_path), "--only", "vocoder"]) == 2
 
 
-def test_console_entry_point_runs():
-    r = subprocess.run([sys.executable, "-m", "llama_omni_py", "info"], capture_output=True, text=True, timeout=120)
+def test_console_script_runs(tmp_path):
+    # The installed `llama-omni` script, run away from the source tree so the installed package is used.
+    script = Path(sysconfig.get_path("scripts")) / "llama-omni"
+    assert script.exists(), f"console script not installed at {script}"
+    r = subprocess.run([str(script), "info"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "devices:" in r.stdout and "NUMA node" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "llama_omni_py", "--version"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and "llama-omni-py" in r.stdout
