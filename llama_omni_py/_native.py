@@ -36,6 +36,12 @@ try:
 except OSError as exc:  # pragma: no cover - only on a broken install
     raise OmniError(f"a llama.cpp backend library failed to load: {exc}") from exc
 except ImportError as exc:  # pragma: no cover - only on a broken install
+    _pkg = Path(__file__).resolve().parent
+    if (_pkg.parent / "CMakeLists.txt").exists() and not list(_pkg.glob("_core*")):
+        raise OmniError(
+            f"imported the uncompiled source tree at {_pkg} instead of the installed package: run from "
+            "another directory (and use `pytest`, not `python -m pytest`, in the repository root)"
+        ) from exc
     raise OmniError(
         "the native core llama_omni_py._core could not be loaded "
         f"({exc}). Reinstall with `pip install .` from the source tree; the core needs the "

@@ -29,8 +29,10 @@ _BUILD_FLAGS = {
 # Preference of "auto": the accelerator a deployment was built for wins over the CPU.
 _AUTO_ORDER = ("cann", "cuda", "metal", "vulkan", "sycl")
 
-# Known-good CANN settings (see docs/ascend.md): NZ weight layout breaks F16 output, and
-# ACL graph mode aborts the vision encoder on 910B. Applied only when the user left them unset.
+# Known-good CANN settings (README, "Building for Ascend"): the NZ weight layout breaks F16
+# output, and ACL graph mode aborts the vision encoder on 910B. Applied only when the user left
+# them unset, and before any CANN backend is initialised: ggml-cann reads them lazily, when a
+# backend context is created and when the first weight is uploaded.
 CANN_ENV_DEFAULTS = {"GGML_CANN_WEIGHT_NZ": "off", "GGML_CANN_ACL_GRAPH": "off"}
 
 _DEVICE_RE = re.compile(r"^(?P<backend>[a-z][a-z0-9]*)(?::(?P<index>\d+))?$")
@@ -95,6 +97,8 @@ def resolve_device(spec: str) -> str:
             for d in available:
                 if d.backend == backend:
                     log.info("device 'auto' resolved to %s (%s)", d.id, d.description)
+                    if backend == "cann":
+                        apply_cann_environment()
                     return d.id
         return "cpu"
     if spec == "cpu":

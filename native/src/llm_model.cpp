@@ -80,19 +80,30 @@ void LlmModel::check_token(int32_t token) const {
     }
 }
 
-std::vector<int32_t> LlmModel::tokenize(const std::string & text, bool parse_special) const {
-    if (text.size() > static_cast<size_t>(INT32_MAX / 2)) throw InvalidArgument("text is too long to tokenize");
-    std::vector<llama_token> out(text.size() + 8);
-    int32_t n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
-                               static_cast<int32_t>(out.size()), /*add_special=*/false, parse_special);
+namespace {
+
+// llama.cpp's size-query convention: a negative result is the capacity needed; call again.
+template <typename T, typename Fill>
+std::vector<T> fill_growing(size_t first_guess, Fill fill, const char * what) {
+    std::vector<T> out(first_guess);
+    int32_t n = fill(out.data(), static_cast<int32_t>(out.size()));
     if (n < 0) {
         out.resize(static_cast<size_t>(-n));
-        n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), out.data(),
-                           static_cast<int32_t>(out.size()), false, parse_special);
+        n = fill(out.data(), static_cast<int32_t>(out.size()));
     }
-    if (n < 0) throw Error("tokenization failed");
+    if (n < 0) throw Error(std::string(what) + " failed");
     out.resize(static_cast<size_t>(n));
-    return {out.begin(), out.end()};
+    return out;
+}
+
+}  // namespace
+
+std::vector<int32_t> LlmModel::tokenize(const std::string & text, bool parse_special) const {
+    if (text.size() > static_cast<size_t>(INT32_MAX / 2)) throw InvalidArgument("text is too long to tokenize");
+    return fill_growing<int32_t>(text.size() + 8, [&](llama_token * buf, int32_t cap) {
+        return llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), buf, cap,
+                              /*add_special=*/false, parse_special);
+    }, "tokenization");
 }
 
 std::string LlmModel::token_text(int32_t token) const {
@@ -103,17 +114,11 @@ std::string LlmModel::token_text(int32_t token) const {
 
 std::string LlmModel::detokenize(const std::vector<int32_t> & tokens) const {
     for (int32_t t : tokens) check_token(t);
-    std::string out(tokens.size() * 8 + 16, '\0');
-    int32_t n = llama_detokenize(vocab_, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
-                                 static_cast<int32_t>(out.size()), false, /*unparse_special=*/true);
-    if (n < 0) {
-        out.resize(static_cast<size_t>(-n));
-        n = llama_detokenize(vocab_, tokens.data(), static_cast<int32_t>(tokens.size()), out.data(),
-                             static_cast<int32_t>(out.size()), false, true);
-    }
-    if (n < 0) throw Error("detokenization failed");
-    out.resize(static_cast<size_t>(n));
-    return out;
+    auto chars = fill_growing<char>(tokens.size() * 8 + 16, [&](char * buf, int32_t cap) {
+        return llama_detokenize(vocab_, tokens.data(), static_cast<int32_t>(tokens.size()), buf, cap,
+                                /*remove_special=*/false, /*unparse_special=*/true);
+    }, "detokenization");
+    return {chars.begin(), chars.end()};
 }
 
 bool LlmModel::is_eog(int32_t token) const {
