@@ -1,9 +1,13 @@
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from llama_omni_py import make_models
+
+# tests/reference (the PyTorch reference implementations) is importable as `reference`.
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")

@@ -11,4 +11,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_backend(m);
     omni::bindings::register_gguf_file(m);
     omni::bindings::register_llm_model(m);
+    omni::bindings::register_hift(m);
 }

@@ -1,0 +1,166 @@
+#include "cpu_kernels.h"
+
+#include "omni/errors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#if defined(OMNI_BLAS_SCIPY_OPENBLAS)
+#include <cblas.h>
+#define OMNI_SGEMM scipy_cblas_sgemm
+#define OMNI_BLAS_SET_THREADS scipy_openblas_set_num_threads
+#define OMNI_BLAS_CORENAME scipy_openblas_get_corename
+#else
+#include <cblas.h>
+#define OMNI_SGEMM cblas_sgemm
+#endif
+
+namespace omni::cpu {
+
+namespace {
+
+// Our pool provides the parallelism; each sgemm call runs on the calling worker only. The
+// wheel's OpenBLAS is private to this extension (prefixed symbols), so the setting is ours.
+void single_threaded_blas() {
+#if defined(OMNI_BLAS_SET_THREADS)
+    static std::once_flag once;
+    std::call_once(once, [] { OMNI_BLAS_SET_THREADS(1); });
+#endif
+}
+
+// Column tiles of ~256 KiB of im2col data (at least 64 columns, a multiple of 16), and at least
+// 8 tiles on short inputs so that every worker has some. The tiling depends on the shapes only,
+// never on the thread count, so the output is bit-identical for any number of threads.
+int tile_columns(int rows, int total) {
+    int t = std::max(64, (65536 / std::max(1, rows)) / 16 * 16);
+    const int eighth = ((total + 7) / 8 + 15) / 16 * 16;
+    t = std::min(t, std::max(16, eighth));
+    return std::min(t, std::max(total, 1));
+}
+
+constexpr int kChannelsPerTask = 8;  // conv_transpose1d and elementwise ops split channels in 8s
+
+}  // namespace
+
+float * Scratch::get(int worker, size_t n) {
+    auto & b = bufs_.at(static_cast<size_t>(worker));
+    if (b.size() < n) b.resize(n);
+    return b.data();
+}
+
+void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & pool, Scratch & scratch) {
+    const int out_len = c.out_len(len);
+    if (out_len <= 0) throw InvalidArgument("conv1d: input of " + std::to_string(len) + " frames is too short");
+    const int rows = c.in * c.k;
+    scratch.reserve_workers(pool.size());
+    const bool direct = c.k == 1 && c.stride == 1 && c.pad == 0;
+    const int tile = tile_columns(rows, out_len);
+    const int n_tiles = (out_len + tile - 1) / tile;
+    pool.parallel_for(n_tiles, [&](int task, int worker) {
+        single_threaded_blas();
+        const int t0 = task * tile, n = std::min(tile, out_len - t0);
+        for (int o = 0; o < c.out; ++o) std::fill_n(y + static_cast<size_t>(o) * out_len + t0, n, c.b[o]);
+        const float * cols;
+        int ldb;
+        if (direct) {
+            cols = x + t0;
+            ldb = len;
+        } else {
+            float * col = scratch.get(worker, static_cast<size_t>(rows) * n);
+            for (int i = 0; i < c.in; ++i) {
+                const float * xi = x + static_cast<size_t>(i) * len;
+                for (int kk = 0; kk < c.k; ++kk) {
+                    float * dst = col + (static_cast<size_t>(i) * c.k + kk) * n;
+                    const int off = kk * c.dilation - c.pad;
+                    if (c.stride == 1) {
+                        // Contiguous run [t0+off, t0+off+n) clipped to the input, zeros outside.
+                        const int s0 = t0 + off;
+                        const int lo = std::max(0, -s0), hi = std::min(n, len - s0);
+                        if (lo > 0) std::fill_n(dst, std::min(lo, n), 0.0f);
+                        if (hi > lo) std::memcpy(dst + lo, xi + s0 + lo, sizeof(float) * (hi - lo));
+                        if (hi < n) std::fill_n(dst + std::max(hi, 0), n - std::max(hi, 0), 0.0f);
+                    } else {
+                        for (int j = 0; j < n; ++j) {
+                            const int s = (t0 + j) * c.stride + off;
+                            dst[j] = (s >= 0 && s < len) ? xi[s] : 0.0f;
+                        }
+                    }
+                }
+            }
+            cols = col;
+            ldb = n;
+        }
+        OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.out, n, rows, 1.0f, c.w.data(), rows, cols, ldb,
+                   1.0f, y + t0, out_len);
+    });
+}
+
+void conv_transpose1d(const ConvTranspose1d & c, const float * x, int len, float * y, ThreadPool & pool,
+                      Scratch & scratch) {
+    const int out_len = c.out_len(len);
+    if (out_len <= 0) throw InvalidArgument("conv_transpose1d: input is too short");
+    scratch.reserve_workers(pool.size());
+    // Split output channels between workers: each owns its rows of y, so overlap-add never races.
+    const int per = kChannelsPerTask;
+    const int groups = (c.out + per - 1) / per;
+    pool.parallel_for(groups, [&](int task, int worker) {
+        single_threaded_blas();
+        const int o0 = task * per, o1 = std::min(c.out, o0 + per);
+        if (o0 >= o1) return;
+        const int m = (o1 - o0) * c.k;
+        float * z = scratch.get(worker, static_cast<size_t>(m) * len);
+        // z[(o,kk)][s] = sum_i w[i][o][kk] * x[i][s]: w viewed as (in x out*k), transposed.
+        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, m, len, c.in, 1.0f, c.w.data() + static_cast<size_t>(o0) * c.k,
+                   c.out * c.k, x, len, 0.0f, z, len);
+        for (int o = o0; o < o1; ++o) {
+            float * yo = y + static_cast<size_t>(o) * out_len;
+            std::fill_n(yo, out_len, c.b[o]);
+            for (int kk = 0; kk < c.k; ++kk) {
+                const float * zr = z + (static_cast<size_t>(o - o0) * c.k + kk) * len;
+                for (int s = 0; s < len; ++s) {
+                    const int t = s * c.stride + kk - c.pad;
+                    if (t >= 0 && t < out_len) yo[t] += zr[s];
+                }
+            }
+        }
+    });
+}
+
+void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool) {
+    const int per = kChannelsPerTask;
+    const int groups = (channels + per - 1) / per;
+    pool.parallel_for(groups, [&](int task, int) {
+        for (int ch = task * per; ch < std::min(channels, (task + 1) * per); ++ch) {
+            const float a = alpha[ch], inv = 1.0f / (a + 1e-9f);
+            const float * xc = x + static_cast<size_t>(ch) * len;
+            float * yc = y + static_cast<size_t>(ch) * len;
+            for (int t = 0; t < len; ++t) {
+                const float s = std::sin(a * xc[t]);
+                yc[t] = xc[t] + inv * s * s;
+            }
+        }
+    });
+}
+
+void leaky_relu(float * x, size_t n, float slope, ThreadPool & pool) {
+    const int parts = pool.size();
+    const size_t per = (n + parts - 1) / parts;
+    pool.parallel_for(parts, [&](int task, int) {
+        const size_t a = task * per, b = std::min(n, a + per);
+        for (size_t i = a; i < b; ++i) x[i] = x[i] > 0.0f ? x[i] : x[i] * slope;
+    });
+}
+
+const char * blas_description() {
+#if defined(OMNI_BLAS_CORENAME)
+    static const std::string d = std::string("scipy-openblas (") + OMNI_BLAS_CORENAME() + ")";
+    return d.c_str();
+#else
+    return "system cblas";
+#endif
+}
+
+}  // namespace omni::cpu

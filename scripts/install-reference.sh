@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the PyTorch reference implementations the parity tests compare against
+# (docs: reference-models.md §1): torch (CPU), numpy/scipy/einops, and minicpmo-utils 1.0.7
+# *without* its dependencies (its [tts] extra would pull torchaudio and a CUDA torch).
+# Outside this project's machines, add the CPU wheel index to avoid a multi-GB CUDA build:
+#   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/install-reference.sh
+set -euo pipefail
+python3 -m pip install -q "torch==2.13.0" einops scipy
+python3 -m pip install -q --no-deps "minicpmo-utils==1.0.7"
+python3 - <<'PY'
+import importlib.util, sys
+missing = [m for m in ("torch", "einops", "scipy", "stepaudio2") if importlib.util.find_spec(m) is None]
+sys.exit(f"reference install incomplete: {missing}" if missing else 0)
+PY
