@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 namespace omni {
 
@@ -64,9 +65,17 @@ ResBlock load_resblock(const GgufFile & g, const std::string & p, int ch, int k)
 
 }  // namespace
 
+// Grows a reusable buffer to n floats (no zeroing, no shrinking) and returns it.
+float * grow(std::vector<float> & v, size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+}
+
 struct HiftVocoder::Impl {
     ThreadPool pool;
     cpu::Scratch scratch;
+    std::mutex mutex;  // one call at a time: the buffers below are shared
+    std::vector<float> rb_t1, rb_t2, b_x, b_y, b_tmp, b_si, b_sr, b_acc, b_out, b_post;
     int base = 0, f0_ch = 0, stage_ch[3] = {0, 0, 0};
     Conv1d conv_pre, conv_post, source_downs[3], f0_convs[5];
     ConvTranspose1d ups[3];
@@ -81,14 +90,16 @@ struct HiftVocoder::Impl {
 
     // x [ch][len] -> mean over the blocks' outputs is done by the caller; this returns block(x).
     void resblock(const ResBlock & r, int ch, const float * x, int len, float * out) {
-        std::vector<float> t1(static_cast<size_t>(ch) * len), t2(t1.size());
-        std::memcpy(out, x, sizeof(float) * t1.size());
+        const size_t n = static_cast<size_t>(ch) * len;
+        float * t1 = grow(rb_t1, n);
+        float * t2 = grow(rb_t2, n);
+        std::memcpy(out, x, sizeof(float) * n);
         for (int j = 0; j < 3; ++j) {
-            cpu::snake(out, r.a1[j].data(), ch, len, t1.data(), pool);
-            cpu::conv1d(r.c1[j], t1.data(), len, t2.data(), pool, scratch);
-            cpu::snake(t2.data(), r.a2[j].data(), ch, len, t2.data(), pool);
-            cpu::conv1d(r.c2[j], t2.data(), len, t1.data(), pool, scratch);
-            for (size_t i = 0; i < t1.size(); ++i) out[i] += t1[i];
+            cpu::snake(out, r.a1[j].data(), ch, len, t1, pool);
+            cpu::conv1d(r.c1[j], t1, len, t2, pool, scratch);
+            cpu::snake(t2, r.a2[j].data(), ch, len, t2, pool);
+            cpu::conv1d(r.c2[j], t2, len, t1, pool, scratch);
+            for (size_t i = 0; i < n; ++i) out[i] += t1[i];
         }
     }
 
@@ -199,6 +210,7 @@ int HiftVocoder::base_channels() const { return impl_->base; }
 std::vector<float> HiftVocoder::f0(const float * mel, int frames) {
     if (frames <= 0) throw InvalidArgument("mel has no frames");
     Impl & m = *impl_;
+    std::lock_guard<std::mutex> lock(m.mutex);
     std::vector<float> a(mel, mel + static_cast<size_t>(kMel) * frames), b(static_cast<size_t>(m.f0_ch) * frames);
     for (int i = 0; i < 5; ++i) {
         cpu::conv1d(m.f0_convs[i], a.data(), frames, b.data(), m.pool, m.scratch);
@@ -253,30 +265,32 @@ std::vector<float> HiftVocoder::source(const std::vector<float> & f0) {
 std::vector<float> HiftVocoder::decode(const float * mel, int frames, const float * src) {
     if (frames <= 0) throw InvalidArgument("mel has no frames");
     Impl & m = *impl_;
+    std::lock_guard<std::mutex> lock(m.mutex);
     const int n_src = frames * kSamplesPerFrame;
     std::vector<float> spec = m.stft(src, n_src);
     const int stft_frames = n_src / kHop + 1;
 
-    std::vector<float> x(static_cast<size_t>(m.base) * frames);
-    cpu::conv1d(m.conv_pre, mel, frames, x.data(), m.pool, m.scratch);
-    int len = frames;
+    float * x = grow(m.b_x, static_cast<size_t>(m.base) * frames);
+    cpu::conv1d(m.conv_pre, mel, frames, x, m.pool, m.scratch);
+    int len = frames, ch_in = m.base;
     for (int i = 0; i < 3; ++i) {
         const int ch = m.stage_ch[i];
-        cpu::leaky_relu(x.data(), x.size(), 0.1f, m.pool);
+        cpu::leaky_relu(x, static_cast<size_t>(ch_in) * len, 0.1f, m.pool);
         const int up_len = m.ups[i].out_len(len);
         const int pad = i == 2 ? 1 : 0;  // ReflectionPad1d((1, 0)) after the last upsampling
-        std::vector<float> y(static_cast<size_t>(ch) * (up_len + pad));
+        const size_t n = static_cast<size_t>(ch) * (up_len + pad);
+        float * y = grow(m.b_y, n);
         if (pad) {
-            std::vector<float> tmp(static_cast<size_t>(ch) * up_len);
-            cpu::conv_transpose1d(m.ups[i], x.data(), len, tmp.data(), m.pool, m.scratch);
+            float * tmp = grow(m.b_tmp, static_cast<size_t>(ch) * up_len);
+            cpu::conv_transpose1d(m.ups[i], x, len, tmp, m.pool, m.scratch);
             for (int c = 0; c < ch; ++c) {
-                float * dst = y.data() + static_cast<size_t>(c) * (up_len + 1);
-                const float * s = tmp.data() + static_cast<size_t>(c) * up_len;
+                float * dst = y + static_cast<size_t>(c) * (up_len + 1);
+                const float * s = tmp + static_cast<size_t>(c) * up_len;
                 dst[0] = s[1];
                 std::memcpy(dst + 1, s, sizeof(float) * up_len);
             }
         } else {
-            cpu::conv_transpose1d(m.ups[i], x.data(), len, y.data(), m.pool, m.scratch);
+            cpu::conv_transpose1d(m.ups[i], x, len, y, m.pool, m.scratch);
         }
         len = up_len + pad;
         const int s_len = m.source_downs[i].out_len(stft_frames);
@@ -284,22 +298,26 @@ std::vector<float> HiftVocoder::decode(const float * mel, int frames, const floa
             throw InvalidArgument("source length does not match the mel (" + std::to_string(s_len) + " vs " +
                                   std::to_string(len) + ")");
         }
-        std::vector<float> si(static_cast<size_t>(ch) * len), sr(si.size());
-        cpu::conv1d(m.source_downs[i], spec.data(), stft_frames, si.data(), m.pool, m.scratch);
-        m.resblock(m.source_resblocks[i], ch, si.data(), len, sr.data());
-        for (size_t k = 0; k < y.size(); ++k) y[k] += sr[k];
-        std::vector<float> acc(y.size(), 0.0f), out(y.size());
+        float * si = grow(m.b_si, n);
+        float * sr = grow(m.b_sr, n);
+        cpu::conv1d(m.source_downs[i], spec.data(), stft_frames, si, m.pool, m.scratch);
+        m.resblock(m.source_resblocks[i], ch, si, len, sr);
+        for (size_t k = 0; k < n; ++k) y[k] += sr[k];
+        float * acc = grow(m.b_acc, n);
+        float * out = grow(m.b_out, n);
+        std::fill_n(acc, n, 0.0f);
         for (int r = 0; r < 3; ++r) {
-            m.resblock(m.resblocks[3 * i + r], ch, y.data(), len, out.data());
-            for (size_t k = 0; k < acc.size(); ++k) acc[k] += out[k];
+            m.resblock(m.resblocks[3 * i + r], ch, y, len, out);
+            for (size_t k = 0; k < n; ++k) acc[k] += out[k];
         }
-        for (float & v : acc) v /= 3.0f;
-        x.swap(acc);
+        x = grow(m.b_x, n);
+        for (size_t k = 0; k < n; ++k) x[k] = acc[k] / 3.0f;
+        ch_in = ch;
     }
-    cpu::leaky_relu(x.data(), x.size(), 0.01f, m.pool);
-    std::vector<float> post(static_cast<size_t>(kStftCh) * len);
-    cpu::conv1d(m.conv_post, x.data(), len, post.data(), m.pool, m.scratch);
-    return m.istft(post.data(), len);
+    cpu::leaky_relu(x, static_cast<size_t>(ch_in) * len, 0.01f, m.pool);
+    float * post = grow(m.b_post, static_cast<size_t>(kStftCh) * len);
+    cpu::conv1d(m.conv_post, x, len, post, m.pool, m.scratch);
+    return m.istft(post, len);
 }
 
 std::vector<float> HiftVocoder::forward(const float * mel, int frames, const std::vector<float> & cache_source,
