@@ -2,6 +2,7 @@
 
 #include "omni/errors.h"
 #include "omni/hift.h"
+#include "../src/cpu_kernels.h"
 
 namespace omni::bindings {
 
@@ -26,6 +27,13 @@ py::array_t<float> to_numpy(std::vector<float> && v) {
 }  // namespace
 
 void register_hift(py::module_ & m) {
+    m.def("blas_description", &cpu::blas_description, "The sgemm the CPU kernels call.");
+    m.def("sgemm_gflops", [](int threads, int m_, int n, int k, int reps) {
+        py::gil_scoped_release release;
+        ThreadPool pool(threads);
+        return cpu::sgemm_gflops(pool, m_, n, k, reps);
+    }, py::arg("threads"), py::arg("m") = 512, py::arg("n") = 512, py::arg("k") = 2048, py::arg("reps") = 20,
+       "Measured sgemm GFLOP/s of the vocoder's BLAS on `threads` workers.");
     py::class_<HiftVocoder>(m, "HiftVocoder")
         .def(py::init<const std::string &, int, const std::vector<int> &>(), py::arg("path"), py::arg("threads") = 1,
              py::arg("cpus") = std::vector<int>{}, py::call_guard<py::gil_scoped_release>())

@@ -3,6 +3,7 @@
 #include "omni/errors.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -193,6 +194,27 @@ void leaky_relu(float * x, size_t n, float slope, ThreadPool & pool) {
         const size_t a = task * per, b = std::min(n, a + per);
         for (size_t i = a; i < b; ++i) x[i] = x[i] > 0.0f ? x[i] : x[i] * slope;
     });
+}
+
+double sgemm_gflops(ThreadPool & pool, int m, int n, int k, int reps) {
+    if (m <= 0 || n <= 0 || k <= 0 || reps <= 0) throw InvalidArgument("sgemm_gflops: sizes must be positive");
+    const int w = pool.size();
+    std::vector<std::vector<float>> a(w), b(w), c(w);
+    for (int i = 0; i < w; ++i) {
+        a[i].assign(static_cast<size_t>(m) * k, 0.5f);
+        b[i].assign(static_cast<size_t>(k) * n, 0.25f);
+        c[i].assign(static_cast<size_t>(m) * n, 0.0f);
+    }
+    auto run = [&](int task, int) {
+        single_threaded_blas();
+        OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a[task].data(), k, b[task].data(), n, 0.0f,
+                   c[task].data(), n);
+    };
+    pool.parallel_for(w, run);  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) pool.parallel_for(w, run);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return 2.0 * m * n * k * static_cast<double>(w) * reps / s / 1e9;
 }
 
 const char * blas_description() {

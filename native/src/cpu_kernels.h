@@ -44,6 +44,10 @@ void snake(const float * x, const float * alpha, int channels, int len, float * 
 // In place: leaky ReLU with the given slope.
 void leaky_relu(float * x, size_t n, float slope, ThreadPool & pool);
 
+// Measured sgemm rate (GFLOP/s) with `pool`: each worker multiplies its own m x k by k x n
+// matrices `reps` times; the roofline the vocoder's achieved rate is compared with.
+double sgemm_gflops(ThreadPool & pool, int m, int n, int k, int reps);
+
 // Which sgemm the kernels call ("scipy-openblas 0.3.x (Haswell)" ...), for manifests.
 const char * blas_description();
 
