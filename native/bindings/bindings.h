@@ -15,5 +15,6 @@ void register_backend(py::module_ & m);
 void register_gguf_file(py::module_ & m);
 void register_llm_model(py::module_ & m);
 void register_hift(py::module_ & m);
+void register_dit(py::module_ & m);
 
 }  // namespace omni::bindings

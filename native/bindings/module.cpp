@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_gguf_file(m);
     omni::bindings::register_llm_model(m);
     omni::bindings::register_hift(m);
+    omni::bindings::register_dit(m);
 }

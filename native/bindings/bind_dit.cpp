@@ -1,0 +1,47 @@
+#include "bindings.h"
+
+#include "omni/dit.h"
+#include "omni/errors.h"
+
+#include <cstring>
+
+namespace omni::bindings {
+
+void register_dit(py::module_ & m) {
+    using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    py::class_<DitDims>(m, "DitDims")
+        .def_readonly("hidden", &DitDims::hidden)
+        .def_readonly("heads", &DitDims::heads)
+        .def_readonly("head_dim", &DitDims::head_dim)
+        .def_readonly("depth", &DitDims::depth)
+        .def_readonly("mlp", &DitDims::mlp);
+
+    py::class_<DitEstimator>(m, "DitEstimator")
+        .def(py::init<const std::string &, const std::string &, int>(), py::arg("path"), py::arg("device") = "cpu",
+             py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("dims", &DitEstimator::dims)
+        .def_property_readonly("device", &DitEstimator::device)
+        .def("forward", [](DitEstimator & e, f32array x, f32array mu, f32array t, f32array spks, f32array cond) {
+            if (x.ndim() != 3 || x.shape(1) != 80) throw InvalidArgument("x must be (batch, 80, frames)");
+            const auto B = x.shape(0), T = x.shape(2);
+            auto same = [&](const f32array & a, const char * name) {
+                if (a.ndim() != 3 || a.shape(0) != B || a.shape(1) != 80 || a.shape(2) != T)
+                    throw InvalidArgument(std::string(name) + " must have the shape of x");
+            };
+            same(mu, "mu");
+            same(cond, "cond");
+            if (t.ndim() != 1 || t.shape(0) != B) throw InvalidArgument("t must be (batch,)");
+            if (spks.ndim() != 2 || spks.shape(0) != B || spks.shape(1) != 80) throw InvalidArgument("spks must be (batch, 80)");
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = e.forward(x.data(), mu.data(), t.data(), spks.data(), cond.data(), static_cast<int>(B), static_cast<int>(T));
+            }
+            py::array_t<float> r({B, static_cast<py::ssize_t>(80), T});
+            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
+            return r;
+        }, py::arg("x"), py::arg("mu"), py::arg("t"), py::arg("spks"), py::arg("cond"),
+           "One estimator call without caches; arrays (batch, 80, frames), t (batch,), spks (batch, 80).");
+}
+
+}  // namespace omni::bindings

@@ -1,0 +1,255 @@
+#include "omni/dit.h"
+
+#include "ggml_weights.h"
+#include "omni/errors.h"
+#include "omni/gguf_file.h"
+
+#include <ggml-alloc.h>
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+namespace omni {
+
+namespace {
+
+constexpr int kFreqDim = 256;      // sinusoidal timestep embedding width
+constexpr float kTimeScale = 1000.0f;
+
+int count_blocks(const GgufFile & g, const std::string & prefix) {
+    int n = 0;
+    while (g.find_tensor(prefix + std::to_string(n) + ".attn.to_q.weight")) ++n;
+    return n;
+}
+
+// Conv1d weight [out][in][k] -> [out][k][in], so that a conv is one matmul over k-major stacked
+// shifted inputs.
+std::function<void(std::vector<float> &)> conv_k_major(int in, int out, int k) {
+    return [=](std::vector<float> & w) {
+        std::vector<float> r(w.size());
+        for (int o = 0; o < out; ++o)
+            for (int i = 0; i < in; ++i)
+                for (int kk = 0; kk < k; ++kk)
+                    r[(static_cast<size_t>(o) * k + kk) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + kk];
+        w.swap(r);
+    };
+}
+
+}  // namespace
+
+struct DitEstimator::Impl {
+    std::unique_ptr<Backend> backend;
+    DitDims d;
+    WeightStore w{4096};
+    ggml_gallocr_t galloc = nullptr;
+    std::mutex mutex;
+
+    ~Impl() {
+        if (galloc) ggml_gallocr_free(galloc);
+    }
+
+    ggml_tensor * W(const std::string & n) const { return w.get(n); }
+
+    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
+        return ggml_add(ctx, ggml_mul_mat(ctx, W(p + ".weight"), x), W(p + ".bias"));
+    }
+
+    // x * (1 + scale) + shift, without SCALE-with-bias (unsupported on CANN).
+    static ggml_tensor * modulate(ggml_context * ctx, ggml_tensor * x, ggml_tensor * shift, ggml_tensor * scale) {
+        return ggml_add(ctx, ggml_add(ctx, x, ggml_mul(ctx, x, scale)), shift);
+    }
+
+    static ggml_tensor * gelu_tanh(ggml_context * ctx, ggml_tensor * x) {
+        ggml_tensor * x3 = ggml_mul(ctx, ggml_mul(ctx, x, x), x);
+        ggml_tensor * inner = ggml_scale(ctx, ggml_add(ctx, x, ggml_scale(ctx, x3, 0.044715f)), 0.7978845608028654f);
+        ggml_tensor * half = ggml_scale(ctx, x, 0.5f);
+        return ggml_add(ctx, half, ggml_mul(ctx, half, ggml_tanh(ctx, inner)));
+    }
+
+    static ggml_tensor * mish(ggml_context * ctx, ggml_tensor * x, ggml_tensor * one) {
+        ggml_tensor * softplus = ggml_log(ctx, ggml_add(ctx, ggml_exp(ctx, x), one));
+        return ggml_mul(ctx, x, ggml_tanh(ctx, softplus));
+    }
+
+    // Causal conv (k = 3, left zero padding) on x [C, T, B] as one matmul over [3C, T, B].
+    ggml_tensor * causal_conv(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
+        const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
+        ggml_tensor * xp = ggml_pad_ext(ctx, x, 0, 0, 2, 0, 0, 0, 0, 0);  // [C, T+2, B]
+        ggml_tensor * s = nullptr;
+        for (int kk = 0; kk < 3; ++kk) {
+            ggml_tensor * v = ggml_view_3d(ctx, xp, C, T, B, xp->nb[1], xp->nb[2], kk * xp->nb[1]);
+            s = s ? ggml_concat(ctx, s, v, 0) : ggml_cont(ctx, v);
+        }
+        return ggml_add(ctx, ggml_mul_mat(ctx, W(p + ".weight"), s), W(p + ".bias"));
+    }
+
+    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
+        const int64_t T = x->ne[1], B = x->ne[2];
+        const int hd = d.head_dim, H = d.heads;
+        auto heads = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, hd, H, T, B); };
+        auto qk_norm = [&](ggml_tensor * t, const std::string & n) {
+            return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, t, 1e-5f), W(n + ".weight")), W(n + ".bias"));
+        };
+        ggml_tensor * q = qk_norm(heads(linear(ctx, x, p + ".to_q")), p + ".q_norm");
+        ggml_tensor * k = qk_norm(heads(linear(ctx, x, p + ".to_k")), p + ".k_norm");
+        ggml_tensor * v = heads(linear(ctx, x, p + ".to_v"));
+        q = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [hd, T, H, B]
+        k = ggml_cont(ctx, ggml_permute(ctx, k, 0, 2, 1, 3));
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));  // [T, hd, H, B]
+        ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
+        ggml_tensor * o = ggml_mul_mat(ctx, vt, kq);  // [hd, T, H, B]
+        o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  // [hd, H, T, B]
+        return linear(ctx, ggml_reshape_3d(ctx, o, hd * H, T, B), p + ".proj");
+    }
+};
+
+DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads)
+    : impl_(std::make_unique<Impl>()) {
+    Impl & m = *impl_;
+    GgufFile g(path);
+    DitDims & d = m.d;
+    const GgufTensorInfo & in_proj = g.tensor("estimator.in_proj.weight");
+    if (in_proj.ne.size() != 2 || in_proj.ne[0] != d.in_channels) {
+        throw ModelFileError(path, "estimator.in_proj.weight must be [320, hidden]");
+    }
+    d.hidden = static_cast<int>(in_proj.ne[1]);
+    d.head_dim = static_cast<int>(g.tensor("estimator.blocks.0.attn.q_norm.weight").ne[0]);
+    d.heads = static_cast<int>(g.tensor("estimator.blocks.0.attn.to_q.weight").ne[1]) / d.head_dim;
+    d.depth = count_blocks(g, "estimator.blocks.");
+    d.mlp = static_cast<int>(g.tensor("estimator.blocks.0.mlp.fc1.weight").ne[1]);
+    const int h = d.hidden, inner = d.heads * d.head_dim;
+    if (d.depth == 0 || inner <= 0) throw ModelFileError(path, "no estimator blocks found");
+
+    auto lin = [&](const std::string & p, int n_in, int n_out) {
+        m.w.add(g, p + ".weight", {n_in, n_out});
+        m.w.add(g, p + ".bias", {n_out});
+    };
+    auto norm = [&](const std::string & p, int n) {
+        m.w.add(g, p + ".weight", {n});
+        m.w.add(g, p + ".bias", {n});
+    };
+    lin("estimator.t_embedder.mlp.0", kFreqDim, h);
+    lin("estimator.t_embedder.mlp.2", h, h);
+    lin("estimator.in_proj", d.in_channels, h);
+    for (int i = 0; i < d.depth; ++i) {
+        const std::string b = "estimator.blocks." + std::to_string(i);
+        lin(b + ".attn.to_q", h, inner);
+        lin(b + ".attn.to_k", h, inner);
+        lin(b + ".attn.to_v", h, inner);
+        norm(b + ".attn.q_norm", d.head_dim);
+        norm(b + ".attn.k_norm", d.head_dim);
+        lin(b + ".attn.proj", inner, h);
+        lin(b + ".mlp.fc1", h, d.mlp);
+        lin(b + ".mlp.fc2", d.mlp, h);
+        m.w.add(g, b + ".conv.block.1.weight", {3 * h, h}, conv_k_major(h, h, 3));
+        m.w.add(g, b + ".conv.block.1.bias", {h});
+        norm(b + ".conv.block.3", h);
+        m.w.add(g, b + ".conv.block.6.weight", {3 * h, h}, conv_k_major(h, h, 3));
+        m.w.add(g, b + ".conv.block.6.bias", {h});
+        lin(b + ".adaLN_modulation.1", h, 9 * h);
+    }
+    lin("estimator.final_layer.adaLN_modulation.1", h, 2 * h);
+    lin("estimator.final_layer.linear", h, d.out_channels);
+
+    m.backend = std::make_unique<Backend>(device, threads);
+    m.w.upload(m.backend->get());
+    m.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m.backend->get()));
+}
+
+DitEstimator::~DitEstimator() = default;
+
+const DitDims & DitEstimator::dims() const { return impl_->d; }
+const DeviceInfo & DitEstimator::device() const { return impl_->backend->device(); }
+
+std::vector<float> DitEstimator::forward(const float * x, const float * mu, const float * t, const float * spks,
+                                         const float * cond, int B, int T) {
+    if (B < 1 || B > 16 || T < 1 || T > 8192) throw InvalidArgument("estimator batch must be 1..16 and frames 1..8192");
+    Impl & m = *impl_;
+    const DitDims & d = m.d;
+    const int h = d.hidden, C = 80;
+    std::lock_guard<std::mutex> lock(m.mutex);
+
+    ggml_init_params p{ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(8192, false), nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
+    ggml_context * ctx = holder.get();
+
+    ggml_tensor * in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, T, B);
+    ggml_tensor * in_t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kFreqDim, B);
+    ggml_tensor * one = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
+    for (ggml_tensor * in : {in_x, in_t, one}) ggml_set_input(in);
+
+    ggml_tensor * temb = m.linear(ctx, ggml_silu(ctx, m.linear(ctx, in_t, "estimator.t_embedder.mlp.0")),
+                                  "estimator.t_embedder.mlp.2");      // [h, B]
+    ggml_tensor * st = ggml_silu(ctx, temb);
+    auto chunk = [&](ggml_tensor * mod, int j) {  // j-th h-wide slice of mod [n*h, B], as [h, 1, B]
+        return ggml_cont(ctx, ggml_view_3d(ctx, mod, h, 1, B, mod->nb[1], mod->nb[1], static_cast<size_t>(j) * h * sizeof(float)));
+    };
+    ggml_tensor * x_h = m.linear(ctx, in_x, "estimator.in_proj");    // [h, T, B]
+    for (int i = 0; i < d.depth; ++i) {
+        const std::string b = "estimator.blocks." + std::to_string(i);
+        ggml_tensor * mod = m.linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
+        // Chunk order: shift/scale/gate for attention, MLP, then conv.
+        ggml_tensor * a = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 0), chunk(mod, 1));
+        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, a, b + ".attn"), chunk(mod, 2)));
+        ggml_tensor * c = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 6), chunk(mod, 7));
+        c = m.causal_conv(ctx, c, b + ".conv.block.1");
+        c = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, c, 1e-5f), m.W(b + ".conv.block.3.weight")), m.W(b + ".conv.block.3.bias"));
+        c = m.causal_conv(ctx, Impl::mish(ctx, c, one), b + ".conv.block.6");
+        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, c, chunk(mod, 8)));
+        ggml_tensor * f = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 3), chunk(mod, 4));
+        f = m.linear(ctx, Impl::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
+        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, chunk(mod, 5)));
+    }
+    ggml_tensor * fmod = m.linear(ctx, st, "estimator.final_layer.adaLN_modulation.1");
+    ggml_tensor * out = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(fmod, 0), chunk(fmod, 1));
+    out = m.linear(ctx, out, "estimator.final_layer.linear");  // [80, T, B]
+    ggml_set_output(out);
+
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 8192, false);
+    ggml_build_forward_expand(gf, out);
+    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the estimator graph");
+
+    // Inputs: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames as rows.
+    std::vector<float> xc(static_cast<size_t>(d.in_channels) * T * B);
+    for (int bb = 0; bb < B; ++bb)
+        for (int tt = 0; tt < T; ++tt) {
+            float * row = xc.data() + (static_cast<size_t>(bb) * T + tt) * d.in_channels;
+            for (int c = 0; c < C; ++c) {
+                const size_t src = (static_cast<size_t>(bb) * C + c) * T + tt;
+                row[c] = x[src];
+                row[C + c] = mu[src];
+                row[2 * C + c] = spks[static_cast<size_t>(bb) * C + c];
+                row[3 * C + c] = cond[src];
+            }
+        }
+    // Sinusoidal embedding of t*1000, [cos | sin], float arithmetic as the reference orders it.
+    std::vector<float> tf(static_cast<size_t>(kFreqDim) * B);
+    const int half = kFreqDim / 2;
+    for (int bb = 0; bb < B; ++bb) {
+        const float ts = t[bb] * kTimeScale;
+        for (int j = 0; j < half; ++j) {
+            const float freq = std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
+            const float arg = ts * freq;
+            tf[static_cast<size_t>(bb) * kFreqDim + j] = std::cos(arg);
+            tf[static_cast<size_t>(bb) * kFreqDim + half + j] = std::sin(arg);
+        }
+    }
+    const float one_v = 1.0f;
+    ggml_backend_tensor_set(in_x, xc.data(), 0, ggml_nbytes(in_x));
+    ggml_backend_tensor_set(in_t, tf.data(), 0, ggml_nbytes(in_t));
+    ggml_backend_tensor_set(one, &one_v, 0, sizeof(float));
+    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) {
+        throw DeviceError("estimator graph failed on " + m.backend->device().id);
+    }
+    std::vector<float> o(static_cast<size_t>(C) * T * B), res(o.size());
+    ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
+    for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]
+        for (int tt = 0; tt < T; ++tt)
+            for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
+    return res;
+}
+
+}  // namespace omni

@@ -1,0 +1,63 @@
+#include "ggml_weights.h"
+
+#include "omni/errors.h"
+
+namespace omni {
+
+WeightStore::WeightStore(size_t max_tensors) {
+    ggml_init_params p{ggml_tensor_overhead() * (max_tensors + 1), nullptr, true};
+    ctx_ = ggml_init(p);
+    if (!ctx_) throw Error("ggml_init failed for the weight context");
+}
+
+WeightStore::~WeightStore() {
+    if (buffer_) ggml_backend_buffer_free(buffer_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
+                               std::function<void(std::vector<float> &)> transform) {
+    const GgufTensorInfo & info = file.tensor(name);
+    if (info.type != GGML_TYPE_F32) {
+        throw ModelFileError(file.path(), "tensor '" + name + "' is " + ggml_type_label(info.type) + ", expected f32");
+    }
+    int64_t want = 1, have = 1;
+    for (auto v : ne) want *= v;
+    for (auto v : info.ne) have *= v;
+    if (want != have) {
+        throw ModelFileError(file.path(), "tensor '" + name + "' has " + std::to_string(have) + " elements, expected " +
+                                              std::to_string(want));
+    }
+    ggml_tensor * t = nullptr;
+    switch (ne.size()) {
+        case 1: t = ggml_new_tensor_1d(ctx_, GGML_TYPE_F32, ne[0]); break;
+        case 2: t = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, ne[0], ne[1]); break;
+        case 3: t = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, ne[0], ne[1], ne[2]); break;
+        default: t = ggml_new_tensor_4d(ctx_, GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]); break;
+    }
+    ggml_set_name(t, name.c_str());
+    std::vector<float> data = file.read_f32(name);
+    if (transform) transform(data);
+    pending_.push_back({t, std::move(data)});
+    tensors_[name] = t;
+    return t;
+}
+
+void WeightStore::upload(ggml_backend_t backend) {
+    buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
+    if (!buffer_) throw DeviceError("cannot allocate model weights on the device");
+    ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (auto & p : pending_) ggml_backend_tensor_set(p.t, p.data.data(), 0, ggml_nbytes(p.t));
+    pending_.clear();
+    pending_.shrink_to_fit();
+}
+
+ggml_tensor * WeightStore::get(const std::string & name) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw Error("internal: weight '" + name + "' was not declared");
+    return it->second;
+}
+
+size_t WeightStore::bytes() const { return buffer_ ? ggml_backend_buffer_get_size(buffer_) : 0; }
+
+}  // namespace omni

@@ -1,0 +1,45 @@
+// Model weights copied from a GGUF file into one ggml backend buffer on the chosen device.
+#pragma once
+
+#include "omni/backend.h"
+#include "omni/gguf_file.h"
+
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace omni {
+
+class WeightStore {
+public:
+    explicit WeightStore(size_t max_tensors);
+    ~WeightStore();
+    WeightStore(const WeightStore &) = delete;
+    WeightStore & operator=(const WeightStore &) = delete;
+
+    // Declares an F32 tensor of shape `ne` filled from `file` tensor `name` (which must be F32 with
+    // the same number of elements); `transform` may reorder the host copy first.
+    ggml_tensor * add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
+                      std::function<void(std::vector<float> &)> transform = nullptr);
+    // Allocates the buffer on `backend` and uploads every declared tensor.
+    void upload(ggml_backend_t backend);
+    ggml_tensor * get(const std::string & name) const;
+    size_t bytes() const;
+
+private:
+    struct Pending {
+        ggml_tensor * t;
+        std::vector<float> data;
+    };
+    ggml_context * ctx_ = nullptr;
+    ggml_backend_buffer_t buffer_ = nullptr;
+    std::map<std::string, ggml_tensor *> tensors_;
+    std::vector<Pending> pending_;
+};
+
+}  // namespace omni
