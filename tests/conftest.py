@@ -1,5 +1,10 @@
+import os
 import shutil
 import sys
+
+# The reference encoder's forward_chunk is wrapped in torch.compile; without this every new
+# input shape is traced again on the CPU (seconds per call). Must be set before torch loads.
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 from pathlib import Path
 
 import pytest

@@ -16,5 +16,6 @@ void register_gguf_file(py::module_ & m);
 void register_llm_model(py::module_ & m);
 void register_hift(py::module_ & m);
 void register_dit(py::module_ & m);
+void register_conformer(py::module_ & m);
 
 }  // namespace omni::bindings

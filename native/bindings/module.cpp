@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_llm_model(m);
     omni::bindings::register_hift(m);
     omni::bindings::register_dit(m);
+    omni::bindings::register_conformer(m);
 }

@@ -31,3 +31,19 @@ def build_dit(flow_matching_gguf: str) -> torch.nn.Module:
     state = {n[len("estimator."):]: torch.from_numpy(np.array(g.read(n))) for n in names}
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
+
+
+def build_encoder(encoder_gguf: str) -> torch.nn.Module:
+    enc_mod = load("stepaudio2.cosyvoice2.transformer.upsample_encoder_v2")
+    g = core.GgufFile(encoder_gguf)
+    names = [t.name for t in g.tensors]
+    d_in, d = g.find_tensor("embed.out.0.weight").ne
+    d_head, heads = g.find_tensor("encoders.0.self_attn.pos_bias_u").ne
+    model = enc_mod.UpsampleConformerEncoderV2(
+        input_size=d_in, output_size=d, pre_lookahead_len=3, num_blocks=_count(names, "encoders."),
+        num_up_blocks=_count(names, "up_encoders."), up_stride=2, up_scale_factor=2, attention_heads=heads,
+        key_bias=True, linear_units=g.find_tensor("encoders.0.feed_forward.w_1.weight").ne[1],
+        dropout_rate=0.0, positional_dropout_rate=0.0, attention_dropout_rate=0.0, normalize_before=True)
+    state = {n: torch.from_numpy(np.array(g.read(n))) for n in names}
+    model.load_state_dict(state, strict=True)
+    return model.eval()

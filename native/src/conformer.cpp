@@ -1,0 +1,284 @@
+#include "omni/conformer.h"
+
+#include "ggml_weights.h"
+#include "graph_util.h"
+#include "omni/errors.h"
+#include "omni/gguf_file.h"
+
+#include <ggml-alloc.h>
+#include <ggml-backend.h>
+#include <ggml.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+namespace omni {
+
+namespace {
+
+constexpr int kLookahead = 3, kPreCache = 2, kUpCache = 4, kCnnCache = kPreCache + kUpCache;
+
+int count_layers(const GgufFile & g, const std::string & prefix) {
+    int n = 0;
+    while (g.find_tensor(prefix + std::to_string(n) + ".self_attn.linear_q.weight")) ++n;
+    return n;
+}
+
+}  // namespace
+
+std::vector<float> rel_position_table(int d, int size) {
+    std::vector<float> out(static_cast<size_t>(2 * size - 1) * d);
+    const float neg_log = static_cast<float>(-(std::log(10000.0) / d));
+    std::vector<float> div(d / 2);
+    for (int i = 0; i < d / 2; ++i) div[i] = std::exp(static_cast<float>(2 * i) * neg_log);
+    for (int k = 0; k < 2 * size - 1; ++k) {
+        const float rel = static_cast<float>(size - 1 - k);
+        float * row = out.data() + static_cast<size_t>(k) * d;
+        for (int i = 0; i < d / 2; ++i) {
+            const float a = rel * div[i];
+            row[2 * i] = std::sin(a);
+            row[2 * i + 1] = std::cos(a);
+        }
+    }
+    return out;
+}
+
+struct ConformerEncoder::Impl {
+    std::shared_ptr<Backend> backend;
+    ConformerDims d;
+    WeightStore w{1024};
+    ggml_gallocr_t galloc = nullptr;
+    std::mutex mutex;
+
+    ~Impl() {
+        if (galloc) ggml_gallocr_free(galloc);
+    }
+    ggml_tensor * W(const std::string & n) const { return w.get(n); }
+    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, const std::string & p, bool bias = true) const {
+        ggml_tensor * y = ggml_mul_mat(ctx, W(p + ".weight"), x);
+        return bias ? ggml_add(ctx, y, W(p + ".bias")) : y;
+    }
+
+    // Linear + LayerNorm (1e-5) + x sqrt(d): the LinearNoSubsampling input stage.
+    ggml_tensor * embed(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
+        x = linear(ctx, x, p + ".out.0");
+        x = gu::layer_norm(ctx, x, 1e-5f, W(p + ".out.1.weight"), W(p + ".out.1.bias"));
+        return ggml_scale(ctx, x, std::sqrt(static_cast<float>(d.d)));
+    }
+
+    // One conformer block with its K/V cache [2dh, Tc, H] (or null); returns the new cache.
+    ggml_tensor * block(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos, ggml_tensor * cache,
+                        const std::string & p, ggml_tensor ** new_cache) const {
+        const int dh = d.d_head, H = d.heads;
+        const int64_t T1 = x->ne[1];
+        ggml_tensor * res = x;
+        ggml_tensor * h = gu::layer_norm(ctx, x, 1e-12f, W(p + ".norm_mha.weight"), W(p + ".norm_mha.bias"));
+        const std::string a = p + ".self_attn";
+        auto per_head = [&](ggml_tensor * t) {  // [d, T] -> [dh, T, H]
+            return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, H, t->ne[1]), 0, 2, 1, 3));
+        };
+        ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, h, a + ".linear_q"), dh, H, T1);
+        ggml_tensor * k = per_head(linear(ctx, h, a + ".linear_k"));
+        ggml_tensor * v = per_head(linear(ctx, h, a + ".linear_v"));
+        if (cache) {
+            const int64_t Tc = cache->ne[1];
+            ggml_tensor * kc = ggml_view_3d(ctx, cache, dh, Tc, H, cache->nb[1], cache->nb[2], 0);
+            ggml_tensor * vc = ggml_view_3d(ctx, cache, dh, Tc, H, cache->nb[1], cache->nb[2], dh * sizeof(float));
+            k = ggml_concat(ctx, ggml_cont(ctx, kc), k, 1);
+            v = ggml_concat(ctx, ggml_cont(ctx, vc), v, 1);
+        }
+        *new_cache = ggml_concat(ctx, k, v, 0);  // [2dh, T2, H]
+        const int64_t T2 = k->ne[1];
+        ggml_tensor * bias_u = ggml_reshape_3d(ctx, W(a + ".pos_bias_u"), dh, 1, H);
+        ggml_tensor * bias_v = ggml_reshape_3d(ctx, W(a + ".pos_bias_v"), dh, 1, H);
+        ggml_tensor * qh = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [dh, T1, H]
+        ggml_tensor * ac = ggml_mul_mat(ctx, k, ggml_add(ctx, qh, bias_u));  // [T2, T1, H]
+        ggml_tensor * pp = per_head(linear(ctx, pos, a + ".linear_pos", false));  // [dh, P, H]
+        ggml_tensor * bd = ggml_mul_mat(ctx, pp, ggml_add(ctx, qh, bias_v));  // [P, T1, H]
+        const int64_t P = bd->ne[0];
+        if (P != T2) {
+            // ESPnet rel_shift: left-pad one zero column, read the buffer as (P+1, T1) rows,
+            // drop the first row, and keep the first T2 columns.
+            ggml_tensor * padded = ggml_pad_ext(ctx, bd, 1, 0, 0, 0, 0, 0, 0, 0);
+            bd = ggml_cont(ctx, ggml_view_3d(ctx, padded, T2, T1, H, P * sizeof(float), (P + 1) * T1 * sizeof(float),
+                                             T1 * sizeof(float)));
+        }
+        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_add(ctx, ac, bd), nullptr, 1.0f / std::sqrt(float(dh)), 0.0f);
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [T2, dh, H]
+        ggml_tensor * o = ggml_mul_mat(ctx, vt, att);                          // [dh, T1, H]
+        o = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), dh * H, T1);
+        x = ggml_add(ctx, res, linear(ctx, o, a + ".linear_out"));
+        h = gu::layer_norm(ctx, x, 1e-12f, W(p + ".norm_ff.weight"), W(p + ".norm_ff.bias"));
+        h = linear(ctx, ggml_silu(ctx, linear(ctx, h, p + ".feed_forward.w_1")), p + ".feed_forward.w_2");
+        return ggml_add(ctx, x, h);
+    }
+};
+
+ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Backend> backend)
+    : impl_(std::make_unique<Impl>()) {
+    Impl & m = *impl_;
+    m.backend = std::move(backend);
+    GgufFile g(path);
+    ConformerDims & d = m.d;
+    const GgufTensorInfo & e0 = g.tensor("embed.out.0.weight");
+    if (e0.ne.size() != 2) throw ModelFileError(path, "embed.out.0.weight must be 2-D");
+    d.in = static_cast<int>(e0.ne[0]);
+    d.d = static_cast<int>(e0.ne[1]);
+    const GgufTensorInfo & pu = g.tensor("encoders.0.self_attn.pos_bias_u");
+    d.d_head = static_cast<int>(pu.ne[0]);
+    d.heads = static_cast<int>(pu.ne.size() > 1 ? pu.ne[1] : 1);
+    d.ff = static_cast<int>(g.tensor("encoders.0.feed_forward.w_1.weight").ne[1]);
+    d.blocks = count_layers(g, "encoders.");
+    d.up_blocks = count_layers(g, "up_encoders.");
+    if (d.heads * d.d_head != d.d || d.blocks == 0) throw ModelFileError(path, "inconsistent conformer dimensions");
+
+    const int D = d.d;
+    auto lin = [&](const std::string & p, int n_in, int n_out, bool bias = true) {
+        m.w.add(g, p + ".weight", {n_in, n_out});
+        if (bias) m.w.add(g, p + ".bias", {n_out});
+    };
+    auto norm = [&](const std::string & p) {
+        m.w.add(g, p + ".weight", {D});
+        m.w.add(g, p + ".bias", {D});
+    };
+    auto conv = [&](const std::string & p, int k) {
+        m.w.add(g, p + ".weight", {k * D, D}, gu::conv_k_major(D, D, k));
+        m.w.add(g, p + ".bias", {D});
+    };
+    auto layer = [&](const std::string & p) {
+        const std::string a = p + ".self_attn";
+        m.w.add(g, a + ".pos_bias_u", {d.d_head, d.heads});
+        m.w.add(g, a + ".pos_bias_v", {d.d_head, d.heads});
+        lin(a + ".linear_q", D, D);
+        lin(a + ".linear_k", D, D);
+        lin(a + ".linear_v", D, D);
+        lin(a + ".linear_out", D, D);
+        lin(a + ".linear_pos", D, D, false);
+        lin(p + ".feed_forward.w_1", D, d.ff);
+        lin(p + ".feed_forward.w_2", d.ff, D);
+        norm(p + ".norm_ff");
+        norm(p + ".norm_mha");
+    };
+    lin("embed.out.0", d.in, D);
+    norm("embed.out.1");
+    norm("after_norm");
+    conv("pre_lookahead_layer.conv1", kLookahead + 1);
+    conv("pre_lookahead_layer.conv2", 3);
+    for (int i = 0; i < d.blocks; ++i) layer("encoders." + std::to_string(i));
+    conv("up_layer.conv", 5);
+    lin("up_embed.out.0", D, D);
+    norm("up_embed.out.1");
+    for (int i = 0; i < d.up_blocks; ++i) layer("up_encoders." + std::to_string(i));
+    m.w.upload(m.backend->get());
+    m.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m.backend->get()));
+}
+
+ConformerEncoder::~ConformerEncoder() = default;
+
+const ConformerDims & ConformerEncoder::dims() const { return impl_->d; }
+
+ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool last_chunk, const float * cnn_cache,
+                                               const float * att_cache, int att_frames) {
+    Impl & m = *impl_;
+    const ConformerDims & d = m.d;
+    const int D = d.d, L = d.blocks + d.up_blocks, dh2 = 2 * d.d_head;
+    const int T_in = T + (last_chunk ? kLookahead : 0);
+    if (T < 1 || T_in <= kLookahead || T > 4096) {
+        throw InvalidArgument("conformer chunk needs more than " + std::to_string(kLookahead) +
+                              " tokens (look-ahead included), got " + std::to_string(T));
+    }
+    if (att_cache && (att_frames <= 0 || att_frames % 2 != 0)) throw InvalidArgument("att_frames must be even and positive");
+    if (!att_cache) att_frames = 0;
+    std::lock_guard<std::mutex> lock(m.mutex);
+
+    const int T1 = T_in - kLookahead;          // token-rate frames out of the pre-lookahead layer
+    const int off1 = att_frames / 2;           // cached token-rate frames
+    const int S1 = off1 + T1, S2 = off1 * 2 + 2 * T1;
+
+    ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
+    ggml_context * ctx = holder.get();
+    ggml_tensor * in_x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.in, T);
+    ggml_tensor * in_pos1 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, 2 * S1 - 1);
+    ggml_tensor * in_pos2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, 2 * S2 - 1);
+    ggml_tensor * in_cnn = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, kCnnCache);
+    ggml_tensor * in_att = att_frames ? ggml_new_tensor_4d(ctx, GGML_TYPE_F32, dh2, att_frames, d.heads, L) : nullptr;
+    for (ggml_tensor * t : {in_x, in_pos1, in_pos2, in_cnn}) ggml_set_input(t);
+    if (in_att) ggml_set_input(in_att);
+
+    ggml_tensor * x = m.embed(ctx, in_x, "embed");  // [D, T]
+    if (last_chunk) x = ggml_pad_ext(ctx, x, 0, 0, 0, kLookahead, 0, 0, 0, 0);
+    // Pre-lookahead: conv1 (k=4, no padding) + leaky ReLU, then conv2 (k=3) over 2 cached frames.
+    ggml_tensor * c1 = ggml_leaky_relu(ctx, gu::conv_valid(ctx, x, m.W("pre_lookahead_layer.conv1.weight"),
+                                                           m.W("pre_lookahead_layer.conv1.bias"), kLookahead + 1), 0.01f, false);
+    ggml_tensor * pre_cache = gu::frames(ctx, in_cnn, 0, kPreCache);
+    ggml_tensor * new_pre_cache = gu::frames(ctx, c1, T1 - kPreCache, kPreCache);
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), m.W("pre_lookahead_layer.conv2.weight"),
+                                      m.W("pre_lookahead_layer.conv2.bias"), 3);
+    x = ggml_add(ctx, c2, gu::frames(ctx, x, 0, T1));
+
+    std::vector<ggml_tensor *> new_caches;
+    for (int i = 0; i < d.blocks; ++i) {
+        ggml_tensor * cache = nullptr;
+        if (in_att) {  // first half of the tiled time axis holds this layer's token-rate frames
+            cache = ggml_cont(ctx, ggml_view_3d(ctx, in_att, dh2, off1, d.heads, in_att->nb[1], in_att->nb[2], i * in_att->nb[3]));
+        }
+        ggml_tensor * nc = nullptr;
+        x = m.block(ctx, x, in_pos1, cache, "encoders." + std::to_string(i), &nc);
+        new_caches.push_back(ggml_concat(ctx, nc, nc, 1));  // tiled to the mel-rate length
+    }
+    // Nearest x2 upsampling, then conv (k=5) over 4 cached frames.
+    ggml_tensor * up = ggml_reshape_2d(ctx, ggml_repeat(ctx, ggml_reshape_3d(ctx, x, D, 1, T1),
+                                                        ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 2, T1)), D, 2 * T1);
+    ggml_tensor * up_in = ggml_concat(ctx, gu::frames(ctx, in_cnn, kPreCache, kUpCache), up, 1);
+    ggml_tensor * new_up_cache = gu::frames(ctx, up_in, up_in->ne[1] - kUpCache, kUpCache);
+    x = gu::conv_valid(ctx, up_in, m.W("up_layer.conv.weight"), m.W("up_layer.conv.bias"), 5);
+    x = m.embed(ctx, x, "up_embed");
+    for (int i = 0; i < d.up_blocks; ++i) {
+        ggml_tensor * cache = nullptr;
+        if (in_att) cache = ggml_cont(ctx, ggml_view_3d(ctx, in_att, dh2, att_frames, d.heads, in_att->nb[1], in_att->nb[2],
+                                                        (d.blocks + i) * in_att->nb[3]));
+        ggml_tensor * nc = nullptr;
+        x = m.block(ctx, x, in_pos2, cache, "up_encoders." + std::to_string(i), &nc);
+        new_caches.push_back(nc);
+    }
+    x = gu::layer_norm(ctx, x, 1e-5f, m.W("after_norm.weight"), m.W("after_norm.bias"));
+    ggml_tensor * cnn_out = ggml_concat(ctx, new_pre_cache, new_up_cache, 1);  // [D, 6]
+    ggml_tensor * att_out = nullptr;
+    for (ggml_tensor * c : new_caches) {
+        ggml_tensor * c4 = ggml_reshape_4d(ctx, c, c->ne[0], c->ne[1], c->ne[2], 1);
+        att_out = att_out ? ggml_concat(ctx, att_out, c4, 3) : c4;
+    }
+    for (ggml_tensor * t : {x, cnn_out, att_out}) ggml_set_output(t);
+
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
+    ggml_build_forward_expand(gf, x);
+    ggml_build_forward_expand(gf, cnn_out);
+    ggml_build_forward_expand(gf, att_out);
+    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the conformer graph");
+
+    ggml_backend_tensor_set(in_x, xs, 0, ggml_nbytes(in_x));
+    const auto pos1 = rel_position_table(D, S1), pos2 = rel_position_table(D, S2);
+    ggml_backend_tensor_set(in_pos1, pos1.data(), 0, ggml_nbytes(in_pos1));
+    ggml_backend_tensor_set(in_pos2, pos2.data(), 0, ggml_nbytes(in_pos2));
+    std::vector<float> zeros;
+    if (!cnn_cache) zeros.assign(static_cast<size_t>(D) * kCnnCache, 0.0f);
+    ggml_backend_tensor_set(in_cnn, cnn_cache ? cnn_cache : zeros.data(), 0, ggml_nbytes(in_cnn));
+    if (in_att) ggml_backend_tensor_set(in_att, att_cache, 0, ggml_nbytes(in_att));
+    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) {
+        throw DeviceError("conformer graph failed on " + m.backend->device().id);
+    }
+    ConformerChunk out;
+    out.frames = static_cast<int>(x->ne[1]);
+    out.h.resize(ggml_nelements(x));
+    ggml_backend_tensor_get(x, out.h.data(), 0, ggml_nbytes(x));
+    out.cnn_cache.resize(ggml_nelements(cnn_out));
+    ggml_backend_tensor_get(cnn_out, out.cnn_cache.data(), 0, ggml_nbytes(cnn_out));
+    out.att_frames = static_cast<int>(att_out->ne[1]);
+    out.att_cache.resize(ggml_nelements(att_out));
+    ggml_backend_tensor_get(att_out, out.att_cache.data(), 0, ggml_nbytes(att_out));
+    return out;
+}
+
+}  // namespace omni

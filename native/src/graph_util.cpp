@@ -1,0 +1,38 @@
+#include "graph_util.h"
+
+namespace omni::gu {
+
+std::function<void(std::vector<float> &)> conv_k_major(int in, int out, int k) {
+    return [=](std::vector<float> & w) {
+        std::vector<float> r(w.size());
+        for (int o = 0; o < out; ++o)
+            for (int i = 0; i < in; ++i)
+                for (int kk = 0; kk < k; ++kk)
+                    r[(static_cast<size_t>(o) * k + kk) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + kk];
+        w.swap(r);
+    };
+}
+
+ggml_tensor * frames(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t n) {
+    return ggml_cont(ctx, ggml_view_3d(ctx, x, x->ne[0], n, x->ne[2], x->nb[1], x->nb[2], first * x->nb[1]));
+}
+
+ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int k) {
+    const int64_t out_t = x->ne[1] - k + 1;
+    ggml_tensor * s = nullptr;
+    for (int kk = 0; kk < k; ++kk) {
+        ggml_tensor * v = ggml_view_3d(ctx, x, x->ne[0], out_t, x->ne[2], x->nb[1], x->nb[2], kk * x->nb[1]);
+        s = s ? ggml_concat(ctx, s, v, 0) : ggml_cont(ctx, v);
+    }
+    ggml_tensor * y = ggml_mul_mat(ctx, w, s);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, float eps, ggml_tensor * w, ggml_tensor * b) {
+    ggml_tensor * y = ggml_norm(ctx, x, eps);
+    if (w) y = ggml_mul(ctx, y, w);
+    if (b) y = ggml_add(ctx, y, b);
+    return y;
+}
+
+}  // namespace omni::gu
