@@ -41,7 +41,39 @@ void register_dit(py::module_ & m) {
             std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
             return r;
         }, py::arg("x"), py::arg("mu"), py::arg("t"), py::arg("spks"), py::arg("cond"),
-           "One estimator call without caches; arrays (batch, 80, frames), t (batch,), spks (batch, 80).");
+           "One estimator call without caches; arrays (batch, 80, frames), t (batch,), spks (batch, 80).")
+        .def("forward_chunk", [](DitEstimator & e, f32array x, f32array mu, f32array t, f32array spks, f32array cond,
+                                 py::object cnn_cache, py::object att_cache) {
+            if (x.ndim() != 3 || x.shape(1) != 80) throw InvalidArgument("x must be (batch, 80, frames)");
+            const auto B = x.shape(0), T = x.shape(2);
+            const DitDims & d = e.dims();
+            DitCache cache;
+            if (!cnn_cache.is_none() && !att_cache.is_none()) {
+                auto cnn = cnn_cache.cast<f32array>();
+                auto att = att_cache.cast<f32array>();
+                if (att.ndim() != 4 || att.shape(0) != B || att.shape(1) != d.depth * d.heads || att.shape(3) != 2 * d.head_dim)
+                    throw InvalidArgument("att_cache must be (batch, depth*heads, frames, 2*head_dim)");
+                cache.cnn.assign(cnn.data(), cnn.data() + cnn.size());
+                cache.att.assign(att.data(), att.data() + att.size());
+                cache.att_frames = static_cast<int>(att.shape(2));
+            }
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = e.forward_chunk(x.data(), mu.data(), t.data(), spks.data(), cond.data(), static_cast<int>(B),
+                                      static_cast<int>(T), cache);
+            }
+            py::array_t<float> r({B, static_cast<py::ssize_t>(80), T});
+            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
+            py::array_t<float> cnn({B, static_cast<py::ssize_t>(d.depth), static_cast<py::ssize_t>(2), static_cast<py::ssize_t>(2 * d.hidden)});
+            std::memcpy(cnn.mutable_data(), cache.cnn.data(), cache.cnn.size() * sizeof(float));
+            py::array_t<float> att({B, static_cast<py::ssize_t>(d.depth * d.heads), static_cast<py::ssize_t>(cache.att_frames),
+                                    static_cast<py::ssize_t>(2 * d.head_dim)});
+            std::memcpy(att.mutable_data(), cache.att.data(), cache.att.size() * sizeof(float));
+            return py::make_tuple(r, cnn, att);
+        }, py::arg("x"), py::arg("mu"), py::arg("t"), py::arg("spks"), py::arg("cond"), py::arg("cnn_cache") = py::none(),
+           py::arg("att_cache") = py::none(),
+           "Streaming call -> (out, cnn_cache (batch, depth, 2, 2*hidden), att_cache (batch, depth*heads, frames, 2*head_dim)).");
 }
 
 }  // namespace omni::bindings

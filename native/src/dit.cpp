@@ -1,6 +1,7 @@
 #include "omni/dit.h"
 
 #include "ggml_weights.h"
+#include "graph_util.h"
 #include "omni/errors.h"
 #include "omni/gguf_file.h"
 
@@ -25,23 +26,10 @@ int count_blocks(const GgufFile & g, const std::string & prefix) {
     return n;
 }
 
-// Conv1d weight [out][in][k] -> [out][k][in], so that a conv is one matmul over k-major stacked
-// shifted inputs.
-std::function<void(std::vector<float> &)> conv_k_major(int in, int out, int k) {
-    return [=](std::vector<float> & w) {
-        std::vector<float> r(w.size());
-        for (int o = 0; o < out; ++o)
-            for (int i = 0; i < in; ++i)
-                for (int kk = 0; kk < k; ++kk)
-                    r[(static_cast<size_t>(o) * k + kk) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + kk];
-        w.swap(r);
-    };
-}
-
 }  // namespace
 
 struct DitEstimator::Impl {
-    std::unique_ptr<Backend> backend;
+    std::shared_ptr<Backend> backend;
     DitDims d;
     WeightStore w{4096};
     ggml_gallocr_t galloc = nullptr;
@@ -74,19 +62,17 @@ struct DitEstimator::Impl {
         return ggml_mul(ctx, x, ggml_tanh(ctx, softplus));
     }
 
-    // Causal conv (k = 3, left zero padding) on x [C, T, B] as one matmul over [3C, T, B].
-    ggml_tensor * causal_conv(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
-        const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
-        ggml_tensor * xp = ggml_pad_ext(ctx, x, 0, 0, 2, 0, 0, 0, 0, 0);  // [C, T+2, B]
-        ggml_tensor * s = nullptr;
-        for (int kk = 0; kk < 3; ++kk) {
-            ggml_tensor * v = ggml_view_3d(ctx, xp, C, T, B, xp->nb[1], xp->nb[2], kk * xp->nb[1]);
-            s = s ? ggml_concat(ctx, s, v, 0) : ggml_cont(ctx, v);
-        }
-        return ggml_add(ctx, ggml_mul_mat(ctx, W(p + ".weight"), s), W(p + ".bias"));
+    // Causal conv (k = 3) on x [C, T, B], continuing from `cache` [C, 2, B] (null: zeros); as
+    // one matmul over k-major stacked shifted inputs. *new_cache receives the last 2 input frames.
+    ggml_tensor * causal_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, const std::string & p,
+                              ggml_tensor ** new_cache) const {
+        ggml_tensor * xp = cache ? ggml_concat(ctx, cache, x, 1) : ggml_pad_ext(ctx, x, 0, 0, 2, 0, 0, 0, 0, 0);
+        *new_cache = gu::frames(ctx, xp, xp->ne[1] - 2, 2);
+        return gu::conv_valid(ctx, xp, W(p + ".weight"), W(p + ".bias"), 3);
     }
 
-    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
+    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, const std::string & p,
+                            ggml_tensor ** new_cache) const {
         const int64_t T = x->ne[1], B = x->ne[2];
         const int hd = d.head_dim, H = d.heads;
         auto heads = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, hd, H, T, B); };
@@ -98,7 +84,17 @@ struct DitEstimator::Impl {
         ggml_tensor * v = heads(linear(ctx, x, p + ".to_v"));
         q = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [hd, T, H, B]
         k = ggml_cont(ctx, ggml_permute(ctx, k, 0, 2, 1, 3));
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));  // [T, hd, H, B]
+        v = ggml_cont(ctx, ggml_permute(ctx, v, 0, 2, 1, 3));
+        if (cache) {  // [2hd, Tc, H, B]: this chunk first, then the cached frames
+            const int64_t Tc = cache->ne[1];
+            auto half = [&](size_t off) {
+                return ggml_cont(ctx, ggml_view_4d(ctx, cache, hd, Tc, H, B, cache->nb[1], cache->nb[2], cache->nb[3], off));
+            };
+            k = ggml_concat(ctx, k, half(0), 1);
+            v = ggml_concat(ctx, v, half(hd * sizeof(float)), 1);
+        }
+        if (new_cache) *new_cache = ggml_concat(ctx, k, v, 0);  // [2hd, T2, H, B]
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [T2, hd, H, B]
         ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
         ggml_tensor * o = ggml_mul_mat(ctx, vt, kq);  // [hd, T, H, B]
         o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  // [hd, H, T, B]
@@ -107,8 +103,12 @@ struct DitEstimator::Impl {
 };
 
 DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads)
+    : DitEstimator(path, std::make_shared<Backend>(device, threads)) {}
+
+DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> backend)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
+    m.backend = std::move(backend);
     GgufFile g(path);
     DitDims & d = m.d;
     const GgufTensorInfo & in_proj = g.tensor("estimator.in_proj.weight");
@@ -144,17 +144,16 @@ DitEstimator::DitEstimator(const std::string & path, const std::string & device,
         lin(b + ".attn.proj", inner, h);
         lin(b + ".mlp.fc1", h, d.mlp);
         lin(b + ".mlp.fc2", d.mlp, h);
-        m.w.add(g, b + ".conv.block.1.weight", {3 * h, h}, conv_k_major(h, h, 3));
+        m.w.add(g, b + ".conv.block.1.weight", {3 * h, h}, gu::conv_k_major(h, h, 3));
         m.w.add(g, b + ".conv.block.1.bias", {h});
         norm(b + ".conv.block.3", h);
-        m.w.add(g, b + ".conv.block.6.weight", {3 * h, h}, conv_k_major(h, h, 3));
+        m.w.add(g, b + ".conv.block.6.weight", {3 * h, h}, gu::conv_k_major(h, h, 3));
         m.w.add(g, b + ".conv.block.6.bias", {h});
         lin(b + ".adaLN_modulation.1", h, 9 * h);
     }
     lin("estimator.final_layer.adaLN_modulation.1", h, 2 * h);
     lin("estimator.final_layer.linear", h, d.out_channels);
 
-    m.backend = std::make_unique<Backend>(device, threads);
     m.w.upload(m.backend->get());
     m.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m.backend->get()));
 }
@@ -166,20 +165,44 @@ const DeviceInfo & DitEstimator::device() const { return impl_->backend->device(
 
 std::vector<float> DitEstimator::forward(const float * x, const float * mu, const float * t, const float * spks,
                                          const float * cond, int B, int T) {
+    return run(x, mu, t, spks, cond, B, T, nullptr);
+}
+
+std::vector<float> DitEstimator::forward_chunk(const float * x, const float * mu, const float * t, const float * spks,
+                                               const float * cond, int B, int T, DitCache & cache) {
+    return run(x, mu, t, spks, cond, B, T, &cache);
+}
+
+std::vector<float> DitEstimator::run(const float * x, const float * mu, const float * t, const float * spks,
+                                     const float * cond, int B, int T, DitCache * cache) {
     if (B < 1 || B > 16 || T < 1 || T > 8192) throw InvalidArgument("estimator batch must be 1..16 and frames 1..8192");
     Impl & m = *impl_;
     const DitDims & d = m.d;
-    const int h = d.hidden, C = 80;
+    const int h = d.hidden, C = 80, hd2 = 2 * d.head_dim, HD = d.depth * d.heads;
+    const int Tc = cache ? cache->att_frames : 0;
+    if (cache && Tc > 0) {
+        if (cache->att.size() != static_cast<size_t>(hd2) * Tc * HD * B || cache->cnn.size() != static_cast<size_t>(2 * h) * 2 * d.depth * B) {
+            throw InvalidArgument("estimator cache does not match the model and batch");
+        }
+    }
     std::lock_guard<std::mutex> lock(m.mutex);
 
-    ggml_init_params p{ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(8192, false), nullptr, true};
+    ggml_init_params p{ggml_tensor_overhead() * 16384 + ggml_graph_overhead_custom(16384, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
 
     ggml_tensor * in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, T, B);
     ggml_tensor * in_t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kFreqDim, B);
     ggml_tensor * one = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
+    ggml_tensor * in_cnn = nullptr;
+    ggml_tensor * in_att = nullptr;
     for (ggml_tensor * in : {in_x, in_t, one}) ggml_set_input(in);
+    if (cache && Tc > 0) {
+        in_cnn = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2 * h, 2, d.depth, B);
+        in_att = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hd2, Tc, HD, B);
+        ggml_set_input(in_cnn);
+        ggml_set_input(in_att);
+    }
 
     ggml_tensor * temb = m.linear(ctx, ggml_silu(ctx, m.linear(ctx, in_t, "estimator.t_embedder.mlp.0")),
                                   "estimator.t_embedder.mlp.2");      // [h, B]
@@ -187,29 +210,64 @@ std::vector<float> DitEstimator::forward(const float * x, const float * mu, cons
     auto chunk = [&](ggml_tensor * mod, int j) {  // j-th h-wide slice of mod [n*h, B], as [h, 1, B]
         return ggml_cont(ctx, ggml_view_3d(ctx, mod, h, 1, B, mod->nb[1], mod->nb[1], static_cast<size_t>(j) * h * sizeof(float)));
     };
+    std::vector<ggml_tensor *> new_cnn, new_att;
     ggml_tensor * x_h = m.linear(ctx, in_x, "estimator.in_proj");    // [h, T, B]
     for (int i = 0; i < d.depth; ++i) {
         const std::string b = "estimator.blocks." + std::to_string(i);
+        ggml_tensor * att_c = nullptr;
+        ggml_tensor * cnn1 = nullptr;
+        ggml_tensor * cnn2 = nullptr;
+        if (in_att) {
+            att_c = ggml_view_4d(ctx, in_att, hd2, Tc, d.heads, B, in_att->nb[1], in_att->nb[2], in_att->nb[3],
+                                 static_cast<size_t>(i) * d.heads * in_att->nb[2]);
+            auto conv_cache = [&](size_t off) {
+                return ggml_cont(ctx, ggml_view_3d(ctx, in_cnn, h, 2, B, in_cnn->nb[1], in_cnn->nb[3], i * in_cnn->nb[2] + off));
+            };
+            cnn1 = conv_cache(0);
+            cnn2 = conv_cache(static_cast<size_t>(h) * sizeof(float));
+        }
         ggml_tensor * mod = m.linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
         // Chunk order: shift/scale/gate for attention, MLP, then conv.
         ggml_tensor * a = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 0), chunk(mod, 1));
-        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, a, b + ".attn"), chunk(mod, 2)));
+        ggml_tensor * na = nullptr;
+        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, a, att_c, b + ".attn", cache ? &na : nullptr), chunk(mod, 2)));
         ggml_tensor * c = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 6), chunk(mod, 7));
-        c = m.causal_conv(ctx, c, b + ".conv.block.1");
-        c = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, c, 1e-5f), m.W(b + ".conv.block.3.weight")), m.W(b + ".conv.block.3.bias"));
-        c = m.causal_conv(ctx, Impl::mish(ctx, c, one), b + ".conv.block.6");
+        ggml_tensor * nc1 = nullptr;
+        ggml_tensor * nc2 = nullptr;
+        c = m.causal_conv(ctx, c, cnn1, b + ".conv.block.1", &nc1);
+        c = gu::layer_norm(ctx, c, 1e-5f, m.W(b + ".conv.block.3.weight"), m.W(b + ".conv.block.3.bias"));
+        c = m.causal_conv(ctx, Impl::mish(ctx, c, one), cnn2, b + ".conv.block.6", &nc2);
         x_h = ggml_add(ctx, x_h, ggml_mul(ctx, c, chunk(mod, 8)));
         ggml_tensor * f = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 3), chunk(mod, 4));
         f = m.linear(ctx, Impl::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
         x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, chunk(mod, 5)));
+        if (cache) {
+            ggml_tensor * cc = ggml_concat(ctx, nc1, nc2, 0);  // [2h, 2, B]
+            new_cnn.push_back(ggml_reshape_4d(ctx, cc, 2 * h, 2, 1, B));
+            new_att.push_back(na);  // [2hd, T2, H, B]
+        }
     }
     ggml_tensor * fmod = m.linear(ctx, st, "estimator.final_layer.adaLN_modulation.1");
     ggml_tensor * out = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(fmod, 0), chunk(fmod, 1));
     out = m.linear(ctx, out, "estimator.final_layer.linear");  // [80, T, B]
     ggml_set_output(out);
+    ggml_tensor * cnn_out = nullptr;
+    ggml_tensor * att_out = nullptr;
+    if (cache) {
+        for (size_t i = 0; i < new_cnn.size(); ++i) {
+            cnn_out = cnn_out ? ggml_concat(ctx, cnn_out, new_cnn[i], 2) : new_cnn[i];
+            att_out = att_out ? ggml_concat(ctx, att_out, new_att[i], 2) : new_att[i];
+        }
+        ggml_set_output(cnn_out);
+        ggml_set_output(att_out);
+    }
 
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 8192, false);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16384, false);
     ggml_build_forward_expand(gf, out);
+    if (cache) {
+        ggml_build_forward_expand(gf, cnn_out);
+        ggml_build_forward_expand(gf, att_out);
+    }
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the estimator graph");
 
     // Inputs: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames as rows.
@@ -241,6 +299,10 @@ std::vector<float> DitEstimator::forward(const float * x, const float * mu, cons
     ggml_backend_tensor_set(in_x, xc.data(), 0, ggml_nbytes(in_x));
     ggml_backend_tensor_set(in_t, tf.data(), 0, ggml_nbytes(in_t));
     ggml_backend_tensor_set(one, &one_v, 0, sizeof(float));
+    if (in_cnn) {
+        ggml_backend_tensor_set(in_cnn, cache->cnn.data(), 0, ggml_nbytes(in_cnn));
+        ggml_backend_tensor_set(in_att, cache->att.data(), 0, ggml_nbytes(in_att));
+    }
     if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) {
         throw DeviceError("estimator graph failed on " + m.backend->device().id);
     }
@@ -249,6 +311,13 @@ std::vector<float> DitEstimator::forward(const float * x, const float * mu, cons
     for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]
         for (int tt = 0; tt < T; ++tt)
             for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
+    if (cache) {
+        cache->cnn.resize(ggml_nelements(cnn_out));
+        ggml_backend_tensor_get(cnn_out, cache->cnn.data(), 0, ggml_nbytes(cnn_out));
+        cache->att.resize(ggml_nelements(att_out));
+        ggml_backend_tensor_get(att_out, cache->att.data(), 0, ggml_nbytes(att_out));
+        cache->att_frames = static_cast<int>(att_out->ne[1]);
+    }
     return res;
 }
 

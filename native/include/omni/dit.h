@@ -19,10 +19,20 @@ struct DitDims {
     int in_channels = 320, out_channels = 80, hidden = 0, heads = 0, head_dim = 0, depth = 0, mlp = 0;
 };
 
+// Per-block streaming caches of one estimator call (one CFM step), ggml layouts:
+// cnn [2*hidden, 2, depth, batch] (the two causal convs' last 2 input frames, conv1 channels
+// first); att [2*head_dim, frames, depth*heads, batch] (K then V; the newest chunk first, as the
+// reference concatenates them).
+struct DitCache {
+    std::vector<float> cnn, att;
+    int att_frames = 0;
+};
+
 class DitEstimator {
 public:
     // device: "cpu", "cuda:0", "cann:0", ...; threads applies to the CPU backend.
     DitEstimator(const std::string & flow_matching_gguf, const std::string & device, int threads);
+    DitEstimator(const std::string & flow_matching_gguf, std::shared_ptr<Backend> backend);
     ~DitEstimator();
     DitEstimator(const DitEstimator &) = delete;
     DitEstimator & operator=(const DitEstimator &) = delete;
@@ -35,7 +45,16 @@ public:
     std::vector<float> forward(const float * x, const float * mu, const float * t, const float * spks,
                                const float * cond, int batch, int frames);
 
+    // One streaming call: attends over the cached frames plus this chunk and continues the
+    // causal convs from their cache. `cache` may be empty (first chunk); it is replaced by the
+    // new cache (frames = cached + this chunk).
+    std::vector<float> forward_chunk(const float * x, const float * mu, const float * t, const float * spks,
+                                     const float * cond, int batch, int frames, DitCache & cache);
+
 private:
+    std::vector<float> run(const float * x, const float * mu, const float * t, const float * spks, const float * cond,
+                           int batch, int frames, DitCache * cache);
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
