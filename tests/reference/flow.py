@@ -47,3 +47,31 @@ def build_encoder(encoder_gguf: str) -> torch.nn.Module:
     state = {n: torch.from_numpy(np.array(g.read(n))) for n in names}
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def build_flow(token2wav_dir: str, n_steps: int, max_frames: int = 1000, noise_frames: int = 3000, seed: int = 0):
+    """The reference CausalMaskedDiffWithXvec (encoder + CFM(DiT) + flow_extra weights) built from
+    our files, with scratch buffers sized for these dimensions and a seeded `rand_noise`."""
+    flow_mod = load("stepaudio2.cosyvoice2.flow.flow")
+    cfm_mod = load("stepaudio2.cosyvoice2.flow.flow_matching")
+    encoder = build_encoder(f"{token2wav_dir}/encoder.gguf")
+    dit = build_dit(f"{token2wav_dir}/flow_matching.gguf")
+    depth, heads = len(dit.blocks), dit.blocks[0].attn.num_heads
+    hidden, head_dim = dit.in_proj.out_features, dit.blocks[0].attn.head_dim
+    dit.cnn_cache_buffer = torch.zeros(depth, 2, 2 * hidden, 2)
+    dit.att_cache_buffer = torch.zeros(depth, 2, heads, max_frames, 2 * head_dim)
+    with torch.device("meta"):  # skip the 2 GB of real-size scratch buffers
+        cfm = cfm_mod.CausalConditionalCFM(dit, inference_cfg_rate=0.7)
+    cfm.estimator = dit
+    gen = torch.Generator().manual_seed(seed)
+    cfm.rand_noise = torch.randn(1, 80, noise_frames, generator=gen)
+    cfm.cnn_cache_buffer = torch.zeros(n_steps, depth, 2, 2 * hidden, 2)
+    cfm.att_cache_buffer = torch.zeros(n_steps, depth, 2, heads, max_frames, 2 * head_dim)
+    d = encoder.output_size()
+    flow = flow_mod.CausalMaskedDiffWithXvec(input_size=d, output_size=80, spk_embed_dim=192, vocab_size=6561,
+                                             encoder=encoder, decoder=cfm)
+    g = core.GgufFile(f"{token2wav_dir}/flow_extra.gguf")
+    state = {t.name: torch.from_numpy(np.array(g.read(t.name))) for t in g.tensors}
+    missing, unexpected = flow.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith(("encoder.", "decoder.")) for k in missing), (missing, unexpected)
+    return flow.eval()

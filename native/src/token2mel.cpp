@@ -1,0 +1,122 @@
+#include "omni/token2mel.h"
+
+#include "omni/errors.h"
+#include "omni/gguf_file.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace omni {
+
+namespace {
+
+std::vector<float> read_exact(const GgufFile & g, const std::string & name, std::vector<int64_t> ne) {
+    const GgufTensorInfo & t = g.tensor(name);
+    if (t.ne != ne) throw ModelFileError(g.path(), "tensor '" + name + "' has an unexpected shape");
+    return g.read_f32(name);
+}
+
+}  // namespace
+
+Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int threads, int n_steps)
+    : n_steps_(n_steps) {
+    if (n_steps < 1 || n_steps > 100) throw InvalidArgument("steps must be in 1..100, got " + std::to_string(n_steps));
+    backend_ = std::make_shared<Backend>(device, threads);
+    encoder_ = std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_);
+    dit_ = std::make_unique<DitEstimator>(dir + "/flow_matching.gguf", backend_);
+    d_ = encoder_->dims().d;
+    if (encoder_->dims().in != d_) throw ModelFileError(dir + "/encoder.gguf", "encoder input and output widths differ");
+    GgufFile extra(dir + "/flow_extra.gguf");
+    embedding_ = read_exact(extra, "input_embedding.weight", {d_, kVocab});
+    spk_w_ = read_exact(extra, "spk_embed_affine_layer.weight", {kSpk, kMel});
+    spk_b_ = read_exact(extra, "spk_embed_affine_layer.bias", {kMel});
+    proj_w_ = read_exact(extra, "encoder_proj.weight", {d_, kMel});
+    proj_b_ = read_exact(extra, "encoder_proj.bias", {kMel});
+}
+
+Token2Mel::~Token2Mel() = default;
+
+std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk, const float * cond,
+                                    const float * noise, float temperature, Token2MelCache & cache, int * frames_out) {
+    if (n < 1) throw InvalidArgument("empty token chunk");
+    for (int i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= kVocab) {
+            throw InvalidArgument("speech token " + std::to_string(tokens[i]) + " is outside 0.." + std::to_string(kVocab - 1));
+        }
+    }
+    if (!std::isfinite(temperature) || temperature < 0.0f) throw InvalidArgument("temperature must be finite and >= 0");
+    // Speaker: F.normalize (x / max(|x|, 1e-12)), then the affine layer.
+    float norm = 0.0f;
+    for (int i = 0; i < kSpk; ++i) norm += spk[i] * spk[i];
+    norm = std::max(std::sqrt(norm), 1e-12f);
+    std::vector<float> spk80(kMel);
+    for (int o = 0; o < kMel; ++o) {
+        float acc = spk_b_[o];
+        for (int i = 0; i < kSpk; ++i) acc += spk_w_[static_cast<size_t>(o) * kSpk + i] * (spk[i] / norm);
+        spk80[o] = acc;
+    }
+    if (!std::all_of(spk80.begin(), spk80.end(), [](float v) { return std::isfinite(v); })) {
+        throw InvalidArgument("speaker embedding is not finite");
+    }
+    // Encoder over the token embeddings.
+    std::vector<float> xs(static_cast<size_t>(n) * d_);
+    for (int i = 0; i < n; ++i)
+        std::copy_n(embedding_.data() + static_cast<size_t>(tokens[i]) * d_, d_, xs.data() + static_cast<size_t>(i) * d_);
+    ConformerChunk enc = encoder_->forward_chunk(xs.data(), n, last_chunk, cache.empty() ? nullptr : cache.conformer_cnn.data(),
+                                                 cache.empty() ? nullptr : cache.conformer_att.data(), cache.conformer_frames);
+    const int T = enc.frames;
+    // mu = encoder_proj(h), channel-major (80, T).
+    std::vector<float> mu(static_cast<size_t>(kMel) * T);
+    for (int t = 0; t < T; ++t) {
+        const float * h = enc.h.data() + static_cast<size_t>(t) * d_;
+        for (int o = 0; o < kMel; ++o) {
+            float acc = proj_b_[o];
+            const float * w = proj_w_.data() + static_cast<size_t>(o) * d_;
+            for (int i = 0; i < d_; ++i) acc += w[i] * h[i];
+            mu[static_cast<size_t>(o) * T + t] = acc;
+        }
+    }
+    // Initial noise: given, or N(0,1) * temperature filled frame by frame, channels fastest.
+    std::vector<float> x(static_cast<size_t>(kMel) * T);
+    if (noise) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] = noise[i] * temperature;
+    } else {
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        for (int t = 0; t < T; ++t)
+            for (int c = 0; c < kMel; ++c) x[static_cast<size_t>(c) * T + t] = temperature * dist(cache.rng);
+    }
+    // CFG batch: [conditional, unconditional (mu, spk, cond zeroed)].
+    const size_t plane = static_cast<size_t>(kMel) * T;
+    std::vector<float> mu_in(2 * plane, 0.0f), cond_in(2 * plane, 0.0f), spk_in(2 * kMel, 0.0f), x_in(2 * plane);
+    std::copy(mu.begin(), mu.end(), mu_in.begin());
+    if (cond) std::copy_n(cond, plane, cond_in.begin());
+    std::copy(spk80.begin(), spk80.end(), spk_in.begin());
+    if (cache.estimator.size() != static_cast<size_t>(n_steps_)) cache.estimator.assign(n_steps_, DitCache{});
+    // Cosine schedule t_i = 1 - cos(i/N * pi/2), in float as the reference computes it.
+    std::vector<float> span(n_steps_ + 1);
+    for (int i = 0; i <= n_steps_; ++i) {
+        const float lin = static_cast<float>(i) / static_cast<float>(n_steps_);
+        span[i] = 1.0f - std::cos(lin * 0.5f * static_cast<float>(M_PI));
+    }
+    float t = span[0], dt = span[1] - span[0];
+    for (int step = 1; step <= n_steps_; ++step) {
+        std::copy(x.begin(), x.end(), x_in.begin());
+        std::copy(x.begin(), x.end(), x_in.begin() + plane);
+        const float tt[2] = {t, t};
+        std::vector<float> v = dit_->forward_chunk(x_in.data(), mu_in.data(), tt, spk_in.data(), cond_in.data(), 2, T,
+                                                   cache.estimator[step - 1]);
+        for (size_t i = 0; i < plane; ++i) {
+            const float g = (1.0f + kCfgRate) * v[i] - kCfgRate * v[plane + i];
+            x[i] = x[i] + dt * g;
+        }
+        t = t + dt;
+        if (step < n_steps_) dt = span[step + 1] - t;
+    }
+    cache.conformer_cnn = std::move(enc.cnn_cache);
+    cache.conformer_att = std::move(enc.att_cache);
+    cache.conformer_frames = enc.att_frames;
+    if (frames_out) *frames_out = T;
+    return x;
+}
+
+}  // namespace omni
