@@ -15,4 +15,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_dit(m);
     omni::bindings::register_conformer(m);
     omni::bindings::register_token2mel(m);
+    omni::bindings::register_token2wav(m);
 }

@@ -1,0 +1,59 @@
+#include "bindings.h"
+
+#include "omni/errors.h"
+#include "omni/token2wav.h"
+
+#include <cstring>
+
+namespace omni::bindings {
+
+namespace {
+
+py::dict timings_dict(const Token2WavTimings & t) {
+    py::dict d;
+    d["token2mel_ms"] = t.token2mel_ms;
+    d["vocoder_ms"] = t.vocoder_ms;
+    d["windows"] = t.windows;
+    d["samples"] = t.samples;
+    return d;
+}
+
+}  // namespace
+
+void register_token2wav(py::module_ & m) {
+    using i32array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+    py::class_<Token2Wav>(m, "Token2Wav")
+        .def(py::init([](const std::string & dir, const std::string & device, int steps, int threads, std::vector<int> cpus,
+                         float temperature, uint32_t seed) {
+                 Token2WavOptions o;
+                 o.device = device;
+                 o.steps = steps;
+                 o.threads = threads;
+                 o.cpus = std::move(cpus);
+                 o.temperature = temperature;
+                 o.seed = seed;
+                 return std::make_unique<Token2Wav>(dir, o);
+             }),
+             py::arg("token2wav_dir"), py::arg("device") = "cpu", py::arg("steps") = 5, py::arg("threads") = 1,
+             py::arg("cpus") = std::vector<int>{}, py::arg("temperature") = 1.0f, py::arg("seed") = 42u,
+             py::call_guard<py::gil_scoped_release>())
+        .def("push", [](Token2Wav & t, i32array tokens, bool final) {
+            if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
+            std::vector<float> audio;
+            {
+                py::gil_scoped_release release;
+                audio = t.push(tokens.data(), static_cast<int>(tokens.shape(0)), final);
+            }
+            py::array_t<float> a(static_cast<py::ssize_t>(audio.size()));
+            std::memcpy(a.mutable_data(), audio.data(), audio.size() * sizeof(float));
+            return a;
+        }, py::arg("tokens"), py::arg("final") = false)
+        .def("reset", &Token2Wav::reset, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("steps", &Token2Wav::steps)
+        .def_property_readonly("threads", &Token2Wav::threads)
+        .def_property_readonly("finished", &Token2Wav::finished)
+        .def_property_readonly("last_timings", [](const Token2Wav & t) { return timings_dict(t.last_timings()); })
+        .def_property_readonly("total_timings", [](const Token2Wav & t) { return timings_dict(t.total_timings()); });
+}
+
+}  // namespace omni::bindings

@@ -1,0 +1,211 @@
+#include "omni/token2wav.h"
+
+#include "omni/errors.h"
+#include "omni/gguf_file.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace omni {
+
+namespace {
+
+constexpr int kMaxEstimatorFrames = 600;  // llama.cpp-omni's TOKEN2WAV_FM_MAX_T_CACHE default
+constexpr int kRecentFrames = 100;        // generated frames kept beside the prompt's
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<float> finite_tensor(const GgufFile & g, const std::string & name, size_t expect) {
+    std::vector<float> v = g.read_f32(name);
+    if (v.size() != expect) throw ModelFileError(g.path(), "tensor '" + name + "' has an unexpected size");
+    for (float x : v)
+        if (!std::isfinite(x)) throw ModelFileError(g.path(), "tensor '" + name + "' contains NaN or infinity");
+    return v;
+}
+
+// Bounds a cache's frame axis as the reference streaming code does: once it is longer than
+// head + tail frames, keep the first `head` and the last `tail` (per slab of [frames][row]).
+std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, int frames, int row, int head, int tail) {
+    const int keep = head + tail;
+    std::vector<float> out(slabs * static_cast<size_t>(keep) * row);
+    for (size_t s = 0; s < slabs; ++s) {
+        const float * src = v.data() + s * frames * row;
+        float * dst = out.data() + s * keep * row;
+        std::copy_n(src, static_cast<size_t>(head) * row, dst);
+        std::copy_n(src + static_cast<size_t>(frames - tail) * row, static_cast<size_t>(tail) * row, dst + static_cast<size_t>(head) * row);
+    }
+    return out;
+}
+
+}  // namespace
+
+Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
+    t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps);
+    vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus);
+
+    // The fixed voice: speaker vector and the caches computed on the voice prompt.
+    GgufFile pc(dir + "/prompt_cache.gguf");
+    const int file_steps = static_cast<int>(pc.get_int("mtmd.prompt_cache.n_timesteps"));
+    if (file_steps != options.steps) {
+        throw ModelFileError(pc.path(), "the prompt cache was built for " + std::to_string(file_steps) +
+                                            " CFM steps, not " + std::to_string(options.steps) + "; use steps=" +
+                                            std::to_string(file_steps) + " or regenerate the cache");
+    }
+    const ConformerDims & ed = t2m_->encoder_dims();
+    const DitDims & dd = t2m_->estimator_dims();
+    const GgufTensorInfo & ca = pc.tensor("prompt_cache.conformer_att_cache");
+    const GgufTensorInfo & ea = pc.tensor("prompt_cache.estimator_att_cache");
+    const int layers = ed.blocks + ed.up_blocks, T = static_cast<int>(ca.ne.size() == 4 ? ca.ne[1] : 0);
+    if (ca.ne != std::vector<int64_t>{2 * ed.d_head, T, ed.heads, layers} || T <= 0 || T % 2) {
+        throw ModelFileError(pc.path(), "conformer_att_cache does not match the encoder");
+    }
+    const int Te = static_cast<int>(ea.ne.size() == 4 ? ea.ne[1] : 0);
+    const int per_step = dd.depth * dd.heads;
+    if (ea.ne != std::vector<int64_t>{2 * dd.head_dim, Te, static_cast<int64_t>(options.steps) * per_step, 2} || Te <= 0) {
+        throw ModelFileError(pc.path(), "estimator_att_cache does not match the estimator and steps");
+    }
+    spk_ = finite_tensor(pc, "prompt_cache.spk_cb", Token2Mel::kSpk);
+    prompt_cache_.conformer_cnn = finite_tensor(pc, "prompt_cache.conformer_cnn_cache", static_cast<size_t>(ed.d) * 6);
+    prompt_cache_.conformer_att = finite_tensor(pc, "prompt_cache.conformer_att_cache", static_cast<size_t>(2 * ed.d_head) * T * ed.heads * layers);
+    prompt_cache_.conformer_frames = T;
+    const std::vector<float> ecnn = finite_tensor(pc, "prompt_cache.estimator_cnn_cache",
+                                                  static_cast<size_t>(2 * dd.hidden) * 2 * options.steps * dd.depth * 2);
+    const std::vector<float> eatt = finite_tensor(pc, "prompt_cache.estimator_att_cache",
+                                                  static_cast<size_t>(2 * dd.head_dim) * Te * options.steps * per_step * 2);
+    // Split the step-major packing into one DiT cache per step (batch 2 outermost in both).
+    const size_t cnn_block = static_cast<size_t>(2 * dd.hidden) * 2 * dd.depth;
+    const size_t att_block = static_cast<size_t>(2 * dd.head_dim) * Te * per_step;
+    prompt_cache_.estimator.assign(options.steps, DitCache{});
+    for (int s = 0; s < options.steps; ++s) {
+        DitCache & c = prompt_cache_.estimator[s];
+        c.att_frames = Te;
+        for (int b = 0; b < 2; ++b) {
+            const float * cs = ecnn.data() + (static_cast<size_t>(b) * options.steps + s) * cnn_block;
+            c.cnn.insert(c.cnn.end(), cs, cs + cnn_block);
+            const float * as = eatt.data() + (static_cast<size_t>(b) * options.steps + s) * att_block;
+            c.att.insert(c.att.end(), as, as + att_block);
+        }
+    }
+    conf_window_ = T;
+    est_window_ = std::min(Te, kMaxEstimatorFrames - kRecentFrames);
+    reset();
+}
+
+Token2Wav::~Token2Wav() = default;
+
+void Token2Wav::reset() {
+    cache_ = prompt_cache_;
+    cache_.rng.seed(opt_.seed);
+    buffer_.assign(3, kSilence);
+    mel_cache_.clear();
+    source_cache_.clear();
+    tail_.clear();
+    finished_ = false;
+    last_ = total_ = Token2WavTimings{};
+}
+
+void Token2Wav::trim_caches() {
+    // The reference (minicpmo stepaudio2 streaming) keeps the prompt's frames plus the newest 100
+    // once a cache outgrows that. llama.cpp-omni instead slides a window of the prompt's length,
+    // which drops the voice prompt after a few chunks; we follow the reference.
+    const ConformerDims & ed = t2m_->encoder_dims();
+    if (cache_.conformer_frames > conf_window_ + kRecentFrames) {
+        const int layers = ed.blocks + ed.up_blocks;
+        cache_.conformer_att = keep_head_tail(cache_.conformer_att, static_cast<size_t>(layers) * ed.heads,
+                                              cache_.conformer_frames, 2 * ed.d_head, conf_window_, kRecentFrames);
+        cache_.conformer_frames = conf_window_ + kRecentFrames;
+    }
+    const DitDims & dd = t2m_->estimator_dims();
+    for (DitCache & c : cache_.estimator) {
+        if (c.att_frames > est_window_ + kRecentFrames) {
+            c.att = keep_head_tail(c.att, static_cast<size_t>(2) * dd.depth * dd.heads, c.att_frames, 2 * dd.head_dim,
+                                   est_window_, kRecentFrames);
+            c.att_frames = est_window_ + kRecentFrames;
+        }
+    }
+}
+
+std::vector<float> Token2Wav::window(const int32_t * tokens, int n, bool last) {
+    auto t0 = std::chrono::steady_clock::now();
+    int frames = 0;
+    std::vector<float> mel = t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, &frames);
+    trim_caches();
+    last_.token2mel_ms += ms_since(t0);
+
+    // Vocoder input: 8 cached mel frames + this chunk's, channel-major.
+    t0 = std::chrono::steady_clock::now();
+    const int cached = mel_cache_.empty() ? 0 : kMelCache;
+    const int total = cached + frames;
+    std::vector<float> in(static_cast<size_t>(HiftVocoder::kMel) * total);
+    for (int c = 0; c < HiftVocoder::kMel; ++c) {
+        if (cached) std::copy_n(mel_cache_.data() + static_cast<size_t>(c) * kMelCache, kMelCache, in.data() + static_cast<size_t>(c) * total);
+        std::copy_n(mel.data() + static_cast<size_t>(c) * frames, frames, in.data() + static_cast<size_t>(c) * total + cached);
+    }
+    std::vector<float> source;
+    std::vector<float> speech = vocoder_->forward(in.data(), total, source_cache_, &source);
+    // Carry the last 8 mel frames and 3840 source samples into the next chunk.
+    mel_cache_.assign(static_cast<size_t>(HiftVocoder::kMel) * kMelCache, 0.0f);
+    const int keep = std::min(kMelCache, total);
+    for (int c = 0; c < HiftVocoder::kMel; ++c)
+        std::copy_n(in.data() + static_cast<size_t>(c) * total + (total - keep), keep,
+                    mel_cache_.data() + static_cast<size_t>(c) * kMelCache + (kMelCache - keep));
+    source_cache_.assign(source.end() - std::min<size_t>(kSourceCache, source.size()), source.end());
+    // Cross-fade the overlap with the previous chunk's held-back tail (symmetric Hamming 7680).
+    const int overlap = std::min<int>(kSourceCache, static_cast<int>(speech.size()));
+    if (!tail_.empty()) {
+        const int n_win = 2 * kSourceCache;
+        for (int i = 0; i < overlap; ++i) {
+            const float w_in = 0.54f - 0.46f * std::cos(2.0f * static_cast<float>(M_PI) * i / (n_win - 1));
+            const float w_out = 0.54f - 0.46f * std::cos(2.0f * static_cast<float>(M_PI) * (i + kSourceCache) / (n_win - 1));
+            speech[i] = speech[i] * w_in + tail_[tail_.size() - kSourceCache + i] * w_out;
+        }
+    }
+    std::vector<float> out;
+    if (last) {
+        out = std::move(speech);
+        tail_.clear();
+    } else {
+        const size_t emit = speech.size() > static_cast<size_t>(kSourceCache) ? speech.size() - kSourceCache : 0;
+        tail_.assign(speech.end() - std::min<size_t>(kSourceCache, speech.size()), speech.end());
+        out.assign(speech.begin(), speech.begin() + emit);
+    }
+    last_.vocoder_ms += ms_since(t0);
+    last_.windows += 1;
+    return out;
+}
+
+std::vector<float> Token2Wav::push(const int32_t * tokens, int n, bool final) {
+    if (finished_) throw InvalidArgument("push after the final push: call reset() to start a new stream");
+    if (n < 0 || (n == 0 && !final)) throw InvalidArgument("empty push: give tokens, or final=True to flush");
+    for (int i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= Token2Mel::kVocab) {
+            throw InvalidArgument("speech token " + std::to_string(tokens[i]) + " is outside 0.." +
+                                  std::to_string(Token2Mel::kVocab - 1));
+        }
+    }
+    last_ = Token2WavTimings{};
+    buffer_.insert(buffer_.end(), tokens, tokens + n);
+    std::vector<float> audio;
+    while (static_cast<int>(buffer_.size()) >= kWindow) {
+        std::vector<float> a = window(buffer_.data(), kWindow, false);
+        audio.insert(audio.end(), a.begin(), a.end());
+        buffer_.erase(buffer_.begin(), buffer_.begin() + kHop);
+    }
+    if (final) {
+        std::vector<float> a = window(buffer_.data(), static_cast<int>(buffer_.size()), true);
+        audio.insert(audio.end(), a.begin(), a.end());
+        buffer_.clear();
+        finished_ = true;
+    }
+    last_.samples = audio.size();
+    total_.token2mel_ms += last_.token2mel_ms;
+    total_.vocoder_ms += last_.vocoder_ms;
+    total_.windows += last_.windows;
+    total_.samples += last_.samples;
+    return audio;
+}
+
+}  // namespace omni
