@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
 from .modelgen import make_models  # noqa: E402
 from .models import ModelSet, discover, validate  # noqa: E402
+from .token2wav import Token2Wav, Token2WavConfig  # noqa: E402
 
 __all__ = [*_errors_all, "__version__", "Device", "ModelSet", "backends", "compiled_backends", "devices",
-           "discover", "make_models", "resolve_device", "validate"]
+           "discover", "make_models", "resolve_device", "validate", "Token2Wav", "Token2WavConfig"]

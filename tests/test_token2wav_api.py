@@ -1,0 +1,56 @@
+"""The Python Token2Wav API: config validation, env knobs, streaming through the package."""
+
+import os
+
+import numpy as np
+import pytest
+
+import llama_omni_py as omni
+
+
+def test_streams_through_the_package(tiny_dir):
+    with omni.Token2Wav(tiny_dir, threads=2) as t2w:
+        a = t2w.push(list(range(25)))
+        b = t2w.push(np.arange(25, 50))
+        c = t2w.push([], final=True)
+        assert (a.dtype, a.size, b.size) == (np.float32, 20160, 24000)
+        assert c.size > 0 and np.isfinite(np.concatenate([a, b, c])).all()
+        assert t2w.timings["windows"] == 1 and t2w.total_timings["windows"] == 3
+        assert t2w.threads == 2
+
+
+def test_config_names_the_bad_field(monkeypatch):
+    with pytest.raises(omni.ConfigError) as e:
+        omni.Token2WavConfig(steps=0)
+    assert e.value.field == "steps"
+    with pytest.raises(omni.ConfigError, match="temperature"):
+        omni.Token2WavConfig(temperature=-1)
+    with pytest.raises(omni.ConfigError, match="cpus"):
+        omni.Token2WavConfig(cpus=[10**6])
+    with pytest.raises(omni.ConfigError, match="one CPU per thread"):
+        omni.Token2WavConfig(threads=2, cpus=[min(os.sched_getaffinity(0))])
+    monkeypatch.setenv("OMNI_T2W_THREADS", "many")
+    with pytest.raises(omni.ConfigError, match="OMNI_T2W_THREADS"):
+        omni.Token2WavConfig()
+
+
+def test_thread_defaults(monkeypatch):
+    usable = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("OMNI_T2W_THREADS", raising=False)
+    assert omni.Token2WavConfig().resolved_threads == min(16, usable)
+    monkeypatch.setenv("OMNI_T2W_THREADS", "1")
+    assert omni.Token2WavConfig().resolved_threads == 1
+    assert omni.Token2WavConfig(threads=64).resolved_threads == usable  # capped to the usable CPUs
+    cpu = min(os.sched_getaffinity(0))
+    assert omni.Token2WavConfig(cpus=[cpu]).resolved_threads == 1
+
+
+def test_bad_tokens_and_devices(tiny_dir):
+    t2w = omni.Token2Wav(tiny_dir, threads=1)
+    with pytest.raises(omni.InvalidArgumentError):
+        t2w.push([7000])
+    with pytest.raises(omni.ConfigError, match="integers"):
+        t2w.push([0.5, 1.5])
+    if "cann" not in omni.compiled_backends():
+        with pytest.raises(omni.BackendUnavailableError):
+            omni.Token2Wav(tiny_dir, device="cann:0")
