@@ -143,7 +143,7 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
         m.w.add(g, p + ".bias", {D});
     };
     auto conv = [&](const std::string & p, int k) {
-        m.w.add(g, p + ".weight", {k * D, D}, gu::conv_k_major(D, D, k));
+        m.w.add_conv_taps(g, p + ".weight", D, D, k);
         m.w.add(g, p + ".bias", {D});
     };
     auto layer = [&](const std::string & p) {
@@ -210,12 +210,12 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     ggml_tensor * x = m.embed(ctx, in_x, "embed");  // [D, T]
     if (last_chunk) x = ggml_pad_ext(ctx, x, 0, 0, 0, kLookahead, 0, 0, 0, 0);
     // Pre-lookahead: conv1 (k=4, no padding) + leaky ReLU, then conv2 (k=3) over 2 cached frames.
-    ggml_tensor * c1 = ggml_leaky_relu(ctx, gu::conv_valid(ctx, x, m.W("pre_lookahead_layer.conv1.weight"),
-                                                           m.W("pre_lookahead_layer.conv1.bias"), kLookahead + 1), 0.01f, false);
+    ggml_tensor * c1 = ggml_leaky_relu(ctx, gu::conv_valid(ctx, x, m.w.taps("pre_lookahead_layer.conv1.weight", kLookahead + 1),
+                                                           m.W("pre_lookahead_layer.conv1.bias")), 0.01f, false);
     ggml_tensor * pre_cache = gu::frames(ctx, in_cnn, 0, kPreCache);
     ggml_tensor * new_pre_cache = gu::frames(ctx, c1, T1 - kPreCache, kPreCache);
-    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), m.W("pre_lookahead_layer.conv2.weight"),
-                                      m.W("pre_lookahead_layer.conv2.bias"), 3);
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), m.w.taps("pre_lookahead_layer.conv2.weight", 3),
+                                      m.W("pre_lookahead_layer.conv2.bias"));
     x = ggml_add(ctx, c2, gu::frames(ctx, x, 0, T1));
 
     std::vector<ggml_tensor *> new_caches;
@@ -233,7 +233,7 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
                                                         ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 2, T1)), D, 2 * T1);
     ggml_tensor * up_in = ggml_concat(ctx, gu::frames(ctx, in_cnn, kPreCache, kUpCache), up, 1);
     ggml_tensor * new_up_cache = gu::frames(ctx, up_in, up_in->ne[1] - kUpCache, kUpCache);
-    x = gu::conv_valid(ctx, up_in, m.W("up_layer.conv.weight"), m.W("up_layer.conv.bias"), 5);
+    x = gu::conv_valid(ctx, up_in, m.w.taps("up_layer.conv.weight", 5), m.W("up_layer.conv.bias"));
     x = m.embed(ctx, x, "up_embed");
     for (int i = 0; i < d.up_blocks; ++i) {
         ggml_tensor * cache = nullptr;
@@ -245,17 +245,13 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     }
     x = gu::layer_norm(ctx, x, 1e-5f, m.W("after_norm.weight"), m.W("after_norm.bias"));
     ggml_tensor * cnn_out = ggml_concat(ctx, new_pre_cache, new_up_cache, 1);  // [D, 6]
-    ggml_tensor * att_out = nullptr;
-    for (ggml_tensor * c : new_caches) {
-        ggml_tensor * c4 = ggml_reshape_4d(ctx, c, c->ne[0], c->ne[1], c->ne[2], 1);
-        att_out = att_out ? ggml_concat(ctx, att_out, c4, 3) : c4;
-    }
-    for (ggml_tensor * t : {x, cnn_out, att_out}) ggml_set_output(t);
+    for (ggml_tensor * t : {x, cnn_out}) ggml_set_output(t);
+    for (ggml_tensor * t : new_caches) ggml_set_output(t);  // copied out one layer at a time
 
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
     ggml_build_forward_expand(gf, x);
     ggml_build_forward_expand(gf, cnn_out);
-    ggml_build_forward_expand(gf, att_out);
+    for (ggml_tensor * t : new_caches) ggml_build_forward_expand(gf, t);
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the conformer graph");
 
     ggml_backend_tensor_set(in_x, xs, 0, ggml_nbytes(in_x));
@@ -275,9 +271,11 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     ggml_backend_tensor_get(x, out.h.data(), 0, ggml_nbytes(x));
     out.cnn_cache.resize(ggml_nelements(cnn_out));
     ggml_backend_tensor_get(cnn_out, out.cnn_cache.data(), 0, ggml_nbytes(cnn_out));
-    out.att_frames = static_cast<int>(att_out->ne[1]);
-    out.att_cache.resize(ggml_nelements(att_out));
-    ggml_backend_tensor_get(att_out, out.att_cache.data(), 0, ggml_nbytes(att_out));
+    out.att_frames = static_cast<int>(new_caches[0]->ne[1]);
+    const size_t per_layer = static_cast<size_t>(ggml_nelements(new_caches[0]));
+    out.att_cache.resize(per_layer * new_caches.size());
+    for (size_t i = 0; i < new_caches.size(); ++i)
+        ggml_backend_tensor_get(new_caches[i], out.att_cache.data() + i * per_layer, 0, per_layer * sizeof(float));
     return out;
 }
 

@@ -62,13 +62,13 @@ struct DitEstimator::Impl {
         return ggml_mul(ctx, x, ggml_tanh(ctx, softplus));
     }
 
-    // Causal conv (k = 3) on x [C, T, B], continuing from `cache` [C, 2, B] (null: zeros); as
-    // one matmul over k-major stacked shifted inputs. *new_cache receives the last 2 input frames.
+    // Causal conv (k = 3) on x [C, T, B], continuing from `cache` [C, 2, B] (null: zeros).
+    // *new_cache receives the last 2 input frames.
     ggml_tensor * causal_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, const std::string & p,
                               ggml_tensor ** new_cache) const {
         ggml_tensor * xp = cache ? ggml_concat(ctx, cache, x, 1) : ggml_pad_ext(ctx, x, 0, 0, 2, 0, 0, 0, 0, 0);
         *new_cache = gu::frames(ctx, xp, xp->ne[1] - 2, 2);
-        return gu::conv_valid(ctx, xp, W(p + ".weight"), W(p + ".bias"), 3);
+        return gu::conv_valid(ctx, xp, w.taps(p + ".weight", 3), W(p + ".bias"));
     }
 
     ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, const std::string & p,
@@ -144,10 +144,10 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
         lin(b + ".attn.proj", inner, h);
         lin(b + ".mlp.fc1", h, d.mlp);
         lin(b + ".mlp.fc2", d.mlp, h);
-        m.w.add(g, b + ".conv.block.1.weight", {3 * h, h}, gu::conv_k_major(h, h, 3));
+        m.w.add_conv_taps(g, b + ".conv.block.1.weight", h, h, 3);
         m.w.add(g, b + ".conv.block.1.bias", {h});
         norm(b + ".conv.block.3", h);
-        m.w.add(g, b + ".conv.block.6.weight", {3 * h, h}, gu::conv_k_major(h, h, 3));
+        m.w.add_conv_taps(g, b + ".conv.block.6.weight", h, h, 3);
         m.w.add(g, b + ".conv.block.6.bias", {h});
         lin(b + ".adaLN_modulation.1", h, 9 * h);
     }
@@ -251,25 +251,16 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     ggml_tensor * out = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(fmod, 0), chunk(fmod, 1));
     out = m.linear(ctx, out, "estimator.final_layer.linear");  // [80, T, B]
     ggml_set_output(out);
-    ggml_tensor * cnn_out = nullptr;
-    ggml_tensor * att_out = nullptr;
-    if (cache) {
-        for (size_t i = 0; i < new_cnn.size(); ++i) {
-            cnn_out = cnn_out ? ggml_concat(ctx, cnn_out, new_cnn[i], 2) : new_cnn[i];
-            att_out = att_out ? ggml_concat(ctx, att_out, new_att[i], 2) : new_att[i];
-        }
-        ggml_set_output(cnn_out);
-        ggml_set_output(att_out);
-    }
+    // Per-block cache outputs, copied to their places in the host buffers after compute (one
+    // concat over all blocks would copy the growing result again for every block).
+    for (ggml_tensor * t : new_cnn) ggml_set_output(t);
+    for (ggml_tensor * t : new_att) ggml_set_output(t);
 
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16384, false);
     ggml_build_forward_expand(gf, out);
-    if (cache) {
-        ggml_build_forward_expand(gf, cnn_out);
-        ggml_build_forward_expand(gf, att_out);
-    }
+    for (ggml_tensor * t : new_cnn) ggml_build_forward_expand(gf, t);
+    for (ggml_tensor * t : new_att) ggml_build_forward_expand(gf, t);
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the estimator graph");
-
     // Inputs: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames as rows.
     std::vector<float> xc(static_cast<size_t>(d.in_channels) * T * B);
     for (int bb = 0; bb < B; ++bb)
@@ -312,11 +303,19 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         for (int tt = 0; tt < T; ++tt)
             for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
     if (cache) {
-        cache->cnn.resize(ggml_nelements(cnn_out));
-        ggml_backend_tensor_get(cnn_out, cache->cnn.data(), 0, ggml_nbytes(cnn_out));
-        cache->att.resize(ggml_nelements(att_out));
-        ggml_backend_tensor_get(att_out, cache->att.data(), 0, ggml_nbytes(att_out));
-        cache->att_frames = static_cast<int>(att_out->ne[1]);
+        const int T2 = static_cast<int>(new_att[0]->ne[1]);
+        const size_t att_block = static_cast<size_t>(hd2) * T2 * d.heads;  // one block, one batch row
+        const size_t cnn_block = static_cast<size_t>(2 * h) * 2;
+        cache->att.resize(att_block * d.depth * B);
+        cache->cnn.resize(cnn_block * d.depth * B);
+        for (int i = 0; i < d.depth; ++i)
+            for (int bb = 0; bb < B; ++bb) {
+                ggml_backend_tensor_get(new_att[i], cache->att.data() + (static_cast<size_t>(bb) * d.depth + i) * att_block,
+                                        bb * att_block * sizeof(float), att_block * sizeof(float));
+                ggml_backend_tensor_get(new_cnn[i], cache->cnn.data() + (static_cast<size_t>(bb) * d.depth + i) * cnn_block,
+                                        bb * cnn_block * sizeof(float), cnn_block * sizeof(float));
+            }
+        cache->att_frames = T2;
     }
     return res;
 }

@@ -1,5 +1,6 @@
 #include "ggml_weights.h"
 
+#include "graph_util.h"
 #include "omni/errors.h"
 
 namespace omni {
@@ -41,6 +42,40 @@ ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, 
     pending_.push_back({t, std::move(data)});
     tensors_[name] = t;
     return t;
+}
+
+ggml_tensor * WeightStore::add_derived(const GgufFile & file, const std::string & name, const std::vector<int64_t> & file_ne,
+                                      const std::string & stored_name, std::vector<int64_t> ne,
+                                      std::function<void(std::vector<float> &)> transform) {
+    const GgufTensorInfo & info = file.tensor(name);
+    if (info.type != GGML_TYPE_F32 || info.ne != file_ne) {
+        std::string want;
+        for (auto v : file_ne) want += (want.empty() ? "" : ", ") + std::to_string(v);
+        throw ModelFileError(file.path(), "tensor '" + name + "' must be f32 of shape [" + want + "]");
+    }
+    ggml_tensor * t = ggml_new_tensor(ctx_, GGML_TYPE_F32, static_cast<int>(ne.size()), ne.data());
+    ggml_set_name(t, stored_name.c_str());
+    std::vector<float> data = file.read_f32(name);
+    transform(data);
+    if (data.size() != static_cast<size_t>(ggml_nelements(t))) throw Error("internal: transform size mismatch for " + name);
+    pending_.push_back({t, std::move(data)});
+    tensors_[stored_name] = t;
+    return t;
+}
+
+std::vector<ggml_tensor *> WeightStore::add_conv_taps(const GgufFile & file, const std::string & name, int in, int out, int k) {
+    std::vector<ggml_tensor *> out_taps;
+    for (int kk = 0; kk < k; ++kk) {
+        out_taps.push_back(add_derived(file, name, {k, in, out}, name + ".tap" + std::to_string(kk), {in, out},
+                                       gu::conv_tap(in, out, k, kk)));
+    }
+    return out_taps;
+}
+
+std::vector<ggml_tensor *> WeightStore::taps(const std::string & name, int k) const {
+    std::vector<ggml_tensor *> out;
+    for (int kk = 0; kk < k; ++kk) out.push_back(get(name + ".tap" + std::to_string(kk)));
+    return out;
 }
 
 void WeightStore::upload(ggml_backend_t backend) {

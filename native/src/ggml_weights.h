@@ -26,6 +26,15 @@ public:
     // the same number of elements); `transform` may reorder the host copy first.
     ggml_tensor * add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
                       std::function<void(std::vector<float> &)> transform = nullptr);
+    // As add(), but the tensor gets its own `stored_name` and the transform may change the
+    // element count (the file tensor must have `file_ne`).
+    ggml_tensor * add_derived(const GgufFile & file, const std::string & name, const std::vector<int64_t> & file_ne,
+                              const std::string & stored_name, std::vector<int64_t> ne,
+                              std::function<void(std::vector<float> &)> transform);
+    // Declares the k taps of Conv1d weight `name` ([out][in][k] in the file) as [in, out] matrices
+    // named "<name>.tap<k>".
+    std::vector<ggml_tensor *> add_conv_taps(const GgufFile & file, const std::string & name, int in, int out, int k);
+    std::vector<ggml_tensor *> taps(const std::string & name, int k) const;
     // Allocates the buffer on `backend` and uploads every declared tensor.
     void upload(ggml_backend_t backend);
     ggml_tensor * get(const std::string & name) const;

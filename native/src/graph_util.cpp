@@ -2,13 +2,11 @@
 
 namespace omni::gu {
 
-std::function<void(std::vector<float> &)> conv_k_major(int in, int out, int k) {
+std::function<void(std::vector<float> &)> conv_tap(int in, int out, int k, int tap) {
     return [=](std::vector<float> & w) {
-        std::vector<float> r(w.size());
+        std::vector<float> r(static_cast<size_t>(in) * out);
         for (int o = 0; o < out; ++o)
-            for (int i = 0; i < in; ++i)
-                for (int kk = 0; kk < k; ++kk)
-                    r[(static_cast<size_t>(o) * k + kk) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + kk];
+            for (int i = 0; i < in; ++i) r[static_cast<size_t>(o) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + tap];
         w.swap(r);
     };
 }
@@ -17,14 +15,15 @@ ggml_tensor * frames(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t
     return ggml_cont(ctx, ggml_view_3d(ctx, x, x->ne[0], n, x->ne[2], x->nb[1], x->nb[2], first * x->nb[1]));
 }
 
-ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int k) {
+ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, const std::vector<ggml_tensor *> & taps, ggml_tensor * b) {
+    const int k = static_cast<int>(taps.size());
     const int64_t out_t = x->ne[1] - k + 1;
-    ggml_tensor * s = nullptr;
+    ggml_tensor * y = nullptr;
     for (int kk = 0; kk < k; ++kk) {
         ggml_tensor * v = ggml_view_3d(ctx, x, x->ne[0], out_t, x->ne[2], x->nb[1], x->nb[2], kk * x->nb[1]);
-        s = s ? ggml_concat(ctx, s, v, 0) : ggml_cont(ctx, v);
+        ggml_tensor * p = ggml_mul_mat(ctx, taps[kk], ggml_cont(ctx, v));
+        y = y ? ggml_add(ctx, y, p) : p;
     }
-    ggml_tensor * y = ggml_mul_mat(ctx, w, s);
     return b ? ggml_add(ctx, y, b) : y;
 }
 

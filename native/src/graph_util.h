@@ -9,13 +9,14 @@
 
 namespace omni::gu {
 
-// Conv1d weight [out][in][k] -> [out][k][in]: a conv becomes one matmul over k-major stacked
-// shifted copies of the input.
-std::function<void(std::vector<float> &)> conv_k_major(int in, int out, int k);
+// Tap `tap` of a Conv1d weight [out][in][k] as a matrix [out][in] (ggml [in, out]): a conv is
+// the sum over taps of a matmul with the input shifted by the tap. (ggml's CPU concat of F32 is
+// an element-by-element loop, so stacking shifted copies for one big matmul costs more.)
+std::function<void(std::vector<float> &)> conv_tap(int in, int out, int k, int tap);
 
-// Valid (unpadded) conv with stride 1 on x [C, T, B] with a k-major weight [k*C, out]:
-// output [out, T-k+1, B].
-ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int k);
+// Valid (unpadded) conv with stride 1 on x [C, T, B]: sum_k taps[k] x[:, t+k], plus bias.
+// Output [out, T-k+1, B].
+ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, const std::vector<ggml_tensor *> & taps, ggml_tensor * b);
 
 // Rows [first, first+n) of dimension 1, as a contiguous tensor.
 ggml_tensor * frames(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t n);
