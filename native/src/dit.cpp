@@ -71,8 +71,10 @@ struct DitEstimator::Impl {
         return gu::conv_valid(ctx, xp, w.taps(p + ".weight", 3), W(p + ".bias"));
     }
 
-    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, const std::string & p,
-                            ggml_tensor ** new_cache) const {
+    // mask: [T2 rounded up to 16, T] of 0 / -inf (the padding keys), or null when no padding is
+    // needed. Padding keeps the key count a multiple of 16 so ggml's fast F32 matmul applies.
+    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, ggml_tensor * mask,
+                            const std::string & p, ggml_tensor ** new_cache) const {
         const int64_t T = x->ne[1], B = x->ne[2];
         const int hd = d.head_dim, H = d.heads;
         auto heads = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, hd, H, T, B); };
@@ -94,8 +96,13 @@ struct DitEstimator::Impl {
             v = ggml_concat(ctx, v, half(hd * sizeof(float)), 1);
         }
         if (new_cache) *new_cache = ggml_concat(ctx, k, v, 0);  // [2hd, T2, H, B]
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [T2, hd, H, B]
-        ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
+        if (mask) {
+            const int64_t pad = mask->ne[0] - k->ne[1];
+            k = ggml_pad(ctx, k, 0, static_cast<int>(pad), 0, 0);
+            v = ggml_pad(ctx, v, 0, static_cast<int>(pad), 0, 0);
+        }
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [T2p, hd, H, B]
+        ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
         ggml_tensor * o = ggml_mul_mat(ctx, vt, kq);  // [hd, T, H, B]
         o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  // [hd, H, T, B]
         return linear(ctx, ggml_reshape_3d(ctx, o, hd * H, T, B), p + ".proj");
@@ -197,6 +204,12 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     ggml_tensor * in_cnn = nullptr;
     ggml_tensor * in_att = nullptr;
     for (ggml_tensor * in : {in_x, in_t, one}) ggml_set_input(in);
+    const int T2 = T + Tc, T2p = (T2 + 15) / 16 * 16;
+    ggml_tensor * in_mask = nullptr;
+    if (T2p != T2) {
+        in_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T2p, T);
+        ggml_set_input(in_mask);
+    }
     if (cache && Tc > 0) {
         in_cnn = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2 * h, 2, d.depth, B);
         in_att = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hd2, Tc, HD, B);
@@ -230,7 +243,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         // Chunk order: shift/scale/gate for attention, MLP, then conv.
         ggml_tensor * a = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 0), chunk(mod, 1));
         ggml_tensor * na = nullptr;
-        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, a, att_c, b + ".attn", cache ? &na : nullptr), chunk(mod, 2)));
+        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, a, att_c, in_mask, b + ".attn", cache ? &na : nullptr), chunk(mod, 2)));
         ggml_tensor * c = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 6), chunk(mod, 7));
         ggml_tensor * nc1 = nullptr;
         ggml_tensor * nc2 = nullptr;
@@ -290,6 +303,12 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     ggml_backend_tensor_set(in_x, xc.data(), 0, ggml_nbytes(in_x));
     ggml_backend_tensor_set(in_t, tf.data(), 0, ggml_nbytes(in_t));
     ggml_backend_tensor_set(one, &one_v, 0, sizeof(float));
+    if (in_mask) {
+        std::vector<float> mk(static_cast<size_t>(T2p) * T, 0.0f);
+        for (int r = 0; r < T; ++r)
+            for (int c = T2; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = -INFINITY;
+        ggml_backend_tensor_set(in_mask, mk.data(), 0, ggml_nbytes(in_mask));
+    }
     if (in_cnn) {
         ggml_backend_tensor_set(in_cnn, cache->cnn.data(), 0, ggml_nbytes(in_cnn));
         ggml_backend_tensor_set(in_att, cache->att.data(), 0, ggml_nbytes(in_att));
