@@ -84,6 +84,13 @@ def main(argv=None) -> int:
             ref_cache, spk_t = prompt_caches(str(t2w / "prompt_cache.gguf"), args.steps, len(dit.blocks),
                                              dit.blocks[0].attn.num_heads)
             hift = hift_ref.build(str(t2w / "hifigan2.gguf"))
+            # Steady state: stream a few windows so the reference caches hold prompt + 100 recent
+            # frames, as ours do (its bounding rule, applied by ReferenceStream).
+            from reference.token2wav_stream import ReferenceStream
+            warm = ReferenceStream(flow, hift, ref_cache, spk_t, args.steps)
+            for _ in range(4):
+                warm.stream(tokens, False)
+            ref_cache = warm.cache
         except ImportError as exc:
             print(f"reference unavailable ({exc}); run scripts/install-reference.sh", file=sys.stderr)
 
