@@ -9,6 +9,7 @@
 #include <ggml-backend.h>
 #include <ggml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -27,6 +28,30 @@ int count_blocks(const GgufFile & g, const std::string & prefix) {
 }
 
 }  // namespace
+
+std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, int frames, int row, int head, int tail) {
+    const int keep = head + tail;
+    std::vector<float> out(slabs * static_cast<size_t>(keep) * row);
+    for (size_t s = 0; s < slabs; ++s) {
+        const float * src = v.data() + s * frames * row;
+        float * dst = out.data() + s * keep * row;
+        std::copy_n(src, static_cast<size_t>(head) * row, dst);
+        std::copy_n(src + static_cast<size_t>(frames - tail) * row, static_cast<size_t>(tail) * row, dst + static_cast<size_t>(head) * row);
+    }
+    return out;
+}
+
+struct DitDeviceState {
+    ggml_context * ctx = nullptr;
+    ggml_backend_buffer_t buffer = nullptr;
+    ggml_tensor * att[2] = {nullptr, nullptr};
+    ggml_tensor * cnn[2] = {nullptr, nullptr};
+    int cur = 0, capacity = 0, batch = 0;
+    ~DitDeviceState() {
+        if (buffer) ggml_backend_buffer_free(buffer);
+        if (ctx) ggml_free(ctx);
+    }
+};
 
 struct DitEstimator::Impl {
     std::shared_ptr<Backend> backend;
@@ -180,6 +205,52 @@ std::vector<float> DitEstimator::forward_chunk(const float * x, const float * mu
     return run(x, mu, t, spks, cond, B, T, &cache);
 }
 
+void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
+    Impl & m = *impl_;
+    const DitDims & d = m.d;
+    const int row = 2 * d.head_dim, DH = d.depth * d.heads;
+    if (capacity < cache.att_frames || capacity < 1) throw InvalidArgument("device cache capacity is smaller than the cache");
+    auto st = std::make_shared<DitDeviceState>();
+    ggml_init_params p{ggml_tensor_overhead() * 8, nullptr, true};
+    st->ctx = ggml_init(p);
+    for (int i = 0; i < 2; ++i) {
+        st->att[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, row, capacity, DH, B);
+        st->cnn[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, 2 * d.hidden, 2, d.depth, B);
+    }
+    st->buffer = ggml_backend_alloc_ctx_tensors(st->ctx, m.backend->get());
+    if (!st->buffer) throw DeviceError("cannot allocate the estimator cache on " + m.backend->device().id);
+    ggml_backend_buffer_clear(st->buffer, 0);
+    st->capacity = capacity;
+    st->batch = B;
+    if (cache.att_frames > 0) {
+        const size_t slab = static_cast<size_t>(cache.att_frames) * row;  // one (head, batch) slab on the host
+        for (size_t sl = 0; sl < static_cast<size_t>(DH) * B; ++sl) {
+            ggml_backend_tensor_set(st->att[0], cache.att.data() + sl * slab, sl * capacity * row * sizeof(float), slab * sizeof(float));
+        }
+        ggml_backend_tensor_set(st->cnn[0], cache.cnn.data(), 0, ggml_nbytes(st->cnn[0]));
+    }
+    cache.att.clear();
+    cache.att.shrink_to_fit();
+    cache.cnn.clear();
+    cache.cnn.shrink_to_fit();
+    cache.device = std::move(st);
+}
+
+void DitEstimator::to_host(DitCache & cache) {
+    if (!cache.device) return;
+    const DitDims & d = impl_->d;
+    DitDeviceState & st = *cache.device;
+    const int row = 2 * d.head_dim, DH = d.depth * d.heads;
+    const size_t slab = static_cast<size_t>(cache.att_frames) * row;
+    cache.att.assign(slab * DH * st.batch, 0.0f);
+    for (size_t sl = 0; sl < static_cast<size_t>(DH) * st.batch; ++sl) {
+        ggml_backend_tensor_get(st.att[st.cur], cache.att.data() + sl * slab, sl * st.capacity * row * sizeof(float), slab * sizeof(float));
+    }
+    cache.cnn.resize(ggml_nelements(st.cnn[st.cur]));
+    ggml_backend_tensor_get(st.cnn[st.cur], cache.cnn.data(), 0, ggml_nbytes(st.cnn[st.cur]));
+    cache.device.reset();
+}
+
 std::vector<float> DitEstimator::run(const float * x, const float * mu, const float * t, const float * spks,
                                      const float * cond, int B, int T, DitCache * cache) {
     if (B < 1 || B > 16 || T < 1 || T > 8192) throw InvalidArgument("estimator batch must be 1..16 and frames 1..8192");
@@ -187,7 +258,9 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     const DitDims & d = m.d;
     const int h = d.hidden, C = 80, hd2 = 2 * d.head_dim, HD = d.depth * d.heads;
     const int Tc = cache ? cache->att_frames : 0;
-    if (cache && Tc > 0) {
+    DitDeviceState * dev = cache ? cache->device.get() : nullptr;
+    if (dev && dev->batch != B) throw InvalidArgument("the device cache was made for another batch size");
+    if (cache && !dev && Tc > 0) {
         if (cache->att.size() != static_cast<size_t>(hd2) * Tc * HD * B || cache->cnn.size() != static_cast<size_t>(2 * h) * 2 * d.depth * B) {
             throw InvalidArgument("estimator cache does not match the model and batch");
         }
@@ -210,7 +283,11 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         in_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T2p, T);
         ggml_set_input(in_mask);
     }
-    if (cache && Tc > 0) {
+    if (dev && Tc > 0) {  // read the resident cache in place
+        ggml_tensor * a = dev->att[dev->cur];
+        in_att = ggml_view_4d(ctx, a, hd2, Tc, HD, B, a->nb[1], a->nb[2], a->nb[3], 0);
+        in_cnn = dev->cnn[dev->cur];
+    } else if (cache && Tc > 0) {
         in_cnn = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2 * h, 2, d.depth, B);
         in_att = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hd2, Tc, HD, B);
         ggml_set_input(in_cnn);
@@ -264,15 +341,47 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     ggml_tensor * out = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(fmod, 0), chunk(fmod, 1));
     out = m.linear(ctx, out, "estimator.final_layer.linear");  // [80, T, B]
     ggml_set_output(out);
-    // Per-block cache outputs, copied to their places in the host buffers after compute (one
-    // concat over all blocks would copy the growing result again for every block).
-    for (ggml_tensor * t : new_cnn) ggml_set_output(t);
-    for (ggml_tensor * t : new_att) ggml_set_output(t);
+    // New caches. Device mode: copied (bounded) into the other resident buffer inside the graph.
+    // Host mode: per-block outputs, read back into place after compute (one concat over all
+    // blocks would copy the growing result again for every block).
+    const int T2_new = T + Tc;
+    const bool bound = cache && cache->keep_tail > 0 && T2_new > cache->keep_head + cache->keep_tail;
+    const int kept = bound ? cache->keep_head + cache->keep_tail : T2_new;
+    std::vector<ggml_tensor *> writes;
+    if (dev) {
+        if (kept > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
+        const int nxt = 1 - dev->cur;
+        ggml_tensor * da = dev->att[nxt];
+        ggml_tensor * dc = dev->cnn[nxt];
+        auto copy_frames = [&](ggml_tensor * src, int s0, int n, int d0, int blk) {
+            ggml_tensor * sv = ggml_view_4d(ctx, src, hd2, n, d.heads, B, src->nb[1], src->nb[2], src->nb[3], s0 * src->nb[1]);
+            ggml_tensor * dv = ggml_view_4d(ctx, da, hd2, n, d.heads, B, da->nb[1], da->nb[2], da->nb[3],
+                                            static_cast<size_t>(blk) * d.heads * da->nb[2] + d0 * da->nb[1]);
+            writes.push_back(ggml_cpy(ctx, sv, dv));
+        };
+        for (int i = 0; i < d.depth; ++i) {
+            if (bound) {
+                copy_frames(new_att[i], 0, cache->keep_head, 0, i);
+                copy_frames(new_att[i], T2_new - cache->keep_tail, cache->keep_tail, cache->keep_head, i);
+            } else {
+                copy_frames(new_att[i], 0, T2_new, 0, i);
+            }
+            ggml_tensor * cv = ggml_view_4d(ctx, dc, 2 * h, 2, 1, B, dc->nb[1], dc->nb[2], dc->nb[3], static_cast<size_t>(i) * dc->nb[2]);
+            writes.push_back(ggml_cpy(ctx, new_cnn[i], cv));
+        }
+    } else {
+        for (ggml_tensor * t : new_cnn) ggml_set_output(t);
+        for (ggml_tensor * t : new_att) ggml_set_output(t);
+    }
 
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16384, false);
     ggml_build_forward_expand(gf, out);
-    for (ggml_tensor * t : new_cnn) ggml_build_forward_expand(gf, t);
-    for (ggml_tensor * t : new_att) ggml_build_forward_expand(gf, t);
+    if (dev) {
+        for (ggml_tensor * t : writes) ggml_build_forward_expand(gf, t);
+    } else {
+        for (ggml_tensor * t : new_cnn) ggml_build_forward_expand(gf, t);
+        for (ggml_tensor * t : new_att) ggml_build_forward_expand(gf, t);
+    }
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the estimator graph");
     // Inputs: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames as rows.
     std::vector<float> xc(static_cast<size_t>(d.in_channels) * T * B);
@@ -309,7 +418,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
             for (int c = T2; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = -INFINITY;
         ggml_backend_tensor_set(in_mask, mk.data(), 0, ggml_nbytes(in_mask));
     }
-    if (in_cnn) {
+    if (in_cnn && !dev) {
         ggml_backend_tensor_set(in_cnn, cache->cnn.data(), 0, ggml_nbytes(in_cnn));
         ggml_backend_tensor_set(in_att, cache->att.data(), 0, ggml_nbytes(in_att));
     }
@@ -321,7 +430,10 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]
         for (int tt = 0; tt < T; ++tt)
             for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
-    if (cache) {
+    if (dev) {
+        dev->cur = 1 - dev->cur;
+        cache->att_frames = kept;
+    } else if (cache) {
         const int T2 = static_cast<int>(new_att[0]->ne[1]);
         const size_t att_block = static_cast<size_t>(hd2) * T2 * d.heads;  // one block, one batch row
         const size_t cnn_block = static_cast<size_t>(2 * h) * 2;
@@ -335,6 +447,11 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
                                         bb * cnn_block * sizeof(float), cnn_block * sizeof(float));
             }
         cache->att_frames = T2;
+        if (bound) {
+            cache->att = keep_head_tail(cache->att, static_cast<size_t>(B) * d.depth * d.heads, T2, hd2, cache->keep_head,
+                                        cache->keep_tail);
+            cache->att_frames = kept;
+        }
     }
     return res;
 }

@@ -36,6 +36,11 @@ Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int th
 
 Token2Mel::~Token2Mel() = default;
 
+void Token2Mel::caches_to_device(Token2MelCache & cache, int capacity) {
+    if (cache.estimator.size() != static_cast<size_t>(n_steps_)) cache.estimator.assign(n_steps_, DitCache{});
+    for (DitCache & c : cache.estimator) dit_->to_device(c, 2, capacity);
+}
+
 std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk, const float * cond,
                                     const float * noise, float temperature, Token2MelCache & cache, int * frames_out) {
     if (n < 1) throw InvalidArgument("empty token chunk");

@@ -26,20 +26,6 @@ std::vector<float> finite_tensor(const GgufFile & g, const std::string & name, s
     return v;
 }
 
-// Bounds a cache's frame axis as the reference streaming code does: once it is longer than
-// head + tail frames, keep the first `head` and the last `tail` (per slab of [frames][row]).
-std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, int frames, int row, int head, int tail) {
-    const int keep = head + tail;
-    std::vector<float> out(slabs * static_cast<size_t>(keep) * row);
-    for (size_t s = 0; s < slabs; ++s) {
-        const float * src = v.data() + s * frames * row;
-        float * dst = out.data() + s * keep * row;
-        std::copy_n(src, static_cast<size_t>(head) * row, dst);
-        std::copy_n(src + static_cast<size_t>(frames - tail) * row, static_cast<size_t>(tail) * row, dst + static_cast<size_t>(head) * row);
-    }
-    return out;
-}
-
 }  // namespace
 
 Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
@@ -91,6 +77,10 @@ Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) 
     }
     conf_window_ = T;
     est_window_ = std::min(Te, kMaxEstimatorFrames - kRecentFrames);
+    for (DitCache & c : prompt_cache_.estimator) {
+        c.keep_head = est_window_;  // bounded inside the estimator call, on the device
+        c.keep_tail = kRecentFrames;
+    }
     reset();
 }
 
@@ -98,6 +88,8 @@ Token2Wav::~Token2Wav() = default;
 
 void Token2Wav::reset() {
     cache_ = prompt_cache_;
+    // The estimator caches stay resident on the Token2Mel device from here on.
+    t2m_->caches_to_device(cache_, est_window_ + kRecentFrames + 2 * kWindow);
     cache_.rng.seed(opt_.seed);
     buffer_.assign(3, kSilence);
     mel_cache_.clear();
@@ -117,14 +109,6 @@ void Token2Wav::trim_caches() {
         cache_.conformer_att = keep_head_tail(cache_.conformer_att, static_cast<size_t>(layers) * ed.heads,
                                               cache_.conformer_frames, 2 * ed.d_head, conf_window_, kRecentFrames);
         cache_.conformer_frames = conf_window_ + kRecentFrames;
-    }
-    const DitDims & dd = t2m_->estimator_dims();
-    for (DitCache & c : cache_.estimator) {
-        if (c.att_frames > est_window_ + kRecentFrames) {
-            c.att = keep_head_tail(c.att, static_cast<size_t>(2) * dd.depth * dd.heads, c.att_frames, 2 * dd.head_dim,
-                                   est_window_, kRecentFrames);
-            c.att_frames = est_window_ + kRecentFrames;
-        }
     }
 }
 

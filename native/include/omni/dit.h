@@ -23,10 +23,19 @@ struct DitDims {
 // cnn [2*hidden, 2, depth, batch] (the two causal convs' last 2 input frames, conv1 channels
 // first); att [2*head_dim, frames, depth*heads, batch] (K then V; the newest chunk first, as the
 // reference concatenates them).
+struct DitDeviceState;  // cache tensors resident on the estimator's device (see to_device)
+
 struct DitCache {
-    std::vector<float> cnn, att;
+    std::vector<float> cnn, att;  // host copies (empty while the cache lives on the device)
     int att_frames = 0;
+    // Bounding applied after every call once the attention frames exceed head + tail: keep the
+    // first `keep_head` and the last `keep_tail` frames (0, 0: unbounded).
+    int keep_head = 0, keep_tail = 0;
+    std::shared_ptr<DitDeviceState> device;
 };
+
+// Keeps the first `head` and last `tail` frames of each slab of a [slabs][frames][row] buffer.
+std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, int frames, int row, int head, int tail);
 
 class DitEstimator {
 public:
@@ -50,6 +59,13 @@ public:
     // new cache (frames = cached + this chunk).
     std::vector<float> forward_chunk(const float * x, const float * mu, const float * t, const float * spks,
                                      const float * cond, int batch, int frames, DitCache & cache);
+
+    // Moves a cache onto the device (capacity: the most attention frames it will ever hold
+    // before bounding, i.e. keep_head + keep_tail + the longest chunk). Later calls then read
+    // and write it there, ping-ponging between two buffers, with no host copies.
+    void to_device(DitCache & cache, int batch, int capacity_frames);
+    // Copies a device cache back into its host vectors (for inspection and tests).
+    void to_host(DitCache & cache);
 
 private:
     std::vector<float> run(const float * x, const float * mu, const float * t, const float * spks, const float * cond,

@@ -49,6 +49,9 @@ public:
     std::vector<float> chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk, const float * cond,
                              const float * noise, float temperature, Token2MelCache & cache, int * frames_out);
 
+    // Moves the cache's estimator parts onto the device (see DitEstimator::to_device).
+    void caches_to_device(Token2MelCache & cache, int capacity_frames);
+
 private:
     std::shared_ptr<Backend> backend_;
     std::unique_ptr<ConformerEncoder> encoder_;
