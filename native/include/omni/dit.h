@@ -3,7 +3,7 @@
 // MLP] -> final adaLN + linear. Dimensions come from flow_matching.gguf.
 //
 // Only ops the CANN backend supports are used (MUL_MAT, ADD, MUL, NORM, SOFT_MAX, PAD, CONCAT,
-// EXP, LOG, TANH, SILU, SCALE without bias, views); GELU and Mish are composed from them, which
+// EXP, CLAMP, DIV, SIGMOID, SILU, SCALE without bias, views); GELU and Mish are composed from them, which
 // also keeps the CPU result exact (ggml's CPU GELU goes through an fp16 table).
 #pragma once
 
