@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from manifest import manifest  # noqa: E402
+from common import manifest, timed  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -40,16 +40,6 @@ def real_token2wav(cache: Path) -> Path:
         if not (cache / f.relpath).exists():
             modelgen.write_file(f, cache, ms.preset("real"), ms.build_vocab(False), seed=0)
     return cache / ms.T2W_DIR
-
-
-def timed(fn, n: int) -> list[float]:
-    fn()  # warm-up, excluded
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from manifest import manifest  # noqa: E402
+from common import manifest, timed  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -37,16 +37,6 @@ def _real_hifigan(cache: Path) -> Path:
     if not path.exists():
         modelgen.write_file(f, cache, ms.preset("real"), ms.build_vocab(False), seed=0)
     return path
-
-
-def _time(fn, n: int) -> list[float]:
-    fn()  # warm-up, excluded
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def main(argv=None) -> int:
@@ -80,11 +70,11 @@ def main(argv=None) -> int:
         if ref_model is not None:
             torch.set_num_threads(threads)
         for _ in range(2):  # two alternating rounds: A B A B
-            row["ours_ms"] += _time(lambda: voc.decode(mel, src), args.chunks)
+            row["ours_ms"] += timed(lambda: voc.decode(mel, src), args.chunks)
             if ref_model is not None:
                 with torch.inference_mode():
                     m, s = torch.from_numpy(mel)[None], torch.from_numpy(src)[None, None]
-                    row["reference_ms"] += _time(lambda: ref_model.decode(m, s), args.chunks)
+                    row["reference_ms"] += timed(lambda: ref_model.decode(m, s), args.chunks)
         row["ours_median_ms"] = statistics.median(row["ours_ms"])
         row["ours_gflops"] = GFLOP_PER_CHUNK / row["ours_median_ms"] * 1000
         row["sgemm_gflops"] = core.sgemm_gflops(threads)

@@ -44,21 +44,9 @@ std::vector<float> rel_position_table(int d, int size) {
     return out;
 }
 
-struct ConformerEncoder::Impl {
-    std::shared_ptr<Backend> backend;
+struct ConformerEncoder::Impl : GraphModule {
     ConformerDims d;
-    WeightStore w{1024};
-    ggml_gallocr_t galloc = nullptr;
-    std::mutex mutex;
-
-    ~Impl() {
-        if (galloc) ggml_gallocr_free(galloc);
-    }
-    ggml_tensor * W(const std::string & n) const { return w.get(n); }
-    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, const std::string & p, bool bias = true) const {
-        ggml_tensor * y = ggml_mul_mat(ctx, W(p + ".weight"), x);
-        return bias ? ggml_add(ctx, y, W(p + ".bias")) : y;
-    }
+    Impl() : GraphModule(1024) {}
 
     // Linear + LayerNorm (1e-5) + x sqrt(d): the LinearNoSubsampling input stage.
     ggml_tensor * embed(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
@@ -118,7 +106,6 @@ struct ConformerEncoder::Impl {
 ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Backend> backend)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
-    m.backend = std::move(backend);
     GgufFile g(path);
     ConformerDims & d = m.d;
     const GgufTensorInfo & e0 = g.tensor("embed.out.0.weight");
@@ -170,8 +157,7 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
     lin("up_embed.out.0", D, D);
     norm("up_embed.out.1");
     for (int i = 0; i < d.up_blocks; ++i) layer("up_encoders." + std::to_string(i));
-    m.w.upload(m.backend->get());
-    m.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m.backend->get()));
+    m.finish_loading(std::move(backend));
 }
 
 ConformerEncoder::~ConformerEncoder() = default;

@@ -53,22 +53,9 @@ struct DitDeviceState {
     }
 };
 
-struct DitEstimator::Impl {
-    std::shared_ptr<Backend> backend;
+struct DitEstimator::Impl : GraphModule {
     DitDims d;
-    WeightStore w{4096};
-    ggml_gallocr_t galloc = nullptr;
-    std::mutex mutex;
-
-    ~Impl() {
-        if (galloc) ggml_gallocr_free(galloc);
-    }
-
-    ggml_tensor * W(const std::string & n) const { return w.get(n); }
-
-    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
-        return ggml_add(ctx, ggml_mul_mat(ctx, W(p + ".weight"), x), W(p + ".bias"));
-    }
+    Impl() : GraphModule(4096) {}
 
     // x * (1 + scale) + shift, without SCALE-with-bias (unsupported on CANN).
     static ggml_tensor * modulate(ggml_context * ctx, ggml_tensor * x, ggml_tensor * shift, ggml_tensor * scale) {
@@ -144,7 +131,6 @@ DitEstimator::DitEstimator(const std::string & path, const std::string & device,
 DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> backend)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
-    m.backend = std::move(backend);
     GgufFile g(path);
     DitDims & d = m.d;
     const GgufTensorInfo & in_proj = g.tensor("estimator.in_proj.weight");
@@ -190,8 +176,7 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
     lin("estimator.final_layer.adaLN_modulation.1", h, 2 * h);
     lin("estimator.final_layer.linear", h, d.out_channels);
 
-    m.w.upload(m.backend->get());
-    m.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m.backend->get()));
+    m.finish_loading(std::move(backend));
 }
 
 DitEstimator::~DitEstimator() = default;

@@ -95,4 +95,20 @@ ggml_tensor * WeightStore::get(const std::string & name) const {
 
 size_t WeightStore::bytes() const { return buffer_ ? ggml_backend_buffer_get_size(buffer_) : 0; }
 
+GraphModule::~GraphModule() {
+    if (galloc) ggml_gallocr_free(galloc);
+}
+
+void GraphModule::finish_loading(std::shared_ptr<Backend> b) {
+    backend = std::move(b);
+    w.upload(backend->get());
+    galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend->get()));
+    if (!galloc) throw DeviceError("cannot create a graph allocator on " + backend->device().id);
+}
+
+ggml_tensor * GraphModule::linear(ggml_context * ctx, ggml_tensor * x, const std::string & p, bool bias) const {
+    ggml_tensor * y = ggml_mul_mat(ctx, W(p + ".weight"), x);
+    return bias ? ggml_add(ctx, y, W(p + ".bias")) : y;
+}
+
 }  // namespace omni

@@ -4,11 +4,13 @@
 #include "omni/backend.h"
 #include "omni/gguf_file.h"
 
+#include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +51,25 @@ private:
     ggml_backend_buffer_t buffer_ = nullptr;
     std::map<std::string, ggml_tensor *> tensors_;
     std::vector<Pending> pending_;
+};
+
+// The parts every ggml-graph module shares: its device, weights, graph allocator and a lock
+// (one graph at a time per module).
+struct GraphModule {
+    std::shared_ptr<Backend> backend;
+    WeightStore w;
+    ggml_gallocr_t galloc = nullptr;
+    std::mutex mutex;
+
+    explicit GraphModule(size_t max_tensors) : w(max_tensors) {}
+    ~GraphModule();
+    GraphModule(const GraphModule &) = delete;
+    GraphModule & operator=(const GraphModule &) = delete;
+
+    // Uploads the weights to `backend` and creates the graph allocator.
+    void finish_loading(std::shared_ptr<Backend> b);
+    ggml_tensor * W(const std::string & n) const { return w.get(n); }
+    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, const std::string & p, bool bias = true) const;
 };
 
 }  // namespace omni

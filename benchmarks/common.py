@@ -1,4 +1,4 @@
-"""Environment manifest recorded with every benchmark result."""
+"""Shared by the benchmark scripts: the environment manifest and warm timing."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import hashlib
 import os
 import platform
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -54,3 +55,14 @@ def manifest(model_files: list[str | Path] = ()) -> dict:
         "env": {k: os.environ[k] for k in ENV_KNOBS if k in os.environ},
         "model_files": {str(p): file_sha256(p) for p in model_files},
     }
+
+
+def timed(fn, n: int) -> list[float]:
+    """Milliseconds of n calls of fn, after one excluded warm-up call."""
+    fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
