@@ -41,17 +41,34 @@ std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, in
     return out;
 }
 
+// Estimator caches resident on the device. Keys as [head_dim, frames, depth*heads, batch], values
+// transposed as [frames, head_dim, depth*heads, batch] so attention reads both in place; two
+// copies ping-pong. `stored` frames are held (this chunk first, then the bounded older ones);
+// the bounding of the stored frames happens when the next call copies them forward.
 struct DitDeviceState {
     ggml_context * ctx = nullptr;
     ggml_backend_buffer_t buffer = nullptr;
-    ggml_tensor * att[2] = {nullptr, nullptr};
+    ggml_tensor * k[2] = {nullptr, nullptr};
+    ggml_tensor * vt[2] = {nullptr, nullptr};
     ggml_tensor * cnn[2] = {nullptr, nullptr};
-    int cur = 0, capacity = 0, batch = 0;
+    int cur = 0, capacity = 0, batch = 0, stored = 0;
     ~DitDeviceState() {
         if (buffer) ggml_backend_buffer_free(buffer);
         if (ctx) ggml_free(ctx);
     }
 };
+
+namespace {
+
+// The frames of a new-first sequence of `total` frames that the bounding keeps, as (start, len).
+std::vector<std::pair<int, int>> kept_ranges(int total, int head, int tail) {
+    if (tail <= 0 || total <= head + tail) return {{0, total}};
+    return {{0, head}, {total - tail, tail}};
+}
+
+int round16(int n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
 
 struct DitEstimator::Impl : GraphModule {
     DitDims d;
@@ -87,41 +104,31 @@ struct DitEstimator::Impl : GraphModule {
         return gu::conv_valid(ctx, xp, w.taps(p + ".weight", 3), W(p + ".bias"));
     }
 
-    // mask: [T2 rounded up to 16, T] of 0 / -inf (the padding keys), or null when no padding is
-    // needed. Padding keeps the key count a multiple of 16 so ggml's fast F32 matmul applies.
-    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * x, ggml_tensor * cache, ggml_tensor * mask,
-                            const std::string & p, ggml_tensor ** new_cache) const {
+    // Attention of this block. k_all [hd, T2p, H, B] and vt_all [T2p, hd, H, B] are views of the
+    // resident cache (this chunk's frames already written); mask [T2p, T] holds -inf for the
+    // padding frames beyond T2 (keys padded to a multiple of 16 keep ggml's fast matmul).
+    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k_all, ggml_tensor * vt_all,
+                            ggml_tensor * mask, const std::string & p, int64_t T, int64_t B) const {
+        const int hd = d.head_dim, H = d.heads;
+        ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k_all, q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
+        ggml_tensor * o = ggml_mul_mat(ctx, vt_all, kq);  // [hd, T, H, B]
+        o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  // [hd, H, T, B]
+        return linear(ctx, ggml_reshape_3d(ctx, o, hd * H, T, B), p + ".proj");
+    }
+
+    // q, k, v of this block for x [h, T, B]: q and k LayerNorm'ed per head; q, k as [hd, T, H, B],
+    // v transposed as [T, hd, H, B].
+    void qkv(ggml_context * ctx, ggml_tensor * x, const std::string & p, ggml_tensor ** q, ggml_tensor ** k,
+             ggml_tensor ** vt) const {
         const int64_t T = x->ne[1], B = x->ne[2];
         const int hd = d.head_dim, H = d.heads;
         auto heads = [&](ggml_tensor * t) { return ggml_reshape_4d(ctx, t, hd, H, T, B); };
         auto qk_norm = [&](ggml_tensor * t, const std::string & n) {
             return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, t, 1e-5f), W(n + ".weight")), W(n + ".bias"));
         };
-        ggml_tensor * q = qk_norm(heads(linear(ctx, x, p + ".to_q")), p + ".q_norm");
-        ggml_tensor * k = qk_norm(heads(linear(ctx, x, p + ".to_k")), p + ".k_norm");
-        ggml_tensor * v = heads(linear(ctx, x, p + ".to_v"));
-        q = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [hd, T, H, B]
-        k = ggml_cont(ctx, ggml_permute(ctx, k, 0, 2, 1, 3));
-        v = ggml_cont(ctx, ggml_permute(ctx, v, 0, 2, 1, 3));
-        if (cache) {  // [2hd, Tc, H, B]: this chunk first, then the cached frames
-            const int64_t Tc = cache->ne[1];
-            auto half = [&](size_t off) {
-                return ggml_cont(ctx, ggml_view_4d(ctx, cache, hd, Tc, H, B, cache->nb[1], cache->nb[2], cache->nb[3], off));
-            };
-            k = ggml_concat(ctx, k, half(0), 1);
-            v = ggml_concat(ctx, v, half(hd * sizeof(float)), 1);
-        }
-        if (new_cache) *new_cache = ggml_concat(ctx, k, v, 0);  // [2hd, T2, H, B]
-        if (mask) {
-            const int64_t pad = mask->ne[0] - k->ne[1];
-            k = ggml_pad(ctx, k, 0, static_cast<int>(pad), 0, 0);
-            v = ggml_pad(ctx, v, 0, static_cast<int>(pad), 0, 0);
-        }
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [T2p, hd, H, B]
-        ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
-        ggml_tensor * o = ggml_mul_mat(ctx, vt, kq);  // [hd, T, H, B]
-        o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  // [hd, H, T, B]
-        return linear(ctx, ggml_reshape_3d(ctx, o, hd * H, T, B), p + ".proj");
+        *q = ggml_cont(ctx, ggml_permute(ctx, qk_norm(heads(linear(ctx, x, p + ".to_q")), p + ".q_norm"), 0, 2, 1, 3));
+        *k = ggml_cont(ctx, ggml_permute(ctx, qk_norm(heads(linear(ctx, x, p + ".to_k")), p + ".k_norm"), 0, 2, 1, 3));
+        *vt = ggml_cont(ctx, ggml_permute(ctx, heads(linear(ctx, x, p + ".to_v")), 1, 2, 0, 3));
     }
 };
 
@@ -184,38 +191,41 @@ DitEstimator::~DitEstimator() = default;
 const DitDims & DitEstimator::dims() const { return impl_->d; }
 const DeviceInfo & DitEstimator::device() const { return impl_->backend->device(); }
 
-std::vector<float> DitEstimator::forward(const float * x, const float * mu, const float * t, const float * spks,
-                                         const float * cond, int B, int T) {
-    return run(x, mu, t, spks, cond, B, T, nullptr);
-}
-
-std::vector<float> DitEstimator::forward_chunk(const float * x, const float * mu, const float * t, const float * spks,
-                                               const float * cond, int B, int T, DitCache & cache) {
-    return run(x, mu, t, spks, cond, B, T, &cache);
-}
-
 void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
     Impl & m = *impl_;
     const DitDims & d = m.d;
-    const int row = 2 * d.head_dim, DH = d.depth * d.heads;
-    if (capacity < cache.att_frames || capacity < 1) throw InvalidArgument("device cache capacity is smaller than the cache");
+    const int hd = d.head_dim, DH = d.depth * d.heads, Tc = cache.att_frames;
+    capacity = round16(capacity);
+    if (capacity < round16(Tc) || capacity < 16) throw InvalidArgument("device cache capacity is smaller than the cache");
+    if (Tc > 0 && (cache.att.size() != static_cast<size_t>(2 * hd) * Tc * DH * B ||
+                   cache.cnn.size() != static_cast<size_t>(2 * d.hidden) * 2 * d.depth * B)) {
+        throw InvalidArgument("estimator cache does not match the model and batch");
+    }
     auto st = std::make_shared<DitDeviceState>();
     ggml_init_params p{ggml_tensor_overhead() * 8, nullptr, true};
     st->ctx = ggml_init(p);
     for (int i = 0; i < 2; ++i) {
-        st->att[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, row, capacity, DH, B);
+        st->k[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, hd, capacity, DH, B);
+        st->vt[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, capacity, hd, DH, B);
         st->cnn[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, 2 * d.hidden, 2, d.depth, B);
     }
     st->buffer = ggml_backend_alloc_ctx_tensors(st->ctx, m.backend->get());
     if (!st->buffer) throw DeviceError("cannot allocate the estimator cache on " + m.backend->device().id);
-    ggml_backend_buffer_clear(st->buffer, 0);
+    ggml_backend_buffer_clear(st->buffer, 0);  // padding frames are read (masked): keep them finite
     st->capacity = capacity;
     st->batch = B;
-    if (cache.att_frames > 0) {
-        const size_t slab = static_cast<size_t>(cache.att_frames) * row;  // one (head, batch) slab on the host
-        for (size_t sl = 0; sl < static_cast<size_t>(DH) * B; ++sl) {
-            ggml_backend_tensor_set(st->att[0], cache.att.data() + sl * slab, sl * capacity * row * sizeof(float), slab * sizeof(float));
-        }
+    st->stored = Tc;
+    if (Tc > 0) {
+        const size_t slabs = static_cast<size_t>(DH) * B;
+        std::vector<float> k(slabs * capacity * hd, 0.0f), vt(slabs * hd * capacity, 0.0f);
+        for (size_t sl = 0; sl < slabs; ++sl)
+            for (int t = 0; t < Tc; ++t) {
+                const float * row = cache.att.data() + (sl * Tc + t) * 2 * hd;  // K then V
+                std::copy_n(row, hd, k.data() + (sl * capacity + t) * hd);
+                for (int e = 0; e < hd; ++e) vt[(sl * hd + e) * capacity + t] = row[hd + e];
+            }
+        ggml_backend_tensor_set(st->k[0], k.data(), 0, ggml_nbytes(st->k[0]));
+        ggml_backend_tensor_set(st->vt[0], vt.data(), 0, ggml_nbytes(st->vt[0]));
         ggml_backend_tensor_set(st->cnn[0], cache.cnn.data(), 0, ggml_nbytes(st->cnn[0]));
     }
     cache.att.clear();
@@ -229,15 +239,43 @@ void DitEstimator::to_host(DitCache & cache) {
     if (!cache.device) return;
     const DitDims & d = impl_->d;
     DitDeviceState & st = *cache.device;
-    const int row = 2 * d.head_dim, DH = d.depth * d.heads;
-    const size_t slab = static_cast<size_t>(cache.att_frames) * row;
-    cache.att.assign(slab * DH * st.batch, 0.0f);
-    for (size_t sl = 0; sl < static_cast<size_t>(DH) * st.batch; ++sl) {
-        ggml_backend_tensor_get(st.att[st.cur], cache.att.data() + sl * slab, sl * st.capacity * row * sizeof(float), slab * sizeof(float));
+    const int hd = d.head_dim, cap = st.capacity;
+    const size_t slabs = static_cast<size_t>(d.depth) * d.heads * st.batch;
+    std::vector<float> k(slabs * cap * hd), vt(slabs * hd * cap);
+    ggml_backend_tensor_get(st.k[st.cur], k.data(), 0, ggml_nbytes(st.k[st.cur]));
+    ggml_backend_tensor_get(st.vt[st.cur], vt.data(), 0, ggml_nbytes(st.vt[st.cur]));
+    const auto ranges = kept_ranges(st.stored, cache.keep_head, cache.keep_tail);
+    int frames = 0;
+    for (auto & r : ranges) frames += r.second;
+    cache.att.assign(slabs * frames * 2 * hd, 0.0f);
+    for (size_t sl = 0; sl < slabs; ++sl) {
+        int out_t = 0;
+        for (auto & r : ranges)
+            for (int t = r.first; t < r.first + r.second; ++t, ++out_t) {
+                float * row = cache.att.data() + (sl * frames + out_t) * 2 * hd;
+                std::copy_n(k.data() + (sl * cap + t) * hd, hd, row);
+                for (int e = 0; e < hd; ++e) row[hd + e] = vt[(sl * hd + e) * cap + t];
+            }
     }
+    cache.att_frames = frames;
     cache.cnn.resize(ggml_nelements(st.cnn[st.cur]));
     ggml_backend_tensor_get(st.cnn[st.cur], cache.cnn.data(), 0, ggml_nbytes(st.cnn[st.cur]));
     cache.device.reset();
+}
+
+std::vector<float> DitEstimator::forward(const float * x, const float * mu, const float * t, const float * spks,
+                                         const float * cond, int B, int T) {
+    return run(x, mu, t, spks, cond, B, T, nullptr);
+}
+
+std::vector<float> DitEstimator::forward_chunk(const float * x, const float * mu, const float * t, const float * spks,
+                                               const float * cond, int B, int T, DitCache & cache) {
+    if (cache.device) return run(x, mu, t, spks, cond, B, T, &cache);
+    // A host cache: stage it on the device for this call, then bring the result back.
+    to_device(cache, B, cache.att_frames + T + 16);
+    std::vector<float> out = run(x, mu, t, spks, cond, B, T, &cache);
+    to_host(cache);
+    return out;
 }
 
 std::vector<float> DitEstimator::run(const float * x, const float * mu, const float * t, const float * spks,
@@ -245,43 +283,35 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     if (B < 1 || B > 16 || T < 1 || T > 8192) throw InvalidArgument("estimator batch must be 1..16 and frames 1..8192");
     Impl & m = *impl_;
     const DitDims & d = m.d;
-    const int h = d.hidden, C = 80, hd2 = 2 * d.head_dim, HD = d.depth * d.heads;
-    const int Tc = cache ? cache->att_frames : 0;
+    const int h = d.hidden, C = 80, hd = d.head_dim, H = d.heads;
     DitDeviceState * dev = cache ? cache->device.get() : nullptr;
     if (dev && dev->batch != B) throw InvalidArgument("the device cache was made for another batch size");
-    if (cache && !dev && Tc > 0) {
-        if (cache->att.size() != static_cast<size_t>(hd2) * Tc * HD * B || cache->cnn.size() != static_cast<size_t>(2 * h) * 2 * d.depth * B) {
-            throw InvalidArgument("estimator cache does not match the model and batch");
-        }
-    }
+    // Frames attended: this chunk, then the stored frames that survive the bounding.
+    const auto old_ranges = dev ? kept_ranges(dev->stored, cache->keep_head, cache->keep_tail)
+                                : std::vector<std::pair<int, int>>{};
+    int old_keep = 0;
+    for (auto & r : old_ranges) old_keep += r.second;
+    const int T2 = T + old_keep, T2p = round16(T2);
+    if (dev && T2p > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
     std::lock_guard<std::mutex> lock(m.mutex);
 
     ggml_init_params p{ggml_tensor_overhead() * 16384 + ggml_graph_overhead_custom(16384, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
+    // Built as we go: each block's cache writes are expanded before the reads that follow them,
+    // so they run first (the reads are views of the same resident buffer).
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16384, false);
 
     ggml_tensor * in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, T, B);
     ggml_tensor * in_t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kFreqDim, B);
     ggml_tensor * two = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
-    ggml_tensor * in_cnn = nullptr;
-    ggml_tensor * in_att = nullptr;
     for (ggml_tensor * in : {in_x, in_t, two}) ggml_set_input(in);
-    const int T2 = T + Tc, T2p = (T2 + 15) / 16 * 16;
     ggml_tensor * in_mask = nullptr;
     if (T2p != T2) {
         in_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T2p, T);
         ggml_set_input(in_mask);
     }
-    if (dev && Tc > 0) {  // read the resident cache in place
-        ggml_tensor * a = dev->att[dev->cur];
-        in_att = ggml_view_4d(ctx, a, hd2, Tc, HD, B, a->nb[1], a->nb[2], a->nb[3], 0);
-        in_cnn = dev->cnn[dev->cur];
-    } else if (cache && Tc > 0) {
-        in_cnn = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2 * h, 2, d.depth, B);
-        in_att = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, hd2, Tc, HD, B);
-        ggml_set_input(in_cnn);
-        ggml_set_input(in_att);
-    }
+    const int cur = dev ? dev->cur : 0, nxt = 1 - cur;
 
     ggml_tensor * temb = m.linear(ctx, ggml_silu(ctx, m.linear(ctx, in_t, "estimator.t_embedder.mlp.0")),
                                   "estimator.t_embedder.mlp.2");      // [h, B]
@@ -289,27 +319,55 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     auto chunk = [&](ggml_tensor * mod, int j) {  // j-th h-wide slice of mod [n*h, B], as [h, 1, B]
         return ggml_cont(ctx, ggml_view_3d(ctx, mod, h, 1, B, mod->nb[1], mod->nb[1], static_cast<size_t>(j) * h * sizeof(float)));
     };
-    std::vector<ggml_tensor *> new_cnn, new_att;
+    std::vector<ggml_tensor *> cnn_writes;
     ggml_tensor * x_h = m.linear(ctx, in_x, "estimator.in_proj");    // [h, T, B]
     for (int i = 0; i < d.depth; ++i) {
         const std::string b = "estimator.blocks." + std::to_string(i);
-        ggml_tensor * att_c = nullptr;
+        ggml_tensor * mod = m.linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
+        // Chunk order: shift/scale/gate for attention, MLP, then conv.
+        ggml_tensor * a = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 0), chunk(mod, 1));
+        ggml_tensor * q = nullptr;
+        ggml_tensor * k = nullptr;
+        ggml_tensor * vt = nullptr;
+        m.qkv(ctx, a, b + ".attn", &q, &k, &vt);
+        ggml_tensor * k_all = nullptr;
+        ggml_tensor * vt_all = nullptr;
+        if (dev) {
+            ggml_tensor * K = dev->k[nxt];
+            ggml_tensor * V = dev->vt[nxt];
+            const size_t kb = static_cast<size_t>(i) * H * K->nb[2], vb = static_cast<size_t>(i) * H * V->nb[2];
+            auto k_frames = [&](ggml_tensor * src, int first, int n) {
+                return ggml_view_4d(ctx, src, hd, n, H, B, src->nb[1], src->nb[2], src->nb[3], kb + first * src->nb[1]);
+            };
+            auto v_frames = [&](ggml_tensor * src, int first, int n) {
+                return ggml_view_4d(ctx, src, n, hd, H, B, src->nb[1], src->nb[2], src->nb[3], vb + first * sizeof(float));
+            };
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_frames(K, 0, T)));
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, vt, v_frames(V, 0, T)));
+            int off = T;
+            for (auto & r : old_ranges) {
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, k_frames(dev->k[cur], r.first, r.second), k_frames(K, off, r.second)));
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, v_frames(dev->vt[cur], r.first, r.second), v_frames(V, off, r.second)));
+                off += r.second;
+            }
+            k_all = k_frames(K, 0, T2p);
+            vt_all = v_frames(V, 0, T2p);
+        } else {  // no cache: this chunk only, padded
+            k_all = T2p != T2 ? ggml_pad(ctx, k, 0, T2p - T2, 0, 0) : k;
+            vt_all = T2p != T2 ? ggml_pad(ctx, vt, T2p - T2, 0, 0, 0) : vt;
+        }
+        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, q, k_all, vt_all, in_mask, b + ".attn", T, B), chunk(mod, 2)));
+
         ggml_tensor * cnn1 = nullptr;
         ggml_tensor * cnn2 = nullptr;
-        if (in_att) {
-            att_c = ggml_view_4d(ctx, in_att, hd2, Tc, d.heads, B, in_att->nb[1], in_att->nb[2], in_att->nb[3],
-                                 static_cast<size_t>(i) * d.heads * in_att->nb[2]);
+        if (dev) {
+            ggml_tensor * cc = dev->cnn[cur];
             auto conv_cache = [&](size_t off) {
-                return ggml_cont(ctx, ggml_view_3d(ctx, in_cnn, h, 2, B, in_cnn->nb[1], in_cnn->nb[3], i * in_cnn->nb[2] + off));
+                return ggml_cont(ctx, ggml_view_3d(ctx, cc, h, 2, B, cc->nb[1], cc->nb[3], i * cc->nb[2] + off));
             };
             cnn1 = conv_cache(0);
             cnn2 = conv_cache(static_cast<size_t>(h) * sizeof(float));
         }
-        ggml_tensor * mod = m.linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
-        // Chunk order: shift/scale/gate for attention, MLP, then conv.
-        ggml_tensor * a = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 0), chunk(mod, 1));
-        ggml_tensor * na = nullptr;
-        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, a, att_c, in_mask, b + ".attn", cache ? &na : nullptr), chunk(mod, 2)));
         ggml_tensor * c = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 6), chunk(mod, 7));
         ggml_tensor * nc1 = nullptr;
         ggml_tensor * nc2 = nullptr;
@@ -320,58 +378,23 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         ggml_tensor * f = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 3), chunk(mod, 4));
         f = m.linear(ctx, Impl::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
         x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, chunk(mod, 5)));
-        if (cache) {
-            ggml_tensor * cc = ggml_concat(ctx, nc1, nc2, 0);  // [2h, 2, B]
-            new_cnn.push_back(ggml_reshape_4d(ctx, cc, 2 * h, 2, 1, B));
-            new_att.push_back(na);  // [2hd, T2, H, B]
+        if (dev) {  // this block's conv caches: conv1's then conv2's last 2 input frames
+            ggml_tensor * dc = dev->cnn[nxt];
+            auto dst = [&](size_t off) {
+                return ggml_view_3d(ctx, dc, h, 2, B, dc->nb[1], dc->nb[3], i * dc->nb[2] + off);
+            };
+            cnn_writes.push_back(ggml_cpy(ctx, nc1, dst(0)));
+            cnn_writes.push_back(ggml_cpy(ctx, nc2, dst(static_cast<size_t>(h) * sizeof(float))));
         }
     }
     ggml_tensor * fmod = m.linear(ctx, st, "estimator.final_layer.adaLN_modulation.1");
     ggml_tensor * out = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(fmod, 0), chunk(fmod, 1));
     out = m.linear(ctx, out, "estimator.final_layer.linear");  // [80, T, B]
     ggml_set_output(out);
-    // New caches. Device mode: copied (bounded) into the other resident buffer inside the graph.
-    // Host mode: per-block outputs, read back into place after compute (one concat over all
-    // blocks would copy the growing result again for every block).
-    const int T2_new = T + Tc;
-    const bool bound = cache && cache->keep_tail > 0 && T2_new > cache->keep_head + cache->keep_tail;
-    const int kept = bound ? cache->keep_head + cache->keep_tail : T2_new;
-    std::vector<ggml_tensor *> writes;
-    if (dev) {
-        if (kept > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
-        const int nxt = 1 - dev->cur;
-        ggml_tensor * da = dev->att[nxt];
-        ggml_tensor * dc = dev->cnn[nxt];
-        auto copy_frames = [&](ggml_tensor * src, int s0, int n, int d0, int blk) {
-            ggml_tensor * sv = ggml_view_4d(ctx, src, hd2, n, d.heads, B, src->nb[1], src->nb[2], src->nb[3], s0 * src->nb[1]);
-            ggml_tensor * dv = ggml_view_4d(ctx, da, hd2, n, d.heads, B, da->nb[1], da->nb[2], da->nb[3],
-                                            static_cast<size_t>(blk) * d.heads * da->nb[2] + d0 * da->nb[1]);
-            writes.push_back(ggml_cpy(ctx, sv, dv));
-        };
-        for (int i = 0; i < d.depth; ++i) {
-            if (bound) {
-                copy_frames(new_att[i], 0, cache->keep_head, 0, i);
-                copy_frames(new_att[i], T2_new - cache->keep_tail, cache->keep_tail, cache->keep_head, i);
-            } else {
-                copy_frames(new_att[i], 0, T2_new, 0, i);
-            }
-            ggml_tensor * cv = ggml_view_4d(ctx, dc, 2 * h, 2, 1, B, dc->nb[1], dc->nb[2], dc->nb[3], static_cast<size_t>(i) * dc->nb[2]);
-            writes.push_back(ggml_cpy(ctx, new_cnn[i], cv));
-        }
-    } else {
-        for (ggml_tensor * t : new_cnn) ggml_set_output(t);
-        for (ggml_tensor * t : new_att) ggml_set_output(t);
-    }
-
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16384, false);
     ggml_build_forward_expand(gf, out);
-    if (dev) {
-        for (ggml_tensor * t : writes) ggml_build_forward_expand(gf, t);
-    } else {
-        for (ggml_tensor * t : new_cnn) ggml_build_forward_expand(gf, t);
-        for (ggml_tensor * t : new_att) ggml_build_forward_expand(gf, t);
-    }
+    for (ggml_tensor * w : cnn_writes) ggml_build_forward_expand(gf, w);
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the estimator graph");
+
     // Inputs: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames as rows.
     std::vector<float> xc(static_cast<size_t>(d.in_channels) * T * B);
     for (int bb = 0; bb < B; ++bb)
@@ -407,10 +430,6 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
             for (int c = T2; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = -INFINITY;
         ggml_backend_tensor_set(in_mask, mk.data(), 0, ggml_nbytes(in_mask));
     }
-    if (in_cnn && !dev) {
-        ggml_backend_tensor_set(in_cnn, cache->cnn.data(), 0, ggml_nbytes(in_cnn));
-        ggml_backend_tensor_set(in_att, cache->att.data(), 0, ggml_nbytes(in_att));
-    }
     if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) {
         throw DeviceError("estimator graph failed on " + m.backend->device().id);
     }
@@ -420,27 +439,11 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         for (int tt = 0; tt < T; ++tt)
             for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
     if (dev) {
-        dev->cur = 1 - dev->cur;
-        cache->att_frames = kept;
-    } else if (cache) {
-        const int T2 = static_cast<int>(new_att[0]->ne[1]);
-        const size_t att_block = static_cast<size_t>(hd2) * T2 * d.heads;  // one block, one batch row
-        const size_t cnn_block = static_cast<size_t>(2 * h) * 2;
-        cache->att.resize(att_block * d.depth * B);
-        cache->cnn.resize(cnn_block * d.depth * B);
-        for (int i = 0; i < d.depth; ++i)
-            for (int bb = 0; bb < B; ++bb) {
-                ggml_backend_tensor_get(new_att[i], cache->att.data() + (static_cast<size_t>(bb) * d.depth + i) * att_block,
-                                        bb * att_block * sizeof(float), att_block * sizeof(float));
-                ggml_backend_tensor_get(new_cnn[i], cache->cnn.data() + (static_cast<size_t>(bb) * d.depth + i) * cnn_block,
-                                        bb * cnn_block * sizeof(float), cnn_block * sizeof(float));
-            }
-        cache->att_frames = T2;
-        if (bound) {
-            cache->att = keep_head_tail(cache->att, static_cast<size_t>(B) * d.depth * d.heads, T2, hd2, cache->keep_head,
-                                        cache->keep_tail);
-            cache->att_frames = kept;
-        }
+        dev->cur = nxt;
+        dev->stored = T2;
+        int logical = 0;
+        for (auto & r : kept_ranges(T2, cache->keep_head, cache->keep_tail)) logical += r.second;
+        cache->att_frames = logical;
     }
     return res;
 }
