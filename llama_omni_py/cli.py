@@ -92,7 +92,7 @@ def cmd_make_models(args) -> int:
 
     only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
     t0 = time.perf_counter()
-    written = make_models(args.dir, args.size, only, args.seed)
+    written = make_models(args.dir, args.size, only, args.seed, args.cfm_steps)
     total = sum(g.bytes for g in written)
     for g in written:
         print(f"{g.path}  {g.bytes / 2**20:8.1f} MiB")
@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--size", choices=("tiny", "real"), default="tiny")
     m.add_argument("--only", help="comma-separated subset of llm,apm,vpm,tts,projector,token2wav")
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--cfm-steps", type=int, default=5,
+                   help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)")
     m.set_defaults(func=cmd_make_models)
     return p
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -101,8 +101,11 @@ def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Voc
 
 
 def make_models(out_dir: str | Path, size: str = "tiny", only: Sequence[str] | None = None,
-                seed: int = 0) -> list[GeneratedFile]:
-    """Writes the module set (or the modules in ``only``) under ``out_dir``."""
+                seed: int = 0, cfm_steps: int = 5) -> list[GeneratedFile]:
+    """Writes the module set (or the modules in ``only``) under ``out_dir``.
+
+    ``cfm_steps``: the CFM step count the Token2Wav prompt cache is built for (Token2Wav must
+    then run with the same ``steps``; llama.cpp-omni uses 5, the PyTorch reference 10)."""
     if size not in ms.SIZES:
         raise ValueError(f"size must be one of {', '.join(ms.SIZES)}, got {size!r}")
     modules = list(only) if only else list(ms.MODULES)
@@ -111,8 +114,11 @@ def make_models(out_dir: str | Path, size: str = "tiny", only: Sequence[str] | N
         raise ValueError(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(ms.MODULES)}")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if not isinstance(cfm_steps, int) or not 1 <= cfm_steps <= 100:
+        raise ValueError(f"cfm_steps must be an integer in 1..100, got {cfm_steps!r}")
     vocab = ms.build_vocab(full_size=(size == "real"))
     dims = ms.preset(size, vocab)
+    dims = replace(dims, t2w=replace(dims.t2w, cfm_steps=cfm_steps))
     out = Path(out_dir)
     written = []
     for file in ms.FILES:

@@ -54,3 +54,14 @@ def test_bad_tokens_and_devices(tiny_dir):
     if "cann" not in omni.compiled_backends():
         with pytest.raises(omni.BackendUnavailableError):
             omni.Token2Wav(tiny_dir, device="cann:0")
+
+
+def test_ten_step_module_set(tmp_path):
+    # The reference's 10 CFM steps need a prompt cache built for 10.
+    omni.make_models(tmp_path, "tiny", only=["token2wav"], cfm_steps=10)
+    t2w = omni.Token2Wav(tmp_path, steps=10, threads=1)
+    assert t2w.push(list(range(25))).size == 20160
+    with pytest.raises(omni.ModelFileError, match="built for 10"):
+        omni.Token2Wav(tmp_path, steps=5, threads=1)
+    with pytest.raises(ValueError, match="cfm_steps"):
+        omni.make_models(tmp_path, "tiny", only=["token2wav"], cfm_steps=0)
