@@ -107,3 +107,27 @@ def test_nan_in_prompt_cache_is_refused(t2w_dir, tmp_path):
     w.write(lambda name, ne, dt: [arrays[name].reshape(-1)])
     with pytest.raises(ModelFileError, match="NaN"):
         core.Token2Wav(str(d), "cpu", 5, 1)
+
+
+@pytest.mark.slow
+def test_stream_matches_reference_at_real_dimensions(tmp_path):
+    """Real-dimension Token2Wav (random weights): 3 windows and the final flush vs the reference."""
+    import llama_omni_py as omni
+
+    omni.make_models(tmp_path, "real", only=["token2wav"])
+    t2w_dir = str(tmp_path / "token2wav-gguf")
+    tokens = np.random.default_rng(5).integers(0, 6561, 25 * 3 + 4).astype(np.int32)
+    ours = core.Token2Wav(t2w_dir, "cpu", 5, 2, temperature=0.0)
+    got = [ours.push(tokens[:75]), ours.push(tokens[75:], final=True)]
+    ref = _reference(t2w_dir)
+    buf = [SILENCE] * 3 + tokens.tolist()
+    want = []
+    while len(buf) >= 28:
+        want.append(ref.stream(np.array(buf[:28]), False))
+        buf = buf[25:]
+    want.append(ref.stream(np.array(buf), True))
+    want[0] = want[0][SOURCE_CACHE:]
+    g, w = np.concatenate(got), np.concatenate(want)
+    assert g.shape == w.shape
+    rms = np.sqrt(np.mean(w.astype(np.float64) ** 2))
+    assert np.abs(g - w).max() <= 1e-4 * rms, f"{np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
