@@ -86,6 +86,8 @@ def _metadata(file: ms.FileSpec, dims: ms.SetDims, vocab: ms.Vocab) -> ms.Meta:
 def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Vocab, seed: int) -> GeneratedFile:
     t0 = time.perf_counter()
     path = out_dir / file.relpath
+    if file.key == "llm" and dims.llm.wtype != ms.F16:
+        path = out_dir / ms.LLM_FILE.replace("F16", dims.llm.wtype.upper())
     w = GgufWriter(path)
     for key, vtype, value in _metadata(file, dims, vocab):
         w.add(key, vtype, value)
@@ -101,11 +103,12 @@ def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Voc
 
 
 def make_models(out_dir: str | Path, size: str = "tiny", only: Sequence[str] | None = None,
-                seed: int = 0, cfm_steps: int = 5) -> list[GeneratedFile]:
+                seed: int = 0, cfm_steps: int = 5, llm_dtype: str = "f16") -> list[GeneratedFile]:
     """Writes the module set (or the modules in ``only``) under ``out_dir``.
 
     ``cfm_steps``: the CFM step count the Token2Wav prompt cache is built for (Token2Wav must
-    then run with the same ``steps``; llama.cpp-omni uses 5, the PyTorch reference 10)."""
+    then run with the same ``steps``; llama.cpp-omni uses 5, the PyTorch reference 10).
+    ``llm_dtype="f32"`` writes the LLM in F32 (MiniCPM-o-4_5-F32.gguf), for exact parity tests."""
     if size not in ms.SIZES:
         raise ValueError(f"size must be one of {', '.join(ms.SIZES)}, got {size!r}")
     modules = list(only) if only else list(ms.MODULES)
@@ -118,7 +121,9 @@ def make_models(out_dir: str | Path, size: str = "tiny", only: Sequence[str] | N
         raise ValueError(f"cfm_steps must be an integer in 1..100, got {cfm_steps!r}")
     vocab = ms.build_vocab(full_size=(size == "real"))
     dims = ms.preset(size, vocab)
-    dims = replace(dims, t2w=replace(dims.t2w, cfm_steps=cfm_steps))
+    if llm_dtype not in ("f16", "f32"):
+        raise ValueError(f"llm_dtype must be f16 or f32, got {llm_dtype!r}")
+    dims = replace(dims, t2w=replace(dims.t2w, cfm_steps=cfm_steps), llm=replace(dims.llm, wtype=llm_dtype))
     out = Path(out_dir)
     written = []
     for file in ms.FILES:

@@ -19,6 +19,7 @@ class LlmDims:
     n_ctx_train: int = 40960
     rope_theta: float = 1_000_000.0
     rms_eps: float = 1e-6
+    wtype: str = F16  # matrices; "f32" gives an exact-arithmetic LLM for parity tests
 
 
 LLM_REAL = LlmDims(4096, 36, 32, 8, 128, 12288, 151748)
@@ -30,25 +31,25 @@ LLM_TINY = LlmDims(256, 2, 4, 2, 64, 512, 0)  # n_vocab set by the tokenizer bui
 
 def llm_tensors(d: LlmDims) -> list[TensorSpec]:
     q, kv = d.n_head * d.head_dim, d.n_head_kv * d.head_dim
-    out = [TensorSpec("token_embd.weight", (d.n_embd, d.n_vocab), F16, "embed")]
+    out = [TensorSpec("token_embd.weight", (d.n_embd, d.n_vocab), d.wtype, "embed")]
     for i in range(d.n_layer):
         p = f"blk.{i}"
         out += [
             TensorSpec(f"{p}.attn_norm.weight", (d.n_embd,), F32, "norm"),
-            _w(f"{p}.attn_q.weight", (d.n_embd, q)),
-            _w(f"{p}.attn_k.weight", (d.n_embd, kv)),
-            _w(f"{p}.attn_v.weight", (d.n_embd, kv)),
-            _w(f"{p}.attn_output.weight", (q, d.n_embd), gain=0.5),
+            _w(f"{p}.attn_q.weight", (d.n_embd, q), d.wtype),
+            _w(f"{p}.attn_k.weight", (d.n_embd, kv), d.wtype),
+            _w(f"{p}.attn_v.weight", (d.n_embd, kv), d.wtype),
+            _w(f"{p}.attn_output.weight", (q, d.n_embd), d.wtype, gain=0.5),
             TensorSpec(f"{p}.attn_q_norm.weight", (d.head_dim,), F32, "norm"),
             TensorSpec(f"{p}.attn_k_norm.weight", (d.head_dim,), F32, "norm"),
             TensorSpec(f"{p}.ffn_norm.weight", (d.n_embd,), F32, "norm"),
-            _w(f"{p}.ffn_gate.weight", (d.n_embd, d.n_ff)),
-            _w(f"{p}.ffn_up.weight", (d.n_embd, d.n_ff)),
-            _w(f"{p}.ffn_down.weight", (d.n_ff, d.n_embd), gain=0.5),
+            _w(f"{p}.ffn_gate.weight", (d.n_embd, d.n_ff), d.wtype),
+            _w(f"{p}.ffn_up.weight", (d.n_embd, d.n_ff), d.wtype),
+            _w(f"{p}.ffn_down.weight", (d.n_ff, d.n_embd), d.wtype, gain=0.5),
         ]
     out += [
         TensorSpec("output_norm.weight", (d.n_embd,), F32, "norm"),
-        _w("output.weight", (d.n_embd, d.n_vocab)),
+        _w("output.weight", (d.n_embd, d.n_vocab), d.wtype),
     ]
     return out
 
@@ -58,7 +59,7 @@ def llm_metadata(d: LlmDims) -> Meta:
     return [
         ("general.architecture", "string", a),
         ("general.name", "string", "MiniCPM-o-4_5 (llama-omni-py random weights)"),
-        ("general.file_type", "uint32", 1),
+        ("general.file_type", "uint32", 0 if d.wtype == F32 else 1),
         (f"{a}.context_length", "uint32", d.n_ctx_train),
         (f"{a}.embedding_length", "uint32", d.n_embd),
         (f"{a}.block_count", "uint32", d.n_layer),

@@ -20,7 +20,7 @@ void register_llm_model(py::module_ & m) {
         .def_readonly("size_bytes", &LlmModelInfo::size_bytes)
         .def_readonly("device", &LlmModelInfo::device);
 
-    py::class_<LlmModel>(m, "LlmModel")
+    py::class_<LlmModel, std::shared_ptr<LlmModel>>(m, "LlmModel")
         .def(py::init<const std::string &, const std::string &, bool>(), py::arg("path"), py::arg("device") = "cpu",
              py::arg("vocab_only") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("info", &LlmModel::info)

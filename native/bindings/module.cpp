@@ -16,4 +16,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_conformer(m);
     omni::bindings::register_token2mel(m);
     omni::bindings::register_token2wav(m);
+    omni::bindings::register_llm(m);
 }
