@@ -17,4 +17,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_token2mel(m);
     omni::bindings::register_token2wav(m);
     omni::bindings::register_llm(m);
+    omni::bindings::register_tts(m);
 }

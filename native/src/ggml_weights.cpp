@@ -19,8 +19,8 @@ WeightStore::~WeightStore() {
 ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
                                std::function<void(std::vector<float> &)> transform) {
     const GgufTensorInfo & info = file.tensor(name);
-    if (info.type != GGML_TYPE_F32) {
-        throw ModelFileError(file.path(), "tensor '" + name + "' is " + ggml_type_label(info.type) + ", expected f32");
+    if (info.type != GGML_TYPE_F32 && info.type != GGML_TYPE_F16) {
+        throw ModelFileError(file.path(), "tensor '" + name + "' is " + ggml_type_label(info.type) + ", expected f32 or f16");
     }
     int64_t want = 1, have = 1;
     for (auto v : ne) want *= v;
@@ -29,17 +29,16 @@ ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, 
         throw ModelFileError(file.path(), "tensor '" + name + "' has " + std::to_string(have) + " elements, expected " +
                                               std::to_string(want));
     }
-    ggml_tensor * t = nullptr;
-    switch (ne.size()) {
-        case 1: t = ggml_new_tensor_1d(ctx_, GGML_TYPE_F32, ne[0]); break;
-        case 2: t = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, ne[0], ne[1]); break;
-        case 3: t = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, ne[0], ne[1], ne[2]); break;
-        default: t = ggml_new_tensor_4d(ctx_, GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]); break;
-    }
+    const bool raw_f16 = info.type == GGML_TYPE_F16 && keep_f16 && !transform;
+    ggml_tensor * t = ggml_new_tensor(ctx_, raw_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, static_cast<int>(ne.size()), ne.data());
     ggml_set_name(t, name.c_str());
-    std::vector<float> data = file.read_f32(name);
-    if (transform) transform(data);
-    pending_.push_back({t, std::move(data)});
+    if (raw_f16) {
+        pending_.push_back({t, {}, file.tensor_data(info)});
+    } else {
+        std::vector<float> data = file.read_f32(name);
+        if (transform) transform(data);
+        pending_.push_back({t, std::move(data)});
+    }
     tensors_[name] = t;
     return t;
 }
@@ -82,7 +81,7 @@ void WeightStore::upload(ggml_backend_t backend) {
     buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
     if (!buffer_) throw DeviceError("cannot allocate model weights on the device");
     ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    for (auto & p : pending_) ggml_backend_tensor_set(p.t, p.data.data(), 0, ggml_nbytes(p.t));
+    for (auto & p : pending_) ggml_backend_tensor_set(p.t, p.raw ? static_cast<const void *>(p.raw) : p.data.data(), 0, ggml_nbytes(p.t));
     pending_.clear();
     pending_.shrink_to_fit();
 }

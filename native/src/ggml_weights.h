@@ -24,8 +24,10 @@ public:
     WeightStore(const WeightStore &) = delete;
     WeightStore & operator=(const WeightStore &) = delete;
 
-    // Declares an F32 tensor of shape `ne` filled from `file` tensor `name` (which must be F32 with
-    // the same number of elements); `transform` may reorder the host copy first.
+    // Declares a tensor of shape `ne` filled from `file` tensor `name` (same element count). F32
+    // sources stay F32 (`transform` may reorder the host copy first); F16 sources stay F16 when
+    // keep_f16 is set (and no transform is given), else they are widened to F32.
+    bool keep_f16 = false;
     ggml_tensor * add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
                       std::function<void(std::vector<float> &)> transform = nullptr);
     // As add(), but the tensor gets its own `stored_name` and the transform may change the
@@ -46,6 +48,7 @@ private:
     struct Pending {
         ggml_tensor * t;
         std::vector<float> data;
+        const uint8_t * raw = nullptr;  // F16 bytes in the file's mapping (kept alive by the caller)
     };
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buffer_ = nullptr;

@@ -1,0 +1,82 @@
+#include "bindings.h"
+
+#include "omni/errors.h"
+#include "omni/tts.h"
+
+#include <cstring>
+
+namespace omni::bindings {
+
+namespace {
+
+using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> rows_of(const std::vector<float> & v, int width) {
+    py::array_t<float> a({static_cast<py::ssize_t>(v.size() / width), static_cast<py::ssize_t>(width)});
+    std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
+    return a;
+}
+
+}  // namespace
+
+void register_tts(py::module_ & m) {
+    py::class_<TtsDims>(m, "TtsDims")
+        .def_readonly("hidden", &TtsDims::hidden)
+        .def_readonly("layers", &TtsDims::layers)
+        .def_readonly("heads", &TtsDims::heads)
+        .def_readonly("audio_tokens", &TtsDims::audio_tokens)
+        .def_readonly("text_vocab", &TtsDims::text_vocab)
+        .def_readonly("llm_embd", &TtsDims::llm_embd)
+        .def_readonly("audio_bos", &TtsDims::audio_bos)
+        .def_readonly("text_eos", &TtsDims::text_eos);
+
+    py::class_<Tts>(m, "Tts")
+        .def(py::init<const std::string &, const std::string &, const std::string &, int, int, bool>(), py::arg("tts_path"),
+             py::arg("projector_path") = "", py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("n_ctx") = 4096,
+             py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("dims", &Tts::dims)
+        .def_property_readonly("n_past", &Tts::n_past)
+        .def("clear", &Tts::clear)
+        .def("conditions", [](Tts & t, std::vector<int32_t> tokens, f32array hidden, bool with_text_eos) {
+            const TtsDims & d = t.dims();
+            if (hidden.ndim() != 2 || hidden.shape(0) != static_cast<py::ssize_t>(tokens.size()) || hidden.shape(1) != d.llm_embd)
+                throw InvalidArgument("hidden must be (len(tokens), " + std::to_string(d.llm_embd) + ")");
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = t.conditions(tokens.data(), hidden.data(), static_cast<int>(tokens.size()), with_text_eos);
+            }
+            return rows_of(out, d.hidden);
+        }, py::arg("tokens"), py::arg("hidden"), py::arg("with_text_eos") = false)
+        .def("code_embedding", [](const Tts & t, int code) { return rows_of(t.code_embedding(code), t.dims().hidden); })
+        .def("forward", [](Tts & t, f32array rows) {
+            const int h = t.dims().hidden;
+            if (rows.ndim() != 2 || rows.shape(1) != h) throw InvalidArgument("rows must be (n, " + std::to_string(h) + ")");
+            std::vector<float> logits;
+            {
+                py::gil_scoped_release release;
+                logits = t.forward(rows.data(), static_cast<int>(rows.shape(0)));
+            }
+            py::array_t<float> a(static_cast<py::ssize_t>(logits.size()));
+            std::memcpy(a.mutable_data(), logits.data(), logits.size() * sizeof(float));
+            return a;
+        }, py::arg("rows"), "Evaluate condition/code rows; returns the audio-code logits of the last row.");
+
+    py::class_<TtsSamplerOptions>(m, "TtsSamplerOptions")
+        .def(py::init<>())
+        .def_readwrite("temperature", &TtsSamplerOptions::temperature)
+        .def_readwrite("repetition_penalty", &TtsSamplerOptions::repetition_penalty)
+        .def_readwrite("window", &TtsSamplerOptions::window)
+        .def_readwrite("top_k", &TtsSamplerOptions::top_k)
+        .def_readwrite("top_p", &TtsSamplerOptions::top_p)
+        .def_readwrite("seed", &TtsSamplerOptions::seed);
+    py::class_<TtsSampler>(m, "TtsSampler")
+        .def(py::init<const TtsSamplerOptions &>(), py::arg("options"))
+        .def("sample", [](TtsSampler & s, f32array logits) {
+            return s.sample(std::vector<float>(logits.data(), logits.data() + logits.size()));
+        }, py::arg("logits"))
+        .def("reset", &TtsSampler::reset)
+        .def_property_readonly("history", &TtsSampler::history);
+}
+
+}  // namespace omni::bindings

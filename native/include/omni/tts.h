@@ -1,0 +1,72 @@
+// MiniCPM-o TTS (engine-spec §2.4, §3): projector + a LLaMA backbone (our own ggml graph over the
+// TTS GGUF, which stock libllama rejects) + the audio-code head and emb_code feedback, with its
+// own KV cache on the session's device. The head runs in the same graph as the backbone, so a
+// step returns the 6562 logits directly.
+#pragma once
+
+#include "omni/backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace omni {
+
+struct TtsDims {
+    int hidden = 0, layers = 0, heads = 0, head_dim = 0, ff = 0, text_vocab = 0, audio_tokens = 0, llm_embd = 0;
+    float rope_theta = 10000.0f, rms_eps = 1e-6f;
+    int audio_bos = 0, text_eos = 0;  // emb_text rows
+};
+
+class Tts {
+public:
+    // projector_gguf may be empty: then projector_semantic.* from the TTS file is used.
+    // exact: widen F16 weights to F32 (exact arithmetic, twice the memory); else they stay F16.
+    Tts(const std::string & tts_gguf, const std::string & projector_gguf, const std::string & device, int threads,
+        int n_ctx = 4096, bool exact = false);
+    ~Tts();
+
+    const TtsDims & dims() const;
+    int n_past() const;
+    void clear();  // new turn: empties the KV cache
+
+    // Condition rows for n text tokens and their LLM hidden states (n x llm_embd):
+    // emb_text[token] + L2-normalised projector(hidden), then [text_eos] and audio_bos rows.
+    std::vector<float> conditions(const int32_t * tokens, const float * hidden, int n, bool with_text_eos);
+    // emb_code row of an audio code (0..audio_tokens-1).
+    std::vector<float> code_embedding(int code) const;
+    // Evaluates n rows (hidden wide) at positions n_past..; returns the head logits of the last.
+    std::vector<float> forward(const float * rows, int n);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// llama.cpp-omni's simplex TTS sampler: repetition penalty on codes seen in the last `window`
+// generated codes (not on the first), divided by temperature, multinomial over all codes.
+struct TtsSamplerOptions {
+    float temperature = 0.8f;   // <= 0: argmax
+    float repetition_penalty = 1.05f;
+    int window = 8;
+    int top_k = 0;              // duplex mode: 25
+    float top_p = 1.0f;         // duplex mode: 0.85
+    uint32_t seed = 0;
+};
+
+class TtsSampler {
+public:
+    explicit TtsSampler(const TtsSamplerOptions & o);
+    int sample(std::vector<float> logits);
+    void reset();  // new turn: forgets the history
+    const std::vector<int> & history() const { return history_; }
+
+private:
+    TtsSamplerOptions o_;
+    std::mt19937 rng_;
+    std::vector<int> history_;
+};
+
+}  // namespace omni
