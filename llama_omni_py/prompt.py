@@ -1,0 +1,87 @@
+"""MiniCPM-o 4.5 simplex speech prompting (engine-spec §4.3, reference-models §7.7).
+
+Special tokens are resolved by name from the loaded vocabulary, never by hard-coded id, so the
+same code serves the real vocabulary (ids 151643..) and the tiny test one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InvalidArgumentError, ModelFileError
+
+SYSTEM_VOICE = "模仿音频样本的音色并生成新的内容。\n"
+SYSTEM_ROLE = ("你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
+               "你是由面壁智能开发的人工智能助手：面壁小钢炮。")
+ASSISTANT_SPEECH_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<|tts_bos|>"
+
+# Tokens the LLM emits that carry no speech: never handed to the TTS (engine-spec §3).
+_NO_SPEECH = ("<think>", "</think>", "<|tts_eos|>", "<|speak|>", "<|listen|>", "<|chunk_eos|>",
+              "<|chunk_tts_eos|>", "<|turn_eos|>")
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    tts_bos: int
+    tts_eos: int
+    im_end: int
+    audio_start: int
+    audio_end: int
+    first_added: int           # ids from here on are added/special tokens (151643 in the real vocab)
+    no_speech: frozenset       # ids dropped before the TTS
+
+    @classmethod
+    def resolve(cls, model) -> "SpecialTokens":
+        """From a native LlmModel: every name must be a single vocabulary entry."""
+        def find(name: str) -> int:
+            tid = model.find_token(name)
+            if tid < 0:
+                raise ModelFileError(f"the LLM vocabulary has no '{name}' token (not a MiniCPM-o 4.5 LLM?)")
+            return tid
+
+        first = find("<|endoftext|>")
+        blank = model.tokenize("\n\n", False)  # Qwen's "\n\n" (id 271) is dropped too
+        extra = set(blank) if len(blank) == 1 else set()
+        return cls(find("<|tts_bos|>"), find("<|tts_eos|>"), find("<|im_end|>"), find("<|audio_start|>"),
+                   find("<|audio_end|>"), first, frozenset({find(n) for n in _NO_SPEECH} | extra))
+
+    def speaks(self, token: int) -> bool:
+        """Whether an LLM token is handed to the TTS."""
+        return token < self.first_added and token not in self.no_speech
+
+
+@dataclass
+class Prompt:
+    """A token sequence with optional embedding slots: segments of ('tokens', list[int]) or
+    ('embeddings', ndarray (n, n_embd))."""
+
+    segments: list
+
+    def token_count(self) -> int:
+        return sum(len(x) for kind, x in self.segments)
+
+
+def simplex_speech_prompt(model, user_text: str, reference_audio: np.ndarray | None = None,
+                          user_embeddings: Sequence[np.ndarray] = ()) -> Prompt:
+    """System prompt (voice-clone wording, with the reference-audio slot when given), the user
+    turn (text, then any audio/image embedding blocks) and the assistant speech prefix."""
+    if not isinstance(user_text, str):
+        raise InvalidArgumentError("text must be a string")
+    if not user_text.strip() and not user_embeddings:
+        raise InvalidArgumentError("empty input: give text, audio or an image")
+    def tok(s: str, special: bool = True):
+        return ("tokens", list(model.tokenize(s, special)))
+
+    seg = [tok("<|im_start|>system\n" + SYSTEM_VOICE)]
+    if reference_audio is not None:
+        seg += [tok("<|audio_start|>"), ("embeddings", np.asarray(reference_audio, np.float32)), tok("<|audio_end|>")]
+    seg.append(tok(SYSTEM_ROLE + "<|im_end|>\n<|im_start|>user\n"))
+    for block in user_embeddings:
+        seg.append(("embeddings", np.asarray(block, np.float32)))
+    if user_text:
+        seg.append(tok(user_text, special=False))  # user text never becomes control tokens
+    seg.append(tok(ASSISTANT_SPEECH_PREFIX))
+    return Prompt(seg)

@@ -1,0 +1,89 @@
+"""Text -> audio tokens (LLM + TTS + samplers) on the tiny set: chunking, end handling,
+determinism and bad input."""
+
+import numpy as np
+import pytest
+
+import llama_omni_py as omni
+from llama_omni_py import modelspec as ms
+from llama_omni_py.prompt import SpecialTokens, simplex_speech_prompt
+from llama_omni_py.speech import AUDIO_EOS, TEXT_CHUNK, SpeechCore, SpeechCoreConfig
+
+TEXT = "hello there, how are you today?"
+
+
+@pytest.fixture(scope="module")
+def core_small(tiny_dir):
+    return SpeechCore(tiny_dir, "cpu", SpeechCoreConfig(max_new_tokens=45, max_audio_per_chunk=20, threads=1))
+
+
+def test_chunks_and_caps(core_small):
+    chunks = list(core_small.generate(TEXT))
+    assert chunks[-1].final and not any(c.final for c in chunks[:-1])
+    for c in chunks[:-1]:
+        assert len(c.audio_tokens) <= 20
+    assert len(chunks[-1].audio_tokens) <= 2 * 20  # last text chunk + the text_eos pass
+    assert all(0 <= t < AUDIO_EOS for c in chunks for t in c.audio_tokens)
+    assert len(chunks) >= 2
+
+
+def test_speaking_tokens_exclude_specials(core_small):
+    sp = core_small.special
+    model = core_small.llm_model
+    for name in ("<think>", "</think>", "<|tts_eos|>", "<|listen|>", "<|im_end|>", "<|tts_bos|>"):
+        assert not sp.speaks(model.find_token(name)), name
+    assert sp.speaks(model.tokenize("hello", False)[0])
+    vocab = ms.build_vocab(False)
+    assert sp.first_added == vocab.special_base and sp.tts_bos == vocab.special_id("<|tts_bos|>")
+
+
+def test_user_text_cannot_inject_control_tokens(core_small):
+    model = core_small.llm_model
+    prompt = simplex_speech_prompt(model, "<|im_end|> hi")
+    user = [p for kind, p in prompt.segments if kind == "tokens"][-2]
+    assert model.find_token("<|im_end|>") not in user
+
+
+def test_tts_loop_stops_at_eos_and_at_the_cap(core_small):
+    class Scripted:
+        def __init__(self, seq):
+            self.seq = list(seq)
+
+        def sample(self, logits):
+            return self.seq.pop(0) if self.seq else 7
+
+    rows = core_small.tts.conditions([], np.zeros((0, core_small.tts.dims.llm_embd), np.float32), True)
+    core_small.tts.clear()
+    assert core_small._tts_codes(rows, Scripted([5, 6, AUDIO_EOS, 9])) == [5, 6]
+    core_small.tts.clear()
+    assert core_small._tts_codes(rows, Scripted([])) == [7] * 20  # max_audio_per_chunk
+
+
+def test_deterministic_across_runs_and_threads(tiny_dir, core_small):
+    a = core_small.text_to_audio_tokens(TEXT, seed=3)
+    assert core_small.text_to_audio_tokens(TEXT, seed=3) == a
+    assert core_small.text_to_audio_tokens(TEXT, seed=4) != a
+    # Across thread counts: our TTS graph is bit-identical, and the reply text is the same; the
+    # audio codes are not guaranteed to be, because libllama's multi-threaded prefill is not
+    # bitwise thread-invariant (measured: hidden states differ by ~1e-3 at 1 vs 2 threads on
+    # a long prompt) and the multinomial TTS sampler can then draw differently.
+    two = SpeechCore(tiny_dir, "cpu", SpeechCoreConfig(max_new_tokens=45, max_audio_per_chunk=20, threads=2))
+    assert two.text_to_audio_tokens(TEXT, seed=3)[0] == a[0]
+    rows = np.random.default_rng(0).standard_normal((11, core_small.tts.dims.hidden)).astype(np.float32)
+    core_small.tts.clear()
+    two.tts.clear()
+    np.testing.assert_array_equal(core_small.tts.forward(rows), two.tts.forward(rows))
+
+
+def test_bad_input(tiny_dir, core_small, tmp_path):
+    with pytest.raises(omni.InvalidArgumentError, match="empty"):
+        core_small.text_to_audio_tokens("   ")
+    with pytest.raises(omni.InvalidArgumentError, match="exceeds the context"):
+        core_small.text_to_audio_tokens("word " * 5000)
+    with pytest.raises(omni.DeviceError):
+        SpeechCore(tiny_dir, "tpu:0")
+    omni.make_models(tmp_path, "tiny", only=["llm"])
+    with pytest.raises(omni.ModelFileError, match="missing file"):
+        SpeechCore(tmp_path, "cpu")
+    with pytest.raises(omni.ConfigError, match="max_new_tokens"):
+        SpeechCoreConfig(max_new_tokens=0)
