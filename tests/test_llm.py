@@ -109,3 +109,21 @@ def test_bad_input(f32_llm, tiny_dir):
     l16 = core.Llm(f16, 64, 16, 1)
     l16.eval_tokens(f16.tokenize("hello", True))
     assert np.isfinite(l16.logits()).all()
+
+
+def test_slide_keeps_the_system_prompt_and_frees_room(f32_llm):
+    _, model = f32_llm
+    llm = core.Llm(model, 256, 64, 1, True)
+    system = model.tokenize("<|im_start|>system\nYou are helpful.<|im_end|>\n", True)
+    llm.eval_tokens(system)
+    n_keep = llm.n_past
+    filler = [7] * (llm.n_ctx - n_keep - 4)
+    llm.eval_tokens(filler)
+    with pytest.raises(omni.InvalidArgumentError, match="context is full"):
+        llm.eval_tokens([7] * 8)
+    llm.slide(n_keep, len(filler) // 2)
+    assert llm.n_past == n_keep + len(filler) - len(filler) // 2
+    llm.eval_tokens([7] * 8)  # room again
+    assert np.isfinite(llm.logits()).all()
+    with pytest.raises(omni.InvalidArgumentError):
+        llm.slide(0, llm.n_past + 1)

@@ -63,7 +63,8 @@ void register_llm(py::module_ & m) {
             }
             return py::make_tuple(next, floats(std::move(h)));
         }, py::arg("token"), "Evaluate `token`; returns (next sampled token, hidden state of `token`).")
-        .def("keep", &Llm::keep, py::arg("n_keep"), py::call_guard<py::gil_scoped_release>());
+        .def("keep", &Llm::keep, py::arg("n_keep"), py::call_guard<py::gil_scoped_release>())
+        .def("slide", &Llm::slide, py::arg("n_keep"), py::arg("n_discard"), py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace omni::bindings

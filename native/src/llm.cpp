@@ -138,4 +138,15 @@ void Llm::keep(int n_keep) {
     n_outputs_ = 0;
 }
 
+void Llm::slide(int n_keep, int n_discard) {
+    if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > n_past_) {
+        throw InvalidArgument("slide needs 0 <= n_keep and n_keep + n_discard <= n_past");
+    }
+    llama_memory_t mem = llama_get_memory(ctx_);
+    llama_memory_seq_rm(mem, 0, n_keep, n_keep + n_discard);
+    llama_memory_seq_add(mem, 0, n_keep + n_discard, n_past_, -n_discard);
+    n_past_ -= n_discard;
+    n_outputs_ = 0;
+}
+
 }  // namespace omni

@@ -60,6 +60,10 @@ public:
 
     // Drops positions [n_keep, n_past) from the KV cache (0: everything).
     void keep(int n_keep);
+    // Context shift: drops [n_keep, n_keep + n_discard) and moves the later positions down by
+    // n_discard (RoPE re-rotated by libllama), so generation can continue near n_ctx while the
+    // system prompt (the first n_keep positions) stays.
+    void slide(int n_keep, int n_discard);
 
 private:
     void eval(const int32_t * tokens, const float * embd, int n, bool all_outputs);
