@@ -162,3 +162,19 @@ class SpeechCore:
             texts.append(ch.text)
             codes += ch.audio_tokens
         return "".join(texts), codes
+
+
+def synthesize(core: SpeechCore, token2wav, text: str, seed: int | None = None) -> tuple[str, np.ndarray]:
+    """Text -> (reply text, 24 kHz audio), sequentially: audio codes go to ``token2wav`` (a
+    llama_omni_py.Token2Wav) every 25, the rest on the final flush. The threaded pipeline
+    overlaps these stages; this is the plain reference path."""
+    token2wav.reset()
+    texts, audio, pending = [], [], []
+    for chunk in core.generate(text, seed):
+        texts.append(chunk.text)
+        pending += chunk.audio_tokens
+        while len(pending) >= 25:
+            audio.append(token2wav.push(pending[:25]))
+            pending = pending[25:]
+    audio.append(token2wav.push(pending, final=True))
+    return "".join(texts), np.concatenate(audio) if audio else np.zeros(0, np.float32)

@@ -21,10 +21,11 @@ Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::mo
     cp.embeddings = true;  // final-norm hidden states for the TTS, alongside the logits
     cp.pooling_type = LLAMA_POOLING_TYPE_NONE;
     if (o.threads > 0) cp.n_threads = cp.n_threads_batch = o.threads;
-    if (o.kv_f32) {
-        cp.type_k = cp.type_v = GGML_TYPE_F32;
-        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;  // the exact path: plain F32 attention
-    }
+    if (o.kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;
+    // On the CPU, flash attention splits a decode step's keys across threads and combines the
+    // partial sums, so results depend on the thread count; plain attention does not (and with an
+    // F32 cache it is also the exact path). Accelerators keep libllama's choice.
+    if (o.kv_f32 || model_->info().device == "cpu") cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     clear_recent_log_problems();
     ctx_ = llama_init_from_model(model_->get(), cp);
     if (!ctx_) throw DeviceError("libllama could not create a context" + log_problem_suffix());
