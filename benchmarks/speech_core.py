@@ -54,6 +54,8 @@ def main(argv=None) -> int:
         sample_ms.append((t1 - t0) * 1000)
         step_ms.append((t2 - t1) * 1000)
 
+    head_plain_ms, head_graph_ms = tts.head_cost_ms(20)
+
     llm_model = core.LlmModel(str(s.llm), args.device)
     llm = core.Llm(llm_model, 1024, 512, args.threads)
     prompt = llm_model.tokenize("<|im_start|>user\nhello, please tell me a story<|im_end|>\n", True)
@@ -71,13 +73,15 @@ def main(argv=None) -> int:
     res = {
         "device": args.device, "threads": args.threads,
         "tts": {"hidden": tts.dims.hidden, "layers": tts.dims.layers,
-                "step_ms_median": statistics.median(step_ms), "sample_ms_median": statistics.median(sample_ms)},
+                "step_ms_median": statistics.median(step_ms), "sample_ms_median": statistics.median(sample_ms),
+                "head_ms_ours": head_graph_ms, "head_ms_plain_cpp": head_plain_ms},
         "llm": {"n_embd": llm_model.info.n_embd, "n_layer": llm_model.info.n_layer, "n_vocab": llm_model.info.n_vocab,
                 "prefill_tokens": len(prompt), "prefill_ms": prefill_s * 1000,
                 "decode_tokens_per_s": 1.0 / statistics.median(decode)},
     }
     print(f"TTS ({tts.dims.layers} x {tts.dims.hidden}): {res['tts']['step_ms_median']:.2f} ms per audio token "
-          f"(backbone + head), sampler {res['tts']['sample_ms_median']:.3f} ms")
+          f"(backbone + head), sampler {res['tts']['sample_ms_median']:.3f} ms; the head alone: "
+          f"{head_graph_ms:.3f} ms as a ggml matmul vs {head_plain_ms:.3f} ms as llama.cpp-omni's plain C++ loop")
     print(f"LLM ({llm_model.info.n_layer} x {llm_model.info.n_embd}, vocab {llm_model.info.n_vocab}): "
           f"{res['llm']['decode_tokens_per_s']:.1f} tokens/s decode, prefill {len(prompt)} tokens "
           f"in {res['llm']['prefill_ms']:.0f} ms")

@@ -60,7 +60,9 @@ void register_tts(py::module_ & m) {
             py::array_t<float> a(static_cast<py::ssize_t>(logits.size()));
             std::memcpy(a.mutable_data(), logits.data(), logits.size() * sizeof(float));
             return a;
-        }, py::arg("rows"), "Evaluate condition/code rows; returns the audio-code logits of the last row.");
+        }, py::arg("rows"), "Evaluate condition/code rows; returns the audio-code logits of the last row.")
+        .def("head_cost_ms", &Tts::head_cost_ms, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
+             "(llama.cpp-omni's plain C++ head, ours) in ms per audio token.");
 
     py::class_<TtsSamplerOptions>(m, "TtsSamplerOptions")
         .def(py::init<>())

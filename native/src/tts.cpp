@@ -5,6 +5,7 @@
 #include "omni/gguf_file.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -232,6 +233,51 @@ std::vector<float> Tts::forward(const float * rows, int n) {
     ggml_backend_tensor_get(logits, out.data(), 0, ggml_nbytes(logits));
     m.n_past += n;
     return out;
+}
+
+std::pair<double, double> Tts::head_cost_ms(int reps) {
+    Impl & m = *impl_;
+    const TtsDims & d = m.d;
+    if (reps < 1) throw InvalidArgument("reps must be positive");
+    const GgufTensorInfo & ht = m.file->tensor("head_code.0.weight");
+    std::vector<float> w = m.file->read_f32("head_code.0.weight");  // (hidden, codes) as stored
+    // llama.cpp-omni re-transposes to [codes][hidden] and loops; do the same.
+    const int codes = static_cast<int>(ht.ne[0]), h = d.hidden;
+    std::vector<float> wt(w.size());
+    for (int i = 0; i < h; ++i)
+        for (int c = 0; c < codes; ++c) wt[static_cast<size_t>(c) * h + i] = w[static_cast<size_t>(i) * codes + c];
+    std::vector<float> x(h, 0.01f), out(codes);
+    auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+    std::vector<double> plain, graph;
+    for (int r = 0; r < reps; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int c = 0; c < codes; ++c) {
+            float acc = 0.0f;
+            const float * row = wt.data() + static_cast<size_t>(c) * h;
+            for (int i = 0; i < h; ++i) acc += row[i] * x[i];
+            out[c] = acc;
+        }
+        plain.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::lock_guard<std::mutex> lock(m.mutex);
+    ggml_init_params p{ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
+    ggml_context * ctx = holder.get();
+    ggml_tensor * in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h, 1);
+    ggml_set_input(in);
+    ggml_tensor * y = ggml_mul_mat(ctx, m.W("head"), in);
+    ggml_set_output(y);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the head graph");
+    ggml_backend_tensor_set(in, x.data(), 0, ggml_nbytes(in));
+    for (int r = 0; r < reps; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("head graph failed");
+        ggml_backend_tensor_get(y, out.data(), 0, ggml_nbytes(y));
+        graph.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return {median(plain), median(graph)};
 }
 
 TtsSampler::TtsSampler(const TtsSamplerOptions & o) : o_(o), rng_(o.seed) {

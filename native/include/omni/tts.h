@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace omni {
@@ -39,6 +40,11 @@ public:
     std::vector<float> code_embedding(int code) const;
     // Evaluates n rows (hidden wide) at positions n_past..; returns the head logits of the last.
     std::vector<float> forward(const float * rows, int n);
+
+    // Milliseconds per audio token of the head alone, median of `reps`: as llama.cpp-omni runs it
+    // (6562 scalar dot products in plain C++ on one thread) and as we do (a ggml matmul on the
+    // session device). For benchmarks.
+    std::pair<double, double> head_cost_ms(int reps);
 
 private:
     struct Impl;
