@@ -8,9 +8,8 @@ from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
 from reference import flow as flow_ref
 from reference import hift as hift_ref
-from reference.token2wav_stream import SOURCE_CACHE, ReferenceStream, prompt_caches
+from reference.token2wav_stream import ReferenceStream, prompt_caches, stream_all
 
-SILENCE = 4218
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +32,7 @@ def test_stream_matches_reference(t2w_dir):
     got = [ours.push(tokens[i:i + 25]) for i in range(0, 125, 25)]
     got.append(ours.push(tokens[125:], final=True))
 
-    ref = _reference(t2w_dir)
-    buf = [SILENCE] * 3 + tokens.tolist()
-    want = []
-    while len(buf) >= 28:
-        want.append(ref.stream(np.array(buf[:28]), False))
-        buf = buf[25:]
-    want.append(ref.stream(np.array(buf), True))
-    want[0] = want[0][SOURCE_CACHE:]  # ours emits no leading silence pad
+    want = stream_all(_reference(t2w_dir), tokens)
 
     assert [len(g) for g in got] == [20160, 24000, 24000, 24000, 24000, len(want[-1])]
     assert len(got) == len(want)
@@ -119,14 +111,7 @@ def test_stream_matches_reference_at_real_dimensions(tmp_path):
     tokens = np.random.default_rng(5).integers(0, 6561, 25 * 3 + 4).astype(np.int32)
     ours = core.Token2Wav(t2w_dir, "cpu", 5, 2, temperature=0.0)
     got = [ours.push(tokens[:75]), ours.push(tokens[75:], final=True)]
-    ref = _reference(t2w_dir)
-    buf = [SILENCE] * 3 + tokens.tolist()
-    want = []
-    while len(buf) >= 28:
-        want.append(ref.stream(np.array(buf[:28]), False))
-        buf = buf[25:]
-    want.append(ref.stream(np.array(buf), True))
-    want[0] = want[0][SOURCE_CACHE:]
+    want = stream_all(_reference(t2w_dir), tokens)
     g, w = np.concatenate(got), np.concatenate(want)
     assert g.shape == w.shape
     rms = np.sqrt(np.mean(w.astype(np.float64) ** 2))

@@ -71,3 +71,17 @@ class ReferenceStream:
             if first:  # the reference pads the first chunk with 3840 zeros; llama.cpp-omni does not
                 speech = torch.cat([torch.zeros(1, SOURCE_CACHE), speech], dim=1)
         return speech[0].numpy()
+
+
+def stream_all(stream: ReferenceStream, tokens, silence: int = 4218) -> list:
+    """Windows a whole token sequence as llama.cpp-omni does (3 silence tokens first, windows of
+    28 sliding by 25, the rest as the last chunk); returns each chunk's audio, the first without
+    the reference's 3840-sample zero pad (which llama.cpp-omni and we do not emit)."""
+    buf = [silence] * 3 + list(tokens)
+    out = []
+    while len(buf) >= 28:
+        out.append(stream.stream(np.array(buf[:28]), False))
+        buf = buf[25:]
+    out.append(stream.stream(np.array(buf), True))
+    out[0] = out[0][SOURCE_CACHE:]
+    return out
