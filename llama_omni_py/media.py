@@ -1,0 +1,222 @@
+"""Media extraction: audio -> 16 kHz mono float32, video/image -> one RGB frame.
+
+Every ffmpeg command is built with ffmpeg-python and run under a timeout in its own process
+group (SIGTERM to the group at the timeout, SIGKILL 5 s later), with one retry after 200 ms and
+stderr captured; failures raise :class:`MediaError` with the return code, the command and the
+last 512 characters of stderr. WAV/FLAC/OGG decode through soundfile without spawning ffmpeg.
+
+Audio is clamped to 29.9 s by default: the audio encoder's position table holds 30 s, and
+llama.cpp-omni aborts the whole process past it. ``max_seconds=None`` keeps everything (the
+caller then encodes in windows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from .errors import MediaError
+
+SAMPLE_RATE = 16000
+MAX_AUDIO_SECONDS = 29.9
+FFMPEG_TIMEOUT = 30.0
+KILL_GRACE = 5.0
+RETRY_DELAY = 0.2
+STDERR_TAIL = 512
+FRAME_TIME = 0.5           # seconds into a video for its frame (past typical fade-ins); 0 if shorter
+MAX_SIDE = 4096            # longest image side kept while decoding
+
+Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
+
+
+def ffmpeg_binary() -> str:
+    """Path of ffmpeg (OMNI_FFMPEG overrides); a clear error naming the package when absent."""
+    name = os.environ.get("OMNI_FFMPEG", "ffmpeg")
+    path = shutil.which(name)
+    if not path:
+        raise MediaError(f"ffmpeg was not found ('{name}'); install it, e.g. `apt-get install ffmpeg` "
+                         "(Debian/Ubuntu package 'ffmpeg')")
+    return path
+
+
+def run_ffmpeg(args: list[str], data: bytes | None = None, *, timeout: float = FFMPEG_TIMEOUT,
+               retries: int = 1) -> bytes:
+    """Runs ffmpeg with `args` (feeding `data` on stdin); returns stdout."""
+    cmd = [ffmpeg_binary(), *args]
+    last: MediaError | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(RETRY_DELAY)
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(data, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            err = _stop_group(proc)
+            last = MediaError(f"ffmpeg did not finish within {timeout:g} s", returncode=proc.returncode,
+                              command=cmd, stderr=_tail(err))
+            continue
+        if proc.returncode == 0:
+            return out
+        last = MediaError("ffmpeg failed", returncode=proc.returncode, command=cmd, stderr=_tail(err))
+    raise last
+
+
+def _stop_group(proc: subprocess.Popen) -> bytes:
+    """SIGTERM to the process group, SIGKILL after KILL_GRACE; returns what stderr held."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            _, err = proc.communicate(timeout=wait)
+            return err or b""
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        return proc.communicate()[1] or b""
+    except ValueError:
+        return b""
+
+
+def _tail(err: bytes | None) -> str:
+    return (err or b"").decode("utf-8", "replace")[-STDERR_TAIL:]
+
+
+@contextlib.contextmanager
+def _as_path(src: Source):
+    """A file path for a path or in-memory media (bytes go to a temporary file: containers such
+    as MP4 need a seekable input, which a pipe is not)."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data = bytes(src)
+        if not data:
+            raise MediaError("empty input (0 bytes)")
+        with tempfile.NamedTemporaryFile(prefix="omni-media-") as f:
+            f.write(data)
+            f.flush()
+            yield f.name
+        return
+    path = Path(os.fspath(src))
+    if not path.is_file():
+        raise MediaError(f"no such file: {path}")
+    if path.stat().st_size == 0:
+        raise MediaError(f"empty file: {path}")
+    yield str(path)
+
+
+def resample(x: np.ndarray, sr: int, target: int = SAMPLE_RATE) -> np.ndarray:
+    """Band-limited resampling in the frequency domain (no ffmpeg, no scipy)."""
+    if sr == target or x.size == 0:
+        return x.astype(np.float32, copy=False)
+    n_out = int(round(x.size * target / sr))
+    spec = np.fft.rfft(x.astype(np.float64))
+    keep = min(spec.size, n_out // 2 + 1)
+    out = np.zeros(n_out // 2 + 1, dtype=np.complex128)
+    out[:keep] = spec[:keep]
+    return (np.fft.irfft(out, n_out) * (n_out / x.size)).astype(np.float32)
+
+
+def _check_audio(x: np.ndarray, max_seconds: float | None) -> np.ndarray:
+    if x.size == 0:
+        raise MediaError("the audio has no samples")
+    if not np.isfinite(x).all():
+        raise MediaError("the audio contains NaN or infinite samples")
+    if max_seconds is not None:
+        x = x[: int(round(max_seconds * SAMPLE_RATE))]
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def load_audio(src: Source, max_seconds: float | None = MAX_AUDIO_SECONDS, *, timeout: float = FFMPEG_TIMEOUT) -> np.ndarray:
+    """Audio as 16 kHz mono float32 in [-1, 1], at most `max_seconds` (None: all of it).
+
+    numpy input is taken as 16 kHz samples (mono, or channels-last stereo mixed down)."""
+    if isinstance(src, np.ndarray):
+        x = np.asarray(src, dtype=np.float32)
+        if x.ndim == 2:
+            x = x.mean(axis=1)
+        if x.ndim != 1:
+            raise MediaError(f"audio arrays must be 1-D (or (n, channels)), got shape {src.shape}")
+        return _check_audio(x, max_seconds)
+    import soundfile as sf
+
+    with _as_path(src) as path:
+        try:  # WAV / FLAC / OGG: no subprocess
+            x, sr = sf.read(path, dtype="float32", always_2d=True)
+        except (sf.LibsndfileError, RuntimeError, TypeError):
+            x = None
+        if x is not None:
+            mono = x.mean(axis=1)
+            if max_seconds is not None:
+                mono = mono[: int(round(max_seconds * sr)) + 1]
+            return _check_audio(resample(mono, sr), max_seconds)
+        import ffmpeg  # ffmpeg-python builds the command line
+
+        inp = ffmpeg.input(path, t=max_seconds) if max_seconds is not None else ffmpeg.input(path)
+        args = ffmpeg.output(inp.audio, "pipe:1", format="f32le", acodec="pcm_f32le", ac=1, ar=SAMPLE_RATE) \
+            .global_args("-nostdin", "-hide_banner", "-loglevel", "error").compile(cmd="ffmpeg")[1:]
+        out = run_ffmpeg(args, timeout=timeout)
+    return _check_audio(np.frombuffer(out, dtype="<f4"), max_seconds)
+
+
+def _parse_ppm(buf: bytes) -> np.ndarray:
+    """The first binary PPM (P6) image in `buf` as (h, w, 3) uint8."""
+    fields, pos = [], 0
+    while len(fields) < 4:
+        while pos < len(buf) and buf[pos:pos + 1].isspace():
+            pos += 1
+        if buf[pos:pos + 1] == b"#":
+            pos = buf.index(b"\n", pos) + 1
+            continue
+        end = pos
+        while end < len(buf) and not buf[end:end + 1].isspace():
+            end += 1
+        fields.append(buf[pos:end])
+        pos = end
+    if fields[0] != b"P6":
+        raise MediaError("ffmpeg returned an unexpected image format")
+    w, h, maxval = int(fields[1]), int(fields[2]), int(fields[3])
+    if maxval != 255:
+        raise MediaError("only 8-bit frames are supported")
+    pixels = buf[pos + 1: pos + 1 + w * h * 3]
+    if len(pixels) != w * h * 3:
+        raise MediaError("truncated frame from ffmpeg")
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3).copy()
+
+
+def load_frame(src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_TIMEOUT) -> np.ndarray:
+    """One RGB frame (h, w, 3) uint8 of a video (`at` seconds in, or its first frame when the video
+    is shorter) or of an image file."""
+    if isinstance(src, np.ndarray):
+        img = np.asarray(src)
+        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8 or 0 in img.shape:
+            raise MediaError(f"images must be non-empty (h, w, 3) uint8 arrays, got {img.dtype} {img.shape}")
+        return img
+    import ffmpeg
+
+    def grab(path: str, seek: float) -> np.ndarray | None:
+        inp = ffmpeg.input(path, ss=seek) if seek > 0 else ffmpeg.input(path)
+        # Longest side capped at MAX_SIDE while decoding: a hostile header cannot make us hold a
+        # 20000x20000 frame (the vision encoder works on 448-px tiles anyway).
+        v = inp.video.filter("scale", f"min({MAX_SIDE},iw)", f"min({MAX_SIDE},ih)", force_original_aspect_ratio="decrease")
+        args = ffmpeg.output(v, "pipe:1", vframes=1, format="image2pipe", vcodec="ppm", pix_fmt="rgb24") \
+            .global_args("-nostdin", "-hide_banner", "-loglevel", "error").compile(cmd="ffmpeg")[1:]
+        out = run_ffmpeg(args, timeout=timeout)
+        return _parse_ppm(out) if out else None
+
+    with _as_path(src) as path:
+        frame = grab(path, at) if at > 0 else None
+        if frame is None:
+            frame = grab(path, 0.0)
+    if frame is None:
+        raise MediaError("the input has no video frame")
+    return frame
