@@ -21,5 +21,6 @@ void register_token2mel(py::module_ & m);
 void register_token2wav(py::module_ & m);
 void register_llm(py::module_ & m);
 void register_tts(py::module_ & m);
+void register_apm(py::module_ & m);
 
 }  // namespace omni::bindings

@@ -18,4 +18,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_token2wav(m);
     omni::bindings::register_llm(m);
     omni::bindings::register_tts(m);
+    omni::bindings::register_apm(m);
 }

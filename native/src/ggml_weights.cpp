@@ -47,10 +47,10 @@ ggml_tensor * WeightStore::add_derived(const GgufFile & file, const std::string 
                                       const std::string & stored_name, std::vector<int64_t> ne,
                                       std::function<void(std::vector<float> &)> transform) {
     const GgufTensorInfo & info = file.tensor(name);
-    if (info.type != GGML_TYPE_F32 || info.ne != file_ne) {
+    if ((info.type != GGML_TYPE_F32 && info.type != GGML_TYPE_F16) || info.ne != file_ne) {
         std::string want;
         for (auto v : file_ne) want += (want.empty() ? "" : ", ") + std::to_string(v);
-        throw ModelFileError(file.path(), "tensor '" + name + "' must be f32 of shape [" + want + "]");
+        throw ModelFileError(file.path(), "tensor '" + name + "' must be f32 or f16 of shape [" + want + "]");
     }
     ggml_tensor * t = ggml_new_tensor(ctx_, GGML_TYPE_F32, static_cast<int>(ne.size()), ne.data());
     ggml_set_name(t, stored_name.c_str());

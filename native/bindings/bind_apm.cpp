@@ -1,0 +1,48 @@
+#include "bindings.h"
+
+#include "omni/apm.h"
+#include "omni/errors.h"
+
+#include <cstring>
+
+namespace omni::bindings {
+
+void register_apm(py::module_ & m) {
+    using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    py::class_<ApmDims>(m, "ApmDims")
+        .def_readonly("d_model", &ApmDims::d_model)
+        .def_readonly("layers", &ApmDims::layers)
+        .def_readonly("positions", &ApmDims::positions)
+        .def_readonly("llm_embd", &ApmDims::llm_embd)
+        .def_readonly("n_mel", &ApmDims::n_mel);
+    py::class_<Apm>(m, "Apm")
+        .def(py::init<const std::string &, const std::string &, int, bool>(), py::arg("path"), py::arg("device") = "cpu",
+             py::arg("threads") = 1, py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("dims", &Apm::dims)
+        .def("log_mel", [](const Apm & a, f32array audio) {
+            if (audio.ndim() != 1) throw InvalidArgument("audio must be 1-D 16 kHz samples");
+            std::vector<float> mel;
+            int frames = 0;
+            {
+                py::gil_scoped_release release;
+                mel = a.log_mel(audio.data(), static_cast<int>(audio.shape(0)), &frames);
+            }
+            py::array_t<float> r({static_cast<py::ssize_t>(a.dims().n_mel), static_cast<py::ssize_t>(frames)});
+            std::memcpy(r.mutable_data(), mel.data(), mel.size() * sizeof(float));
+            return r;
+        }, py::arg("audio"))
+        .def("encode_mel", [](Apm & a, f32array mel) {
+            if (mel.ndim() != 2 || mel.shape(0) != a.dims().n_mel) throw InvalidArgument("mel must be (n_mel, frames)");
+            std::vector<float> out;
+            int n = 0;
+            {
+                py::gil_scoped_release release;
+                out = a.encode_mel(mel.data(), static_cast<int>(mel.shape(1)), &n);
+            }
+            py::array_t<float> r({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(a.dims().llm_embd)});
+            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
+            return r;
+        }, py::arg("mel"), "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).");
+}
+
+}  // namespace omni::bindings

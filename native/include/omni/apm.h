@@ -1,0 +1,38 @@
+// The audio encoder (APM, engine-spec §2.2): Whisper log-mel front end with the filter bank
+// stored in the file, conv1 + conv2 (stride 2) with GELU, learned positions, pre-LN Whisper
+// layers, final LayerNorm, projector (ReLU) and average pooling by 5 -> 10 LLM embeddings per
+// second, as a ggml graph on the session's device.
+#pragma once
+
+#include "omni/backend.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace omni {
+
+struct ApmDims {
+    int d_model = 0, heads = 0, layers = 0, ff = 0, n_mel = 80, n_fft_bins = 201, positions = 1500, llm_embd = 0, pool = 5;
+};
+
+class Apm {
+public:
+    static constexpr int kSampleRate = 16000, kHop = 160, kNfft = 400;
+
+    // exact: widen F16 weights to F32 (exact arithmetic); else they stay F16.
+    Apm(const std::string & audio_gguf, const std::string & device, int threads, bool exact = false);
+    ~Apm();
+    const ApmDims & dims() const;
+
+    // Whisper log-mel of 16 kHz audio: (n_mel, frames) with frames = samples / 160.
+    std::vector<float> log_mel(const float * samples, int n, int * frames_out) const;
+    // Encodes up to positions*2 mel frames (30 s): (tokens, llm_embd), tokens = frames / 2 / 5.
+    std::vector<float> encode_mel(const float * mel, int frames, int * tokens_out);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace omni

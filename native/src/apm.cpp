@@ -1,0 +1,187 @@
+#include "omni/apm.h"
+
+#include "ggml_weights.h"
+#include "graph_util.h"
+#include "omni/errors.h"
+#include "omni/gguf_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace omni {
+
+struct Apm::Impl : GraphModule {
+    ApmDims d;
+    std::vector<float> filters;  // (n_mel, n_fft_bins)
+    Impl() : GraphModule(1024) {}
+};
+
+Apm::Apm(const std::string & path, const std::string & device, int threads, bool exact) : impl_(std::make_unique<Impl>()) {
+    Impl & m = *impl_;
+    m.w.keep_f16 = !exact;
+    GgufFile g(path);
+    if (g.get_string("general.architecture") != "whisper") throw ModelFileError(path, "not an audio encoder file (architecture is not 'whisper')");
+    ApmDims & d = m.d;
+    d.d_model = static_cast<int>(g.get_int("d_model"));
+    d.heads = static_cast<int>(g.get_int("encoder_attention_heads"));
+    d.layers = static_cast<int>(g.get_int("encoder_layers"));
+    d.n_mel = g.has_key("n_mel") ? static_cast<int>(g.get_int("n_mel")) : 80;
+    d.n_fft_bins = g.has_key("n_fft") ? static_cast<int>(g.get_int("n_fft")) : 201;
+    d.pool = g.has_key("audio_pool_step") ? static_cast<int>(g.get_int("audio_pool_step")) : 5;
+    const GgufValue & f = g.value("filters");
+    if (f.type != GgufValue::Type::ARRAY || f.floats.size() != static_cast<size_t>(d.n_mel) * d.n_fft_bins ||
+        d.n_fft_bins != kNfft / 2 + 1) {
+        throw ModelFileError(path, "'filters' must hold n_mel x 201 floats (a mel filter bank for n_fft 400)");
+    }
+    m.filters.assign(f.floats.begin(), f.floats.end());
+    const GgufTensorInfo & pos = g.tensor("encoder.positional_embedding");
+    d.positions = static_cast<int>(pos.ne[1]);
+    d.ff = static_cast<int>(g.tensor("encoder.blocks.0.mlp.0.weight").ne[1]);
+    d.llm_embd = static_cast<int>(g.tensor("audio_projector.linear1.weight").ne[1]);
+    if (d.heads <= 0 || d.d_model % d.heads) throw ModelFileError(path, "d_model is not divisible by the head count");
+    const int D = d.d_model;
+    m.w.add_conv_taps(g, "encoder.conv1.weight", d.n_mel, D, 3);
+    m.w.add_conv_taps(g, "encoder.conv2.weight", D, D, 3);
+    m.w.add(g, "encoder.conv1.bias", {D});
+    m.w.add(g, "encoder.conv2.bias", {D});
+    m.w.add(g, "encoder.positional_embedding", {D, d.positions});
+    auto lin = [&](const std::string & p, int n_in, int n_out, bool bias = true) {
+        m.w.add(g, p + ".weight", {n_in, n_out});
+        if (bias) m.w.add(g, p + ".bias", {n_out});
+    };
+    auto norm = [&](const std::string & p) {
+        m.w.add(g, p + ".weight", {D});
+        m.w.add(g, p + ".bias", {D});
+    };
+    for (int i = 0; i < d.layers; ++i) {
+        const std::string b = "encoder.blocks." + std::to_string(i);
+        norm(b + ".attn_ln");
+        lin(b + ".attn.query", D, D);
+        lin(b + ".attn.key", D, D, false);
+        lin(b + ".attn.value", D, D);
+        lin(b + ".attn.out", D, D);
+        norm(b + ".mlp_ln");
+        lin(b + ".mlp.0", D, d.ff);
+        lin(b + ".mlp.2", d.ff, D);
+    }
+    norm("encoder.ln_post");
+    lin("audio_projector.linear1", D, d.llm_embd);
+    lin("audio_projector.linear2", d.llm_embd, d.llm_embd);
+    m.finish_loading(std::make_shared<Backend>(device, threads));
+}
+
+Apm::~Apm() = default;
+const ApmDims & Apm::dims() const { return impl_->d; }
+
+std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out) const {
+    const ApmDims & d = impl_->d;
+    if (n < kNfft / 2 + 1) throw InvalidArgument("audio is too short (need at least 201 samples)");
+    const int frames = n / kHop;  // center=True gives n/hop + 1; Whisper drops the last one
+    const int bins = kNfft / 2 + 1;
+    std::vector<float> window(kNfft);
+    for (int i = 0; i < kNfft; ++i) window[i] = 0.5f - 0.5f * std::cos(2.0f * static_cast<float>(M_PI) * i / kNfft);
+    auto at = [&](int i) {  // reflect padding of n_fft/2
+        if (i < 0) i = -i;
+        if (i >= n) i = 2 * (n - 1) - i;
+        return x[i];
+    };
+    std::vector<double> cs(static_cast<size_t>(bins) * kNfft), sn(cs.size());
+    for (int k = 0; k < bins; ++k)
+        for (int t = 0; t < kNfft; ++t) {
+            const double a = 2.0 * M_PI * k * t / kNfft;
+            cs[static_cast<size_t>(k) * kNfft + t] = std::cos(a);
+            sn[static_cast<size_t>(k) * kNfft + t] = std::sin(a);
+        }
+    std::vector<float> mel(static_cast<size_t>(d.n_mel) * frames);
+    std::vector<double> buf(kNfft), power(bins);
+    for (int f = 0; f < frames; ++f) {
+        for (int t = 0; t < kNfft; ++t) buf[t] = static_cast<double>(window[t]) * at(f * kHop + t - kNfft / 2);
+        for (int k = 0; k < bins; ++k) {
+            double re = 0, im = 0;
+            const double * c = cs.data() + static_cast<size_t>(k) * kNfft;
+            const double * s = sn.data() + static_cast<size_t>(k) * kNfft;
+            for (int t = 0; t < kNfft; ++t) {
+                re += buf[t] * c[t];
+                im -= buf[t] * s[t];
+            }
+            power[k] = re * re + im * im;
+        }
+        for (int b = 0; b < d.n_mel; ++b) {
+            double acc = 0;
+            const float * fb = impl_->filters.data() + static_cast<size_t>(b) * bins;
+            for (int k = 0; k < bins; ++k) acc += fb[k] * power[k];
+            mel[static_cast<size_t>(b) * frames + f] = static_cast<float>(std::log10(std::max(acc, 1e-10)));
+        }
+    }
+    const float mx = *std::max_element(mel.begin(), mel.end());
+    for (float & v : mel) v = (std::max(v, mx - 8.0f) + 4.0f) / 4.0f;
+    if (frames_out) *frames_out = frames;
+    return mel;
+}
+
+std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_out) {
+    Impl & m = *impl_;
+    const ApmDims & d = m.d;
+    const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
+    if (frames < 2 * d.pool || T > d.positions) {
+        throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool) + " to " +
+                              std::to_string(2 * d.positions) + " mel frames (0.1 to 30 s), got " + std::to_string(frames));
+    }
+    const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
+    std::lock_guard<std::mutex> lock(m.mutex);
+    ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
+    ggml_context * ctx = holder.get();
+    ggml_tensor * in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.n_mel, frames);  // frames as rows
+    ggml_set_input(in);
+    // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
+    ggml_tensor * x = ggml_gelu_erf(ctx, gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
+                                                         m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0), m.w.taps("encoder.conv2.weight", 3),
+                                      m.W("encoder.conv2.bias"));
+    x = ggml_gelu_erf(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
+    ggml_tensor * pos = m.W("encoder.positional_embedding");
+    x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], 0));
+    for (int i = 0; i < d.layers; ++i) {
+        const std::string b = "encoder.blocks." + std::to_string(i);
+        ggml_tensor * h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".attn_ln.weight"), m.W(b + ".attn_ln.bias"));
+        auto heads = [&](ggml_tensor * t) {  // [D, T] -> [hd, T, H]
+            return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, hd, H, T), 0, 2, 1, 3));
+        };
+        ggml_tensor * q = heads(m.linear(ctx, h, b + ".attn.query"));
+        ggml_tensor * k = heads(m.linear(ctx, h, b + ".attn.key", false));
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, m.linear(ctx, h, b + ".attn.value"), hd, H, T),
+                                                       1, 2, 0, 3));  // [T, hd, H]
+        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
+        ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
+        x = ggml_add(ctx, x, m.linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
+        h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".mlp_ln.weight"), m.W(b + ".mlp_ln.bias"));
+        x = ggml_add(ctx, x, m.linear(ctx, ggml_gelu_erf(ctx, m.linear(ctx, h, b + ".mlp.0")), b + ".mlp.2"));
+    }
+    x = gu::layer_norm(ctx, x, 1e-5f, m.W("encoder.ln_post.weight"), m.W("encoder.ln_post.bias"));
+    x = m.linear(ctx, ggml_relu(ctx, m.linear(ctx, x, "audio_projector.linear1")), "audio_projector.linear2");
+    // Average pooling by `pool` frames as a sum of strided views (CANN has no POOL_1D).
+    const int E = d.llm_embd;
+    ggml_tensor * pooled = nullptr;
+    for (int j = 0; j < d.pool; ++j) {
+        ggml_tensor * v = ggml_view_2d(ctx, x, E, n_tok, d.pool * x->nb[1], j * x->nb[1]);
+        pooled = pooled ? ggml_add(ctx, pooled, v) : ggml_cont(ctx, v);
+    }
+    pooled = ggml_scale(ctx, pooled, 1.0f / d.pool);
+    ggml_set_output(pooled);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
+    ggml_build_forward_expand(gf, pooled);
+    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the audio encoder graph");
+    std::vector<float> rows(static_cast<size_t>(d.n_mel) * frames);  // (n_mel, frames) -> frames as rows
+    for (int b = 0; b < d.n_mel; ++b)
+        for (int t = 0; t < frames; ++t) rows[static_cast<size_t>(t) * d.n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
+    ggml_backend_tensor_set(in, rows.data(), 0, ggml_nbytes(in));
+    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("audio encoder graph failed");
+    std::vector<float> out(static_cast<size_t>(E) * n_tok);
+    ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));
+    if (tokens_out) *tokens_out = n_tok;
+    return out;
+}
+
+}  // namespace omni

@@ -1,0 +1,69 @@
+"""Reference audio encoder: transformers 4.52 Whisper encoder layers built from our audio GGUF,
+run module by module (WhisperEncoder.forward insists on 3000 mel frames), + the projector and
+average pooling in torch; and the log-mel front end with torch.stft."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from llama_omni_py._native import core
+
+
+class ReferenceApm:
+    def __init__(self, audio_gguf: str):
+        from transformers import WhisperConfig
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        g = core.GgufFile(audio_gguf)
+        d, layers, heads = g.value("d_model"), g.value("encoder_layers"), g.value("encoder_attention_heads")
+        cfg = WhisperConfig(d_model=d, encoder_layers=layers, encoder_attention_heads=heads,
+                            encoder_ffn_dim=g.value("encoder_ffn_dim"), num_mel_bins=g.value("n_mel"),
+                            max_source_positions=g.find_tensor("encoder.positional_embedding").ne[1],
+                            activation_function="gelu")
+        cfg._attn_implementation = "eager"
+        self.enc = WhisperEncoder(cfg).eval()
+        f = lambda n: torch.from_numpy(np.array(g.read_f32(n)))  # noqa: E731
+        state = {"conv1.weight": f("encoder.conv1.weight"), "conv1.bias": f("encoder.conv1.bias").reshape(-1),
+                 "conv2.weight": f("encoder.conv2.weight"), "conv2.bias": f("encoder.conv2.bias").reshape(-1),
+                 "embed_positions.weight": f("encoder.positional_embedding"),
+                 "layer_norm.weight": f("encoder.ln_post.weight"), "layer_norm.bias": f("encoder.ln_post.bias")}
+        names = {"self_attn.q_proj": "attn.query", "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value",
+                 "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_ln", "fc1": "mlp.0", "fc2": "mlp.2",
+                 "final_layer_norm": "mlp_ln"}
+        for i in range(layers):
+            for hf, ours in names.items():
+                for kind in ("weight", "bias"):
+                    name = f"encoder.blocks.{i}.{ours}.{kind}"
+                    if g.find_tensor(name) is not None:
+                        state[f"layers.{i}.{hf}.{kind}"] = f(name)
+        missing, unexpected = self.enc.load_state_dict(state, strict=False)
+        assert not unexpected and all(k.endswith("k_proj.bias") for k in missing), (missing, unexpected)
+        self.p = [f(f"audio_projector.linear{j}.{k}") for j in (1, 2) for k in ("weight", "bias")]
+        self.pool = g.value("audio_pool_step")
+        self.filters = torch.tensor(np.asarray(g.value("filters"), np.float32).reshape(g.value("n_mel"), -1))
+
+    @torch.inference_mode()
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        e = self.enc
+        x = torch.nn.functional.gelu(e.conv1(torch.from_numpy(mel)[None]))
+        x = torch.nn.functional.gelu(e.conv2(x)).permute(0, 2, 1)
+        x = x + e.embed_positions.weight[: x.shape[1]]
+        for layer in e.layers:
+            x = layer(x, None, layer_head_mask=None)[0]
+        x = e.layer_norm(x)
+        w1, b1, w2, b2 = self.p
+        x = torch.relu(x @ w1.T + b1) @ w2.T + b2
+        x = torch.nn.functional.avg_pool1d(x.transpose(1, 2), self.pool, self.pool).transpose(1, 2)
+        return x[0].numpy()
+
+    @torch.inference_mode()
+    def log_mel(self, audio: np.ndarray) -> np.ndarray:
+        """WhisperFeatureExtractor's recipe (without padding to 30 s), in float64."""
+        stft = torch.stft(torch.from_numpy(audio.astype(np.float64)), 400, 160, window=torch.hann_window(400, dtype=torch.float64),
+                          return_complex=True)
+        power = stft[..., :-1].abs() ** 2
+        mel = self.filters.double() @ power
+        log = torch.clamp(mel, min=1e-10).log10()
+        log = torch.maximum(log, log.max() - 8.0)
+        return ((log + 4.0) / 4.0).float().numpy()

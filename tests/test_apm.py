@@ -1,0 +1,61 @@
+"""The audio encoder (our ggml graph) vs transformers' Whisper layers + torch projector/pooling,
+the log-mel front end vs torch.stft, and long audio in clamp and window modes."""
+
+import numpy as np
+import pytest
+import torch  # reference dependency, installed by scripts/install-reference.sh
+
+import llama_omni_py as omni
+from llama_omni_py import modelspec as ms
+from llama_omni_py._native import core
+from llama_omni_py.audio_encoder import AudioEncoder
+from reference import apm as ref
+
+
+def _audio(seconds, seed=0):
+    t = np.arange(int(seconds * 16000)) / 16000
+    noise = np.random.default_rng(seed).standard_normal(t.size)
+    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * noise).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def apm_path(tiny_dir):
+    return str(tiny_dir / ms.APM_FILE)
+
+
+def test_log_mel_matches_torch_stft(apm_path):
+    r, a = ref.ReferenceApm(apm_path), core.Apm(apm_path, "cpu", 1)
+    x = _audio(2.0)
+    mo, mr = a.log_mel(x), r.log_mel(x)
+    assert mo.shape == mr.shape == (80, 200)
+    assert np.abs(mo - mr).max() <= 1e-4
+
+
+@pytest.mark.parametrize("seconds", [1.0, 2.5, 7.0])
+def test_encoder_matches_reference(apm_path, seconds):
+    r, a = ref.ReferenceApm(apm_path), core.Apm(apm_path, "cpu", 2, True)
+    mel = r.log_mel(_audio(seconds, seed=int(seconds)))
+    got, want = a.encode_mel(mel), r.encode(mel)
+    assert got.shape == want.shape == (int(seconds * 10), a.dims.llm_embd)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
+def test_long_audio_clamp_and_window(tiny_dir):
+    x = _audio(60.0)
+    assert AudioEncoder(tiny_dir, mode="clamp").encode(x).shape[0] == 299
+    w = AudioEncoder(tiny_dir, mode="window").encode(x)
+    assert w.shape[0] == 600 and np.isfinite(w).all()
+
+
+def test_bad_input(apm_path, tiny_dir):
+    a = core.Apm(apm_path, "cpu", 1)
+    with pytest.raises(omni.InvalidArgumentError):
+        a.encode_mel(np.zeros((80, 3001 * 2), np.float32))  # over 30 s of positions
+    with pytest.raises(omni.InvalidArgumentError):
+        a.log_mel(np.zeros(10, np.float32))
+    with pytest.raises(omni.ConfigError, match="mode"):
+        AudioEncoder(tiny_dir, mode="stream")
+    with pytest.raises(omni.ModelFileError, match="not an audio encoder"):
+        core.Apm(str(tiny_dir / ms.VPM_FILE), "cpu", 1)
+    with pytest.raises(omni.MediaError, match="NaN"):
+        AudioEncoder(tiny_dir).encode(np.full(16000, np.nan, np.float32))
