@@ -22,5 +22,6 @@ void register_token2wav(py::module_ & m);
 void register_llm(py::module_ & m);
 void register_tts(py::module_ & m);
 void register_apm(py::module_ & m);
+void register_vpm(py::module_ & m);
 
 }  // namespace omni::bindings

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_llm(m);
     omni::bindings::register_tts(m);
     omni::bindings::register_apm(m);
+    omni::bindings::register_vpm(m);
 }

@@ -79,14 +79,6 @@ struct DitEstimator::Impl : GraphModule {
         return ggml_add(ctx, ggml_add(ctx, x, ggml_mul(ctx, x, scale)), shift);
     }
 
-    // GELU, tanh form: 0.5 x (1 + tanh(z)) = x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3).
-    // Sigmoid rather than tanh: the CPU's tanhf (via expm1f) cost ~10 % of Token2Mel.
-    static ggml_tensor * gelu_tanh(ggml_context * ctx, ggml_tensor * x) {
-        ggml_tensor * x3 = ggml_mul(ctx, ggml_mul(ctx, x, x), x);
-        ggml_tensor * z2 = ggml_scale(ctx, ggml_add(ctx, x, ggml_scale(ctx, x3, 0.044715f)), 2.0f * 0.7978845608028654f);
-        return ggml_mul(ctx, x, ggml_sigmoid(ctx, z2));
-    }
-
     // Mish: x * tanh(softplus(x)) = x * n / (n + 2) with n = e^x (e^x + 2); x is clamped at 20
     // for the exponential, where the ratio is already 1 in float.
     static ggml_tensor * mish(ggml_context * ctx, ggml_tensor * x, ggml_tensor * two) {
@@ -376,7 +368,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         c = m.causal_conv(ctx, Impl::mish(ctx, c, two), cnn2, b + ".conv.block.6", &nc2);
         x_h = ggml_add(ctx, x_h, ggml_mul(ctx, c, chunk(mod, 8)));
         ggml_tensor * f = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 3), chunk(mod, 4));
-        f = m.linear(ctx, Impl::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
+        f = m.linear(ctx, gu::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
         x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, chunk(mod, 5)));
         if (dev) {  // this block's conv caches: conv1's then conv2's last 2 input frames
             ggml_tensor * dc = dev->cnn[nxt];

@@ -27,6 +27,12 @@ ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, const std::vector<
     return b ? ggml_add(ctx, y, b) : y;
 }
 
+ggml_tensor * gelu_tanh(ggml_context * ctx, ggml_tensor * x) {
+    ggml_tensor * x3 = ggml_mul(ctx, ggml_mul(ctx, x, x), x);
+    ggml_tensor * z2 = ggml_scale(ctx, ggml_add(ctx, x, ggml_scale(ctx, x3, 0.044715f)), 2.0f * 0.7978845608028654f);
+    return ggml_mul(ctx, x, ggml_sigmoid(ctx, z2));
+}
+
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, float eps, ggml_tensor * w, ggml_tensor * b) {
     ggml_tensor * y = ggml_norm(ctx, x, eps);
     if (w) y = ggml_mul(ctx, y, w);

@@ -21,6 +21,10 @@ ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, const std::vector<
 // Rows [first, first+n) of dimension 1, as a contiguous tensor.
 ggml_tensor * frames(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t n);
 
+// GELU, tanh form, exactly: x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3). (ggml's CPU GELU
+// goes through an fp16 table; this keeps parity with PyTorch and uses CANN-supported ops.)
+ggml_tensor * gelu_tanh(ggml_context * ctx, ggml_tensor * x);
+
 // LayerNorm over dimension 0 with affine weight/bias (either may be null).
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, float eps, ggml_tensor * w, ggml_tensor * b);
 

@@ -1,0 +1,39 @@
+#include "bindings.h"
+
+#include "omni/errors.h"
+#include "omni/vpm.h"
+
+#include <cstring>
+
+namespace omni::bindings {
+
+void register_vpm(py::module_ & m) {
+    using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    py::class_<VpmDims>(m, "VpmDims")
+        .def_readonly("hidden", &VpmDims::hidden)
+        .def_readonly("layers", &VpmDims::layers)
+        .def_readonly("patch", &VpmDims::patch)
+        .def_readonly("grid", &VpmDims::grid)
+        .def_readonly("llm_embd", &VpmDims::llm_embd)
+        .def_readonly("queries", &VpmDims::queries)
+        .def_property_readonly("mean", [](const VpmDims & d) { return std::vector<float>(d.mean, d.mean + 3); })
+        .def_property_readonly("std", [](const VpmDims & d) { return std::vector<float>(d.std, d.std + 3); });
+    py::class_<Vpm>(m, "Vpm")
+        .def(py::init<const std::string &, const std::string &, int, bool>(), py::arg("path"), py::arg("device") = "cpu",
+             py::arg("threads") = 1, py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("dims", &Vpm::dims)
+        .def("encode", [](Vpm & v, f32array pixels) {
+            if (pixels.ndim() != 3 || pixels.shape(0) != 3) throw InvalidArgument("pixels must be (3, height, width)");
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = v.encode(pixels.data(), static_cast<int>(pixels.shape(1)), static_cast<int>(pixels.shape(2)));
+            }
+            py::array_t<float> r({static_cast<py::ssize_t>(v.dims().queries), static_cast<py::ssize_t>(v.dims().llm_embd)});
+            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
+            return r;
+        }, py::arg("pixels"), "Normalised (3, h, w) image, sides multiples of the patch -> (64, llm_embd).");
+    m.def("bucketed_position_ids", &bucketed_position_ids, py::arg("rows"), py::arg("cols"), py::arg("grid") = 70);
+}
+
+}  // namespace omni::bindings

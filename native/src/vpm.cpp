@@ -1,0 +1,168 @@
+#include "omni/vpm.h"
+
+#include "ggml_weights.h"
+#include "graph_util.h"
+#include "omni/errors.h"
+#include "omni/gguf_file.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace omni {
+
+std::vector<int32_t> bucketed_position_ids(int rows, int cols, int grid) {
+    // NaViT buckets fractional coordinates i/n onto the grid: bucketize(i/n, k/grid, right=True),
+    // which in exact arithmetic is floor(grid * i / n). Integer maths, as llama.cpp-omni does it;
+    // PyTorch's float32 arange rounds exact ties (e.g. 15/50 = 21/70) to either side, CPU-dependently.
+    std::vector<int32_t> ids(static_cast<size_t>(rows) * cols);
+    for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < cols; ++j)
+            ids[static_cast<size_t>(i) * cols + j] = (grid * i / rows) * grid + grid * j / cols;
+    return ids;
+}
+
+struct Vpm::Impl : GraphModule {
+    VpmDims d;
+    Impl() : GraphModule(1024) {}
+};
+
+Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool exact) : impl_(std::make_unique<Impl>()) {
+    Impl & m = *impl_;
+    m.w.keep_f16 = !exact;
+    GgufFile g(path);
+    if (g.get_string("general.architecture") != "clip") throw ModelFileError(path, "not a vision encoder file (architecture is not 'clip')");
+    VpmDims & d = m.d;
+    d.hidden = static_cast<int>(g.get_int("clip.vision.embedding_length"));
+    d.layers = static_cast<int>(g.get_int("clip.vision.block_count"));
+    d.heads = static_cast<int>(g.get_int("clip.vision.attention.head_count"));
+    d.ff = static_cast<int>(g.get_int("clip.vision.feed_forward_length"));
+    d.patch = static_cast<int>(g.get_int("clip.vision.patch_size"));
+    d.eps = g.has_key("clip.vision.attention.layer_norm_epsilon") ? static_cast<float>(g.get_float("clip.vision.attention.layer_norm_epsilon")) : 1e-6f;
+    const GgufValue & mean = g.value("clip.vision.image_mean");
+    const GgufValue & stdv = g.value("clip.vision.image_std");
+    if (mean.floats.size() != 3 || stdv.floats.size() != 3) throw ModelFileError(path, "image_mean/image_std must hold 3 floats");
+    for (int c = 0; c < 3; ++c) {
+        d.mean[c] = static_cast<float>(mean.floats[c]);
+        d.std[c] = static_cast<float>(stdv.floats[c]);
+    }
+    const GgufTensorInfo & pe = g.tensor("v.position_embd.weight");
+    d.grid = static_cast<int>(std::lround(std::sqrt(static_cast<double>(pe.ne[1]))));
+    if (d.grid * d.grid != pe.ne[1]) throw ModelFileError(path, "v.position_embd.weight is not a square grid of positions");
+    const GgufTensorInfo & q = g.tensor("resampler.query");
+    d.llm_embd = static_cast<int>(q.ne[0]);
+    d.queries = static_cast<int>(q.ne[1]);
+    d.res_heads = std::max(1, d.llm_embd / 128);
+    if (d.hidden % d.heads || d.llm_embd % d.res_heads) throw ModelFileError(path, "inconsistent vision dimensions");
+    const int h = d.hidden, E = d.llm_embd, P = d.patch;
+    m.w.add(g, "v.patch_embd.weight", {P * P * 3, h});
+    m.w.add(g, "v.patch_embd.bias", {h});
+    m.w.add(g, "v.position_embd.weight", {h, d.grid * d.grid});
+    auto lin = [&](const std::string & p, int n_in, int n_out, bool bias = true) {
+        m.w.add(g, p + ".weight", {n_in, n_out});
+        if (bias) m.w.add(g, p + ".bias", {n_out});
+    };
+    auto norm = [&](const std::string & p, int n) {
+        m.w.add(g, p + ".weight", {n});
+        m.w.add(g, p + ".bias", {n});
+    };
+    for (int i = 0; i < d.layers; ++i) {
+        const std::string b = "v.blk." + std::to_string(i);
+        for (const char * n : {".attn_q", ".attn_k", ".attn_v", ".attn_out"}) lin(b + n, h, h);
+        norm(b + ".ln1", h);
+        norm(b + ".ln2", h);
+        lin(b + ".ffn_down", h, d.ff);  // the converter's name for fc1
+        lin(b + ".ffn_up", d.ff, h);    // ... and for fc2
+    }
+    norm("v.post_ln", h);
+    m.w.add(g, "resampler.query", {E, d.queries});
+    lin("resampler.kv", h, E, false);
+    for (const char * n : {"q", "k", "v", "out"}) lin(std::string("resampler.attn.") + n, E, E);
+    for (const char * n : {"ln_q", "ln_kv", "ln_post"}) norm(std::string("resampler.") + n, E);
+    m.w.add(g, "resampler.proj.weight", {E, E});
+    m.w.add(g, "resampler.pos_embed_k", {E, d.grid * d.grid});
+    m.finish_loading(std::make_shared<Backend>(device, threads));
+}
+
+Vpm::~Vpm() = default;
+const VpmDims & Vpm::dims() const { return impl_->d; }
+
+std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
+    Impl & m = *impl_;
+    const VpmDims & d = m.d;
+    const int P = d.patch;
+    if (H < P || Wd < P || H % P || Wd % P) throw InvalidArgument("image sides must be positive multiples of the patch size");
+    const int rows = H / P, cols = Wd / P, N = rows * cols;
+    if (rows > d.grid || cols > d.grid) {
+        throw InvalidArgument("the image has more patches per side than the position table (" + std::to_string(d.grid) + ")");
+    }
+    const int h = d.hidden, E = d.llm_embd, hd = h / d.heads;
+    std::lock_guard<std::mutex> lock(m.mutex);
+    ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
+    ggml_context * ctx = holder.get();
+    ggml_tensor * patches = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, P * P * 3, N);
+    ggml_tensor * pos_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);
+    ggml_tensor * grid_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);
+    for (ggml_tensor * t : {patches, pos_ids, grid_ids}) ggml_set_input(t);
+
+    auto attention = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int heads) {  // q [C, Tq], k/v [C, Tk]
+        const int C = static_cast<int>(q->ne[0]), dh = C / heads, Tq = static_cast<int>(q->ne[1]), Tk = static_cast<int>(k->ne[1]);
+        auto split = [&](ggml_tensor * t, int T) { return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3)); };
+        ggml_tensor * Q = split(q, Tq);
+        ggml_tensor * K = split(k, Tk);
+        ggml_tensor * VT = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, dh, heads, Tk), 1, 2, 0, 3));
+        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), nullptr, 1.0f / std::sqrt(float(dh)), 0.0f);
+        ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, VT, att), 0, 2, 1, 3));
+        return ggml_reshape_2d(ctx, o, C, Tq);
+    };
+    ggml_tensor * x = m.linear(ctx, patches, "v.patch_embd");  // [h, N]
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, m.W("v.position_embd.weight"), pos_ids));
+    for (int i = 0; i < d.layers; ++i) {
+        const std::string b = "v.blk." + std::to_string(i);
+        ggml_tensor * a = gu::layer_norm(ctx, x, d.eps, m.W(b + ".ln1.weight"), m.W(b + ".ln1.bias"));
+        a = attention(m.linear(ctx, a, b + ".attn_q"), m.linear(ctx, a, b + ".attn_k"), m.linear(ctx, a, b + ".attn_v"), d.heads);
+        x = ggml_add(ctx, x, m.linear(ctx, a, b + ".attn_out"));
+        ggml_tensor * f = gu::layer_norm(ctx, x, d.eps, m.W(b + ".ln2.weight"), m.W(b + ".ln2.bias"));
+        f = m.linear(ctx, gu::gelu_tanh(ctx, m.linear(ctx, f, b + ".ffn_down")), b + ".ffn_up");
+        x = ggml_add(ctx, x, f);
+    }
+    x = gu::layer_norm(ctx, x, d.eps, m.W("v.post_ln.weight"), m.W("v.post_ln.bias"));
+    // Resampler: learned queries attend over the patches (keys carry 2-D sin-cos positions).
+    ggml_tensor * kv = gu::layer_norm(ctx, ggml_mul_mat(ctx, m.W("resampler.kv.weight"), x), 1e-6f,
+                                      m.W("resampler.ln_kv.weight"), m.W("resampler.ln_kv.bias"));
+    ggml_tensor * keys = ggml_add(ctx, kv, ggml_get_rows(ctx, m.W("resampler.pos_embed_k"), grid_ids));
+    ggml_tensor * q = gu::layer_norm(ctx, m.W("resampler.query"), 1e-6f, m.W("resampler.ln_q.weight"), m.W("resampler.ln_q.bias"));
+    ggml_tensor * o = attention(m.linear(ctx, q, "resampler.attn.q"), m.linear(ctx, keys, "resampler.attn.k"),
+                                m.linear(ctx, kv, "resampler.attn.v"), d.res_heads);
+    o = gu::layer_norm(ctx, m.linear(ctx, o, "resampler.attn.out"), 1e-6f, m.W("resampler.ln_post.weight"),
+                       m.W("resampler.ln_post.bias"));
+    o = ggml_mul_mat(ctx, m.W("resampler.proj.weight"), o);  // x @ proj (the file stores proj transposed)
+    ggml_set_output(o);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
+    ggml_build_forward_expand(gf, o);
+    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the vision graph");
+
+    // Patches flattened as the conv weight is: channel, then row, then column within the patch.
+    std::vector<float> pt(static_cast<size_t>(P) * P * 3 * N);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {
+            float * dst = pt.data() + (static_cast<size_t>(r) * cols + c) * P * P * 3;
+            for (int ch = 0; ch < 3; ++ch)
+                for (int y = 0; y < P; ++y)
+                    std::memcpy(dst + (static_cast<size_t>(ch) * P + y) * P,
+                                pixels + (static_cast<size_t>(ch) * H + r * P + y) * Wd + c * P, P * sizeof(float));
+        }
+    ggml_backend_tensor_set(patches, pt.data(), 0, ggml_nbytes(patches));
+    const auto ids = bucketed_position_ids(rows, cols, d.grid);
+    ggml_backend_tensor_set(pos_ids, ids.data(), 0, ggml_nbytes(pos_ids));
+    std::vector<int32_t> gi(N);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) gi[static_cast<size_t>(r) * cols + c] = r * d.grid + c;
+    ggml_backend_tensor_set(grid_ids, gi.data(), 0, ggml_nbytes(grid_ids));
+    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("vision graph failed");
+    std::vector<float> out(static_cast<size_t>(E) * d.queries);
+    ggml_backend_tensor_get(o, out.data(), 0, ggml_nbytes(o));
+    return out;
+}
+
+}  // namespace omni

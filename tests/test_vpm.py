@@ -1,0 +1,58 @@
+"""The vision encoder (our ggml graph) vs transformers' SigLIP layers + the MiniCPM-V resampler
+in torch, on the tiny random set; the NaViT position buckets; bad pixel input."""
+
+import numpy as np
+import pytest
+import torch  # reference dependency, installed by scripts/install-reference.sh
+
+import llama_omni_py as omni
+from llama_omni_py import modelspec as ms
+from llama_omni_py._native import core
+from reference import vpm as ref
+
+
+@pytest.fixture(scope="module")
+def vpm_path(tiny_dir):
+    return str(tiny_dir / ms.VPM_FILE)
+
+
+@pytest.fixture(scope="module")
+def pair(vpm_path):
+    return ref.ReferenceVpm(vpm_path), core.Vpm(vpm_path, "cpu", 2, True)
+
+
+@pytest.mark.parametrize("height,width", [(448, 448), (28, 42), (98, 336), (14, 14)])
+def test_encoder_matches_reference(pair, height, width):
+    r, v = pair
+    pixels = np.random.default_rng(height * width).standard_normal((3, height, width)).astype(np.float32)
+    got, want = v.encode(pixels), r.encode(pixels)
+    assert got.shape == want.shape == (v.dims.queries, v.dims.llm_embd)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
+def test_f16_weights_stay_close(vpm_path, pair):
+    pixels = np.random.default_rng(1).standard_normal((3, 56, 70)).astype(np.float32)
+    exact = pair[1].encode(pixels)
+    fast = core.Vpm(vpm_path, "cpu", 1, False).encode(pixels)
+    assert np.abs(fast - exact).max() <= 2e-2 * np.abs(exact).max()
+
+
+def test_position_buckets_match_navit_up_to_float_ties():
+    # Our ids are exact; the NaViT code's float32 arange may round an exact tie i/n == k/70 to
+    # the bucket below. Every difference must be such a tie, and off by exactly one bucket.
+    g = 70
+    for rows, cols in [(32, 32), (50, 23), (70, 70), (1, 10), (45, 64)]:
+        ours = np.array(core.bucketed_position_ids(rows, cols, g))
+        assert ours.tolist() == ref.exact_position_ids(rows, cols, g).tolist()
+        navit = ref.navit_position_ids(rows, cols, g).numpy()
+        for idx in np.nonzero(ours != navit)[0]:
+            i, j = divmod(int(idx), cols)
+            dr, dc = divmod(int(ours[idx]), g), divmod(int(navit[idx]), g)
+            ties = ((g * i) % rows == 0, (g * j) % cols == 0)
+            assert all(abs(a - b) <= 1 and (a == b or tie) for a, b, tie in zip(dr, dc, ties)), (rows, cols, i, j)
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 14), (3, 15, 14), (3, 14 * 71, 14), (1, 14, 14), (3, 14)])
+def test_bad_pixels_raise_typed_errors(pair, shape):
+    with pytest.raises(omni.InvalidArgumentError):
+        pair[1].encode(np.zeros(shape, np.float32))
