@@ -65,22 +65,33 @@ class Prompt:
 
 
 def simplex_speech_prompt(model, user_text: str, reference_audio: np.ndarray | None = None,
-                          user_embeddings: Sequence[np.ndarray] = ()) -> Prompt:
+                          user_audio: Sequence[np.ndarray] = (), user_images: Sequence[np.ndarray] = ()) -> Prompt:
     """System prompt (voice-clone wording, with the reference-audio slot when given), the user
-    turn (text, then any audio/image embedding blocks) and the assistant speech prefix."""
+    turn (images as <image>..</image>, audio as <|audio_start|>..<|audio_end|>, then text) and
+    the assistant speech prefix. Embedding blocks must be (n, n_embd) of the LLM."""
     if not isinstance(user_text, str):
         raise InvalidArgumentError("text must be a string")
-    if not user_text.strip() and not user_embeddings:
+    if not user_text.strip() and not user_audio and not user_images:
         raise InvalidArgumentError("empty input: give text, audio or an image")
     def tok(s: str, special: bool = True):
         return ("tokens", list(model.tokenize(s, special)))
 
+    n_embd = model.info.n_embd_inp
+
+    def slot(start: str, block, end: str) -> list:
+        emb = np.asarray(block, np.float32)
+        if emb.ndim != 2 or emb.shape[1] != n_embd or emb.shape[0] == 0 or not np.isfinite(emb).all():
+            raise InvalidArgumentError(f"an embedding block must be finite (n, {n_embd}), got {emb.shape}")
+        return [tok(start), ("embeddings", emb), tok(end)]
+
     seg = [tok("<|im_start|>system\n" + SYSTEM_VOICE)]
     if reference_audio is not None:
-        seg += [tok("<|audio_start|>"), ("embeddings", np.asarray(reference_audio, np.float32)), tok("<|audio_end|>")]
+        seg += slot("<|audio_start|>", reference_audio, "<|audio_end|>")
     seg.append(tok(SYSTEM_ROLE + "<|im_end|>\n<|im_start|>user\n"))
-    for block in user_embeddings:
-        seg.append(("embeddings", np.asarray(block, np.float32)))
+    for block in user_images:
+        seg += slot("<image>", block, "</image>")
+    for block in user_audio:
+        seg += slot("<|audio_start|>", block, "<|audio_end|>")
     if user_text:
         seg.append(tok(user_text, special=False))  # user text never becomes control tokens
     seg.append(tok(ASSISTANT_SPEECH_PREFIX))

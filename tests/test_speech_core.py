@@ -90,3 +90,26 @@ def test_text_to_audio_through_token2wav(tiny_dir, core_small):
     assert text2 == text
     assert audio.dtype == np.float32 and audio.size == (3 + len(codes)) * 960  # 2 mel frames x 480 per code
     assert np.isfinite(audio).all()
+
+
+def test_media_slots_wrap_embeddings(core_small):
+    model = core_small.llm_model
+    n = model.info.n_embd_inp
+    img, aud, ref = np.ones((64, n), np.float32), np.full((10, n), 2, np.float32), np.full((3, n), 3, np.float32)
+    prompt = simplex_speech_prompt(model, "what is this?", reference_audio=ref, user_audio=[aud], user_images=[img])
+    kinds = [kind for kind, _ in prompt.segments]
+    embeds = [i for i, k in enumerate(kinds) if k == "embeddings"]
+    assert [prompt.segments[i][1][0, 0] for i in embeds] == [3, 1, 2]  # reference audio, image, user audio
+    for i, (start, end) in zip(embeds, [("<|audio_start|>", "<|audio_end|>"), ("<image>", "</image>"),
+                                        ("<|audio_start|>", "<|audio_end|>")]):
+        assert prompt.segments[i - 1][1][-1] == model.find_token(start)
+        assert prompt.segments[i + 1][1][0] == model.find_token(end)
+    assert prompt.token_count() == sum(len(x) for _, x in prompt.segments)
+    assert simplex_speech_prompt(model, "", user_audio=[aud]).segments  # audio alone is a question
+
+
+@pytest.mark.parametrize("rows,cols,fill", [(4, 3, 0.0), (0, None, 0.0), (2, None, np.nan)])
+def test_bad_embedding_blocks_are_rejected(core_small, rows, cols, fill):
+    block = np.full((rows, cols or core_small.llm_model.info.n_embd_inp), fill, np.float32)
+    with pytest.raises(omni.InvalidArgumentError):
+        simplex_speech_prompt(core_small.llm_model, "hi", user_images=[block])

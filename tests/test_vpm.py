@@ -56,3 +56,20 @@ def test_position_buckets_match_navit_up_to_float_ties():
 def test_bad_pixels_raise_typed_errors(pair, shape):
     with pytest.raises(omni.InvalidArgumentError):
         pair[1].encode(np.zeros(shape, np.float32))
+
+
+def test_agrees_with_upstream_libmtmd(tiny_dir):
+    # llama.cpp's own MiniCPM-V path loads the same file; on a 448 x 448 image (no resize, no
+    # slices) both must give the same 64 embeddings, up to F16 weights on both sides.
+    from llama_omni_py.image_encoder import ImageEncoder
+    from reference.mtmd import UpstreamVision
+
+    image = (np.random.default_rng(3).random((448, 448, 3)) * 255).astype(np.uint8)
+    upstream = UpstreamVision(str(next(tiny_dir.glob(ms.LLM_FILE_GLOB))), str(tiny_dir / ms.VPM_FILE))
+    try:
+        theirs = upstream.encode(image)
+    finally:
+        upstream.close()
+    ours = ImageEncoder(tiny_dir, threads=2).encode(image)
+    assert len(theirs) == 1 and theirs[0].shape == ours.shape
+    assert np.abs(ours - theirs[0]).max() <= 2e-3 * np.abs(theirs[0]).max()

@@ -23,12 +23,14 @@ std::vector<int32_t> bucketed_position_ids(int rows, int cols, int grid) {
 
 struct Vpm::Impl : GraphModule {
     VpmDims d;
+    bool exact = false;  // exact: composed GELU and plain softmax attention (parity tests)
     Impl() : GraphModule(1024) {}
 };
 
 Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool exact) : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     m.w.keep_f16 = !exact;
+    m.exact = exact;
     GgufFile g(path);
     if (g.get_string("general.architecture") != "clip") throw ModelFileError(path, "not a vision encoder file (architecture is not 'clip')");
     VpmDims & d = m.d;
@@ -107,14 +109,22 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
 
     auto attention = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int heads) {  // q [C, Tq], k/v [C, Tk]
         const int C = static_cast<int>(q->ne[0]), dh = C / heads, Tq = static_cast<int>(q->ne[1]), Tk = static_cast<int>(k->ne[1]);
-        auto split = [&](ggml_tensor * t, int T) { return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3)); };
-        ggml_tensor * Q = split(q, Tq);
-        ggml_tensor * K = split(k, Tk);
+        const float scale = 1.0f / std::sqrt(float(dh));
+        auto split = [&](ggml_tensor * t, int T) { return ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3); };
+        if (!m.exact) {  // fused attention with F16 K/V, as upstream's clip graph runs it
+            ggml_tensor * K = ggml_cast(ctx, split(k, Tk), GGML_TYPE_F16);
+            ggml_tensor * V = ggml_cast(ctx, split(v, Tk), GGML_TYPE_F16);
+            ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_cont(ctx, split(q, Tq)), K, V, nullptr, scale, 0.0f, 0.0f);
+            return ggml_reshape_2d(ctx, o, C, Tq);  // the result is already [dh, heads, Tq]
+        }
+        ggml_tensor * Q = ggml_cont(ctx, split(q, Tq));
+        ggml_tensor * K = ggml_cont(ctx, split(k, Tk));
         ggml_tensor * VT = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, dh, heads, Tk), 1, 2, 0, 3));
-        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), nullptr, 1.0f / std::sqrt(float(dh)), 0.0f);
+        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), nullptr, scale, 0.0f);
         ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, VT, att), 0, 2, 1, 3));
         return ggml_reshape_2d(ctx, o, C, Tq);
     };
+    auto gelu = [&](ggml_tensor * t) { return m.exact ? gu::gelu_tanh(ctx, t) : ggml_gelu(ctx, t); };
     ggml_tensor * x = m.linear(ctx, patches, "v.patch_embd");  // [h, N]
     x = ggml_add(ctx, x, ggml_get_rows(ctx, m.W("v.position_embd.weight"), pos_ids));
     for (int i = 0; i < d.layers; ++i) {
@@ -123,7 +133,7 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
         a = attention(m.linear(ctx, a, b + ".attn_q"), m.linear(ctx, a, b + ".attn_k"), m.linear(ctx, a, b + ".attn_v"), d.heads);
         x = ggml_add(ctx, x, m.linear(ctx, a, b + ".attn_out"));
         ggml_tensor * f = gu::layer_norm(ctx, x, d.eps, m.W(b + ".ln2.weight"), m.W(b + ".ln2.bias"));
-        f = m.linear(ctx, gu::gelu_tanh(ctx, m.linear(ctx, f, b + ".ffn_down")), b + ".ffn_up");
+        f = m.linear(ctx, gelu(m.linear(ctx, f, b + ".ffn_down")), b + ".ffn_up");
         x = ggml_add(ctx, x, f);
     }
     x = gu::layer_norm(ctx, x, d.eps, m.W("v.post_ln.weight"), m.W("v.post_ln.bias"));

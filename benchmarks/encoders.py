@@ -1,0 +1,76 @@
+"""Encoder speed at real dimensions: our VPM vs upstream llama.cpp's libmtmd on the same vision
+file and 448 x 448 image (alternating, so machine noise hits both), and the APM per 10 s of audio.
+
+    python benchmarks/encoders.py --model-dir DIR [--threads 2] [--repeats 3] [--out FILE]
+
+Needs a real-dimension set (`llama-omni make-models DIR --size real --only llm,apm,vpm`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd through ctypes
+
+from common import manifest  # noqa: E402
+
+from llama_omni_py.audio_encoder import AudioEncoder  # noqa: E402
+from llama_omni_py.image_encoder import ImageEncoder  # noqa: E402
+from llama_omni_py.models import discover  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    s = discover(args.model_dir)
+    from reference.mtmd import UpstreamVision
+
+    image = (np.random.default_rng(0).random((448, 448, 3)) * 255).astype(np.uint8)
+    ours, theirs = ImageEncoder(args.model_dir, threads=args.threads), UpstreamVision(str(s.llm), str(s.path("vpm")), args.threads)
+    t_ours, t_theirs = [], []
+    a, b = ours.encode(image), theirs.encode(image)[0]  # warm-up, and a sanity check
+    for _ in range(args.repeats):
+        for fn, acc in ((lambda: ours.encode(image), t_ours), (lambda: theirs.encode(image), t_theirs)):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    theirs.close()
+
+    apm = AudioEncoder(args.model_dir, threads=args.threads)
+    audio = (0.1 * np.random.default_rng(0).standard_normal(16000 * 10)).astype(np.float32)
+    apm.encode(audio)
+    t_apm = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        apm.encode(audio)
+        t_apm.append(time.perf_counter() - t0)
+
+    res = {"threads": args.threads, "vpm_s_ours": statistics.median(t_ours), "vpm_s_mtmd": statistics.median(t_theirs),
+           "vpm_rel_diff_vs_mtmd": float(np.abs(a - b).max() / np.abs(b).max()),
+           "apm_s_per_10s_audio": statistics.median(t_apm)}
+    print(f"VPM 448x448 ({args.threads} threads): ours {res['vpm_s_ours']:.2f} s, upstream libmtmd "
+          f"{res['vpm_s_mtmd']:.2f} s (ratio {res['vpm_s_ours'] / res['vpm_s_mtmd']:.2f}); "
+          f"max diff {res['vpm_rel_diff_vs_mtmd']:.1e} of max |x|")
+    print(f"APM: {res['apm_s_per_10s_audio']:.2f} s per 10 s of audio")
+    out = Path(args.out) if args.out else HERE / "results" / f"encoders-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"benchmark": "encoders", **res, "manifest": manifest([s.path("vpm"), s.path("apm")])}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
