@@ -6,6 +6,10 @@
 windows do not attend to each other and each window's log-mel is normalised on its own, so
 context across a window boundary is lost -- fine for dictation-like input, weaker for a
 question whose meaning spans the boundary.
+
+Live input uses llama.cpp-omni's streaming mode instead: ``encode_chunk`` takes ~1 s pieces,
+each attending over everything fed since ``reset_stream``; past the 30 s position table the
+history restarts (counted in ``stream_resets``) rather than overflowing.
 """
 
 from __future__ import annotations
@@ -44,6 +48,18 @@ class AudioEncoder:
         parts = [self._encode(samples[i:i + step]) for i in range(0, samples.size, step)
                  if samples[i:i + step].size >= SAMPLE_RATE // 10]  # under 0.1 s yields no embedding
         return np.concatenate(parts) if parts else np.zeros((0, self.apm.dims.llm_embd), np.float32)
+
+    def encode_chunk(self, samples) -> np.ndarray:
+        """The next piece (16 kHz samples, 0.1-30 s; 1 s is the model's rhythm) of a live stream."""
+        x = load_audio(samples, max_seconds=WINDOW_SECONDS)
+        return self.apm.encode_mel_streaming(self.apm.log_mel(x))
+
+    def reset_stream(self) -> None:
+        self.apm.reset_stream()
+
+    @property
+    def stream_resets(self) -> int:
+        return self.apm.stream_resets
 
     def _encode(self, samples: np.ndarray) -> np.ndarray:
         return self.apm.encode_mel(self.apm.log_mel(samples))

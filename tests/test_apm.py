@@ -59,3 +59,42 @@ def test_bad_input(apm_path, tiny_dir):
         core.Apm(str(tiny_dir / ms.VPM_FILE), "cpu", 1)
     with pytest.raises(omni.MediaError, match="NaN"):
         AudioEncoder(tiny_dir).encode(np.full(16000, np.nan, np.float32))
+
+
+def test_streaming_chunks_match_block_causal_reference(apm_path):
+    # 1 s chunks with the per-layer K/V history, as llama.cpp-omni streams them.
+    r, a = ref.ReferenceApm(apm_path), core.Apm(apm_path, "cpu", 2, True)
+    mels = [r.log_mel(_audio(1.0, seed=s)) for s in range(4)]
+    want = r.encode_stream(mels)
+    got = [a.encode_mel_streaming(m) for m in mels]
+    assert a.stream_position == 4 * 50 and a.stream_resets == 0
+    for g, w in zip(got, want):
+        assert g.shape == w.shape == (10, a.dims.llm_embd)
+        assert np.abs(g - w).max() <= 1e-3 * np.abs(w).max()
+    # History matters: the 4th chunk alone differs from the 4th chunk after three others.
+    a.reset_stream()
+    alone = a.encode_mel_streaming(mels[3])
+    assert np.abs(alone - got[3]).max() > 1e-3 * np.abs(got[3]).max()
+    assert np.allclose(alone, a.encode_mel(mels[3]), atol=1e-5 * np.abs(alone).max())
+
+
+def test_streaming_never_overflows_the_positions(apm_path):
+    a = core.Apm(apm_path, "cpu", 1)
+    mel = a.log_mel(_audio(1.0))
+    outs = [a.encode_mel_streaming(mel) for _ in range(31)]  # 31 s through a 30 s table
+    assert a.stream_resets == 1 and a.stream_position == 50
+    assert all(o.shape == (10, a.dims.llm_embd) and np.isfinite(o).all() for o in outs)
+    # After the reset the stream starts over: the 31st chunk equals the 1st.
+    assert np.allclose(outs[30], outs[0], atol=1e-5 * np.abs(outs[0]).max())
+
+
+def test_audio_encoder_live_chunks(tiny_dir):
+    enc = AudioEncoder(tiny_dir, threads=1)
+    x = _audio(3.0, seed=5)
+    live = [enc.encode_chunk(x[i:i + 16000]) for i in range(0, x.size, 16000)]
+    assert [c.shape[0] for c in live] == [10, 10, 10]
+    enc.reset_stream()
+    again = enc.encode_chunk(x[:16000])
+    assert np.allclose(again, live[0], atol=1e-5 * np.abs(again).max())
+    with pytest.raises(omni.MediaError):
+        enc.encode_chunk(np.full(16000, np.nan, np.float32))

@@ -7,6 +7,25 @@
 
 namespace omni::bindings {
 
+namespace {
+
+using f32mel = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> encode(Apm & a, const f32mel & mel, std::vector<float> (Apm::*fn)(const float *, int, int *)) {
+    if (mel.ndim() != 2 || mel.shape(0) != a.dims().n_mel) throw InvalidArgument("mel must be (n_mel, frames)");
+    std::vector<float> out;
+    int n = 0;
+    {
+        py::gil_scoped_release release;
+        out = (a.*fn)(mel.data(), static_cast<int>(mel.shape(1)), &n);
+    }
+    py::array_t<float> r({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(a.dims().llm_embd)});
+    std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
+    return r;
+}
+
+}  // namespace
+
 void register_apm(py::module_ & m) {
     using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
     py::class_<ApmDims>(m, "ApmDims")
@@ -31,18 +50,13 @@ void register_apm(py::module_ & m) {
             std::memcpy(r.mutable_data(), mel.data(), mel.size() * sizeof(float));
             return r;
         }, py::arg("audio"))
-        .def("encode_mel", [](Apm & a, f32array mel) {
-            if (mel.ndim() != 2 || mel.shape(0) != a.dims().n_mel) throw InvalidArgument("mel must be (n_mel, frames)");
-            std::vector<float> out;
-            int n = 0;
-            {
-                py::gil_scoped_release release;
-                out = a.encode_mel(mel.data(), static_cast<int>(mel.shape(1)), &n);
-            }
-            py::array_t<float> r({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(a.dims().llm_embd)});
-            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
-            return r;
-        }, py::arg("mel"), "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).");
+        .def("encode_mel", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel); }, py::arg("mel"),
+             "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).")
+        .def("encode_mel_streaming", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel_streaming); },
+             py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
+        .def("reset_stream", &Apm::reset_stream, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("stream_position", &Apm::stream_position)
+        .def_property_readonly("stream_resets", &Apm::stream_resets);
 }
 
 }  // namespace omni::bindings

@@ -14,12 +14,40 @@ namespace omni {
 struct Apm::Impl : GraphModule {
     ApmDims d;
     std::vector<float> filters;  // (n_mel, n_fft_bins)
+    bool exact = false;
+    // Streaming: per-layer K and V of every position encoded since the last reset, resident on
+    // the device ([d_model, positions] each; F16 unless exact), as llama.cpp-omni keeps them.
+    ggml_context * cache_ctx = nullptr;
+    ggml_backend_buffer_t cache_buf = nullptr;
+    std::vector<ggml_tensor *> k_cache, v_cache;
+    int stream_pos = 0, stream_resets = 0;
+
     Impl() : GraphModule(1024) {}
+    ~Impl() {
+        if (cache_buf) ggml_backend_buffer_free(cache_buf);
+        if (cache_ctx) ggml_free(cache_ctx);
+    }
+    void ensure_cache();
+    std::vector<float> encode(const float * mel, int frames, int * tokens_out, bool streaming);
 };
+
+void Apm::Impl::ensure_cache() {
+    if (cache_buf) return;
+    ggml_init_params p{ggml_tensor_overhead() * (2 * d.layers + 1), nullptr, true};
+    cache_ctx = ggml_init(p);
+    const ggml_type t = exact ? GGML_TYPE_F32 : GGML_TYPE_F16;
+    for (int i = 0; i < d.layers; ++i) {
+        k_cache.push_back(ggml_new_tensor_2d(cache_ctx, t, d.d_model, d.positions));
+        v_cache.push_back(ggml_new_tensor_2d(cache_ctx, t, d.d_model, d.positions));
+    }
+    cache_buf = ggml_backend_alloc_ctx_tensors(cache_ctx, backend->get());
+    if (!cache_buf) throw DeviceError("cannot allocate the audio encoder's streaming cache on " + backend->device().id);
+}
 
 Apm::Apm(const std::string & path, const std::string & device, int threads, bool exact) : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     m.w.keep_f16 = !exact;
+    m.exact = exact;
     GgufFile g(path);
     if (g.get_string("general.architecture") != "whisper") throw ModelFileError(path, "not an audio encoder file (architecture is not 'whisper')");
     ApmDims & d = m.d;
@@ -121,18 +149,43 @@ std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out) const 
 }
 
 std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_out) {
-    Impl & m = *impl_;
-    const ApmDims & d = m.d;
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    return impl_->encode(mel, frames, tokens_out, false);
+}
+
+std::vector<float> Apm::encode_mel_streaming(const float * mel, int frames, int * tokens_out) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->ensure_cache();
+    return impl_->encode(mel, frames, tokens_out, true);
+}
+
+void Apm::reset_stream() {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stream_pos = 0;
+}
+
+int Apm::stream_position() const { return impl_->stream_pos; }
+int Apm::stream_resets() const { return impl_->stream_resets; }
+
+std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, bool streaming) {
+    Impl & m = *this;
     const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
     if (frames < 2 * d.pool || T > d.positions) {
         throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool) + " to " +
                               std::to_string(2 * d.positions) + " mel frames (0.1 to 30 s), got " + std::to_string(frames));
     }
+    // A chunk that would run past the position table starts a new window (llama.cpp-omni's
+    // "30 s limit"): history is dropped, never overflowed.
+    if (streaming && stream_pos + T > d.positions) {
+        stream_pos = 0;
+        ++stream_resets;
+    }
+    const int off = streaming ? stream_pos : 0, Tk = off + T;
     const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
-    std::lock_guard<std::mutex> lock(m.mutex);
     ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
     ggml_tensor * in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.n_mel, frames);  // frames as rows
     ggml_set_input(in);
     // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
@@ -142,17 +195,26 @@ std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_o
                                       m.W("encoder.conv2.bias"));
     x = ggml_gelu_erf(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
     ggml_tensor * pos = m.W("encoder.positional_embedding");
-    x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], 0));
+    x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], static_cast<size_t>(off) * pos->nb[1]));
     for (int i = 0; i < d.layers; ++i) {
         const std::string b = "encoder.blocks." + std::to_string(i);
         ggml_tensor * h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".attn_ln.weight"), m.W(b + ".attn_ln.bias"));
-        auto heads = [&](ggml_tensor * t) {  // [D, T] -> [hd, T, H]
-            return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, hd, H, T), 0, 2, 1, 3));
+        auto heads = [&](ggml_tensor * t, int n) {  // [D, n] -> [hd, n, H]
+            return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, hd, H, n), 0, 2, 1, 3));
         };
-        ggml_tensor * q = heads(m.linear(ctx, h, b + ".attn.query"));
-        ggml_tensor * k = heads(m.linear(ctx, h, b + ".attn.key", false));
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, m.linear(ctx, h, b + ".attn.value"), hd, H, T),
-                                                       1, 2, 0, 3));  // [T, hd, H]
+        ggml_tensor * key = m.linear(ctx, h, b + ".attn.key", false);
+        ggml_tensor * value = m.linear(ctx, h, b + ".attn.value");
+        if (streaming) {  // store this chunk's K/V, then attend over the whole history
+            for (auto [src, cache] : {std::pair{key, k_cache[i]}, std::pair{value, v_cache[i]}}) {
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, src, ggml_view_2d(ctx, cache, D, T, cache->nb[1],
+                                                                               static_cast<size_t>(off) * cache->nb[1])));
+            }
+            key = ggml_view_2d(ctx, k_cache[i], D, Tk, k_cache[i]->nb[1], 0);
+            value = ggml_view_2d(ctx, v_cache[i], D, Tk, v_cache[i]->nb[1], 0);
+        }
+        ggml_tensor * q = heads(m.linear(ctx, h, b + ".attn.query"), T);
+        ggml_tensor * k = heads(key, Tk);
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, value, hd, H, Tk), 1, 2, 0, 3));  // [Tk, hd, H]
         ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
         ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
         x = ggml_add(ctx, x, m.linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
@@ -170,7 +232,6 @@ std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_o
     }
     pooled = ggml_scale(ctx, pooled, 1.0f / d.pool);
     ggml_set_output(pooled);
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
     ggml_build_forward_expand(gf, pooled);
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the audio encoder graph");
     std::vector<float> rows(static_cast<size_t>(d.n_mel) * frames);  // (n_mel, frames) -> frames as rows
@@ -181,6 +242,7 @@ std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_o
     std::vector<float> out(static_cast<size_t>(E) * n_tok);
     ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));
     if (tokens_out) *tokens_out = n_tok;
+    if (streaming) stream_pos = Tk;
     return out;
 }
 

@@ -45,17 +45,32 @@ class ReferenceApm:
 
     @torch.inference_mode()
     def encode(self, mel: np.ndarray) -> np.ndarray:
+        return self.encode_stream([mel])[0]
+
+    @torch.inference_mode()
+    def encode_stream(self, mels: list) -> list:
+        """Chunks encoded one after another with history: the same as the concatenation with a
+        block-causal mask (chunk i attends to chunks 0..i), each chunk convolved on its own."""
         e = self.enc
-        x = torch.nn.functional.gelu(e.conv1(torch.from_numpy(mel)[None]))
-        x = torch.nn.functional.gelu(e.conv2(x)).permute(0, 2, 1)
+        conv = []
+        for mel in mels:
+            x = torch.nn.functional.gelu(e.conv1(torch.from_numpy(mel)[None]))
+            conv.append(torch.nn.functional.gelu(e.conv2(x)).permute(0, 2, 1))
+        sizes = [c.shape[1] for c in conv]
+        x = torch.cat(conv, dim=1)
         x = x + e.embed_positions.weight[: x.shape[1]]
+        chunk = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        mask = torch.where(chunk[None, :] <= chunk[:, None], 0.0, float("-inf"))[None, None]
         for layer in e.layers:
-            x = layer(x, None, layer_head_mask=None)[0]
+            x = layer(x, mask, layer_head_mask=None)[0]
         x = e.layer_norm(x)
         w1, b1, w2, b2 = self.p
         x = torch.relu(x @ w1.T + b1) @ w2.T + b2
-        x = torch.nn.functional.avg_pool1d(x.transpose(1, 2), self.pool, self.pool).transpose(1, 2)
-        return x[0].numpy()
+        out = []
+        for part in torch.split(x, sizes, dim=1):
+            p = torch.nn.functional.avg_pool1d(part.transpose(1, 2), self.pool, self.pool).transpose(1, 2)
+            out.append(p[0].numpy())
+        return out
 
     @torch.inference_mode()
     def log_mel(self, audio: np.ndarray) -> np.ndarray:

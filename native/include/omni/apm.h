@@ -29,6 +29,13 @@ public:
     std::vector<float> log_mel(const float * samples, int n, int * frames_out) const;
     // Encodes up to positions*2 mel frames (30 s): (tokens, llm_embd), tokens = frames / 2 / 5.
     std::vector<float> encode_mel(const float * mel, int frames, int * tokens_out);
+    // Streaming (llama.cpp-omni's mode, fed 1 s chunks): the chunk attends over every position
+    // encoded since the last reset and takes the next positions. A chunk that would pass the
+    // position table (1500 = 30 s) clears the history first, counted in stream_resets().
+    std::vector<float> encode_mel_streaming(const float * mel, int frames, int * tokens_out);
+    void reset_stream();
+    int stream_position() const;
+    int stream_resets() const;
 
 private:
     struct Impl;
