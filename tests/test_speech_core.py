@@ -113,3 +113,20 @@ def test_bad_embedding_blocks_are_rejected(core_small, rows, cols, fill):
     block = np.full((rows, cols or core_small.llm_model.info.n_embd_inp), fill, np.float32)
     with pytest.raises(omni.InvalidArgumentError):
         simplex_speech_prompt(core_small.llm_model, "hi", user_images=[block])
+
+
+def test_audio_and_image_questions_reach_the_llm(core_small, tiny_dir):
+    from llama_omni_py.audio_encoder import AudioEncoder
+    from llama_omni_py.image_encoder import ImageEncoder
+
+    t = np.arange(16000) / 16000
+    audio = AudioEncoder(tiny_dir).encode((0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32))
+    images = ImageEncoder(tiny_dir)
+    replies = []
+    for value in (30, 220):
+        image = images.encode(np.full((40, 60, 3), value, np.uint8))
+        prompt = simplex_speech_prompt(core_small.llm_model, "", user_audio=[audio], user_images=[image])
+        chunks = list(core_small.generate("", seed=3, prompt=prompt))
+        assert chunks[-1].final
+        replies.append([tok for c in chunks for tok in c.audio_tokens])
+    assert replies[0] != replies[1]  # the picture changes the answer
