@@ -13,6 +13,7 @@ from .backend import Device, backends, compiled_backends, devices, resolve_devic
 from .modelgen import make_models  # noqa: E402
 from .models import ModelSet, discover, validate  # noqa: E402
 from .token2wav import Token2Wav, Token2WavConfig  # noqa: E402
+from .session import OmniSession, SessionConfig, SpeakResult, SpeechChunk  # noqa: E402
 
 __all__ = [*_errors_all, "__version__", "Device", "ModelSet", "backends", "compiled_backends", "devices",
            "discover", "make_models", "resolve_device", "validate", "Token2Wav", "Token2WavConfig"]

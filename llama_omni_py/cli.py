@@ -101,6 +101,32 @@ def cmd_make_models(args) -> int:
     return 0
 
 
+def cmd_speak(args) -> int:
+    from .session import OmniSession, SessionConfig
+
+    if args.text is None and not (args.audio or args.image or args.video):
+        raise ValueError("give text, --audio, --image or --video")
+    demo = args.model_dir is None  # random weights: short replies (see OmniSession)
+    cfg = SessionConfig(max_new_tokens=args.max_new_tokens or (60 if demo else 256), threads=args.threads,
+                        seed=args.seed, max_audio_per_chunk=50 if demo else 500)
+    print("loading models ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    with OmniSession(args.model_dir, args.device, cfg) as session:
+        load_s = time.perf_counter() - t0
+        print(f"loaded in {load_s:.1f} s on {session.device}; generating ...", file=sys.stderr, flush=True)
+        result = session.speak(args.text, audio=args.audio, image=args.image, video=args.video)
+    result.save(args.output)
+    t = result.timings
+    ttfa = t.get("time_to_first_audio_s")
+    print(f"{args.output}: {t['audio_s']:.2f} s of audio in {t['wall_s']:.2f} s "
+          f"(wall RTF {t.get('wall_rtf', float('nan')):.2f}, first audio "
+          f"{'-' if ttfa is None else f'{ttfa:.2f} s'}; llm {t['llm_ms']:.0f} ms, tts {t['tts_ms']:.0f} ms, "
+          f"token2wav {t['token2wav_ms']:.0f} ms)")
+    if result.text:
+        print(f"text: {result.text}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
     p.add_argument("--version", action="version", version=f"llama-omni-py {__version__}")
@@ -121,6 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--cfm-steps", type=int, default=5,
                    help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)")
     m.set_defaults(func=cmd_make_models)
+
+    sp = sub.add_parser("speak", help="answer text/audio/image/video with speech, written to a WAV file")
+    sp.add_argument("text", nargs="?", help="the question (optional with --audio/--image/--video)")
+    sp.add_argument("-o", "--output", default="reply.wav", help="24 kHz WAV to write")
+    sp.add_argument("--audio", help="spoken question (any format ffmpeg reads)")
+    sp.add_argument("--image", help="an image to ask about")
+    sp.add_argument("--video", help="a video (one frame is used)")
+    sp.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
+    sp.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--threads", type=int, default=0, help="LLM/TTS CPU threads (0: libllama's default)")
+    sp.add_argument("--max-new-tokens", type=int, default=0, help="LLM tokens (0: 256, 60 with the demo set)")
+    sp.set_defaults(func=cmd_speak)
     return p
 
 

@@ -83,12 +83,15 @@ class SpeechCore:
             raise InvalidArgumentError(f"TTS projector expects {self.tts.dims.llm_embd}-d hidden states, "
                                        f"the LLM has {self.llm_model.info.n_embd}")
 
-    def _samplers(self, seed: int):
+    def _llm_sampling(self, seed: int) -> None:
         c = self.config
         s = core.SamplingOptions()
         s.temperature, s.top_k, s.top_p, s.min_p = c.llm_temperature, c.llm_top_k, c.llm_top_p, 0.0
         s.repeat_penalty, s.seed = c.llm_repeat_penalty, seed
         self.llm.set_sampling(s)
+
+    def tts_sampler(self, seed: int):
+        c = self.config
         t = core.TtsSamplerOptions()
         t.temperature, t.repetition_penalty, t.seed = c.tts_temperature, c.tts_repetition_penalty, seed
         t.window = 16 if c.duplex_sampler else c.tts_window
@@ -120,17 +123,16 @@ class SpeechCore:
             logits = self.tts.forward(self.tts.code_embedding(code))
         return codes
 
-    def generate(self, text: str, seed: int | None = None, prompt: Prompt | None = None) -> Iterator[SpeechChunkTokens]:
-        """Yields TTS chunks as they are produced; the last has final=True."""
-        seed = self.config.seed if seed is None else seed
-        sampler = self._samplers(seed)
-        self._prefill(prompt or simplex_speech_prompt(self.llm_model, text))
-        self.tts.clear()
+    def llm_chunks(self, prompt: Prompt, seed: int) -> Iterator[tuple[list[int], list[np.ndarray], bool]]:
+        """The LLM half: prefill, then (speaking tokens, their hidden states, final) every
+        TEXT_CHUNK speaking tokens; the last has final=True (and may be empty)."""
+        self._llm_sampling(seed)
+        self._prefill(prompt)
         sp = self.special
         pending_tok: list[int] = []
         pending_hid: list[np.ndarray] = []
         token = self.llm.sample()
-        for step in range(self.config.max_new_tokens):
+        for _ in range(self.config.max_new_tokens):
             if token == sp.tts_eos or self.llm_model.is_eog(token):
                 break
             nxt, hidden = self.llm.decode_step(token)
@@ -138,10 +140,23 @@ class SpeechCore:
                 pending_tok.append(token)
                 pending_hid.append(hidden)
             if len(pending_tok) == TEXT_CHUNK:
-                yield self._chunk(pending_tok, pending_hid, sampler, final=False)
+                yield pending_tok, pending_hid, False
                 pending_tok, pending_hid = [], []
             token = nxt
-        yield self._chunk(pending_tok, pending_hid, sampler, final=True)
+        yield pending_tok, pending_hid, True
+
+    def speak_chunk(self, tokens: list[int], hiddens: list[np.ndarray], final: bool, sampler) -> SpeechChunkTokens:
+        """The TTS half for one LLM chunk (call tts.clear() before a reply's first chunk)."""
+        return self._chunk(tokens, hiddens, sampler, final)
+
+    def generate(self, text: str, seed: int | None = None, prompt: Prompt | None = None) -> Iterator[SpeechChunkTokens]:
+        """Yields TTS chunks as they are produced; the last has final=True."""
+        seed = self.config.seed if seed is None else seed
+        prompt = prompt or simplex_speech_prompt(self.llm_model, text)
+        sampler = self.tts_sampler(seed)
+        self.tts.clear()
+        for tokens, hiddens, final in self.llm_chunks(prompt, seed):
+            yield self._chunk(tokens, hiddens, sampler, final)
 
     def _chunk(self, tokens, hiddens, sampler, final: bool) -> SpeechChunkTokens:
         t0 = time.perf_counter()

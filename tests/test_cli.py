@@ -38,3 +38,31 @@ def test_console_script_runs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "llama_omni_py", "--version"], capture_output=True, text=True,
                        timeout=120, cwd=tmp_path)
     assert r.returncode == 0 and "llama-omni-py" in r.stdout
+
+
+def test_speak_writes_a_wav(tiny_dir, tmp_path, capsys):
+    import soundfile as sf
+
+    from llama_omni_py.cli import main
+
+    out = tmp_path / "reply.wav"
+    assert main(["speak", "hello there", "-o", str(out), "--model-dir", str(tiny_dir), "--device", "cpu",
+                 "--max-new-tokens", "20"]) == 0
+    audio, sr = sf.read(out)
+    assert sr == 24000 and audio.size > 0
+    assert "wall RTF" in capsys.readouterr().out
+    assert main(["speak", "--model-dir", str(tiny_dir)]) == 2  # nothing to answer: a clear error, exit 2
+
+
+def test_readme_main_job_on_a_fresh_cache(tmp_path, monkeypatch):
+    # `llama-omni speak "..." -o reply.wav` with no model: the demo set is written on first use.
+    import soundfile as sf
+
+    from llama_omni_py.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "reply.wav"
+    assert main(["speak", "Hello, who are you?", "-o", str(out), "--device", "cpu"]) == 0
+    assert (tmp_path / "cache" / "llama-omni-py" / "demo-models").is_dir()
+    audio, sr = sf.read(out)
+    assert sr == 24000 and audio.size > 0

@@ -1,0 +1,252 @@
+"""The main API: ``OmniSession.speak()`` / ``stream()`` over the threaded pipeline
+LLM -> bounded queue -> TTS -> bounded queue -> Token2Wav (see pipeline.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .backend import resolve_device
+from .errors import ConfigError, InvalidArgumentError, OmniError
+from .pipeline import Pipeline
+from .prompt import simplex_speech_prompt
+from .speech import SpeechCore, SpeechCoreConfig
+from .token2wav import Token2Wav
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+T2W_BATCH = 25  # speech tokens per Token2Wav push (one second of audio)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Knobs of a session; every error names the field. Env overrides: OMNI_TTS_QUEUE (tts_queue),
+    OMNI_T2W_THREADS (t2w_threads, through Token2Wav)."""
+
+    threads: int = 0                      # LLM/TTS CPU threads (<= 0: libllama's default)
+    t2w_threads: int | None = None        # vocoder pool; None: OMNI_T2W_THREADS or up to 16
+    tts_queue: int = field(default_factory=lambda: _env_int("OMNI_TTS_QUEUE", 16))
+    audio_queue: int = 16
+    cfm_steps: int = 5
+    max_new_tokens: int = 256
+    max_audio_per_chunk: int = 500        # TTS codes per 10-token chunk before it is cut (llama.cpp-omni: 500)
+    seed: int = 0
+    audio_mode: str = "clamp"             # or "window" for audio over 29.9 s
+    stack_frames: int = 1                 # video frames; more than 1 logs a warning
+    exact: bool = False
+
+    def __post_init__(self):
+        def check(name, ok, msg):
+            if not ok:
+                raise ConfigError(name, msg)
+        check("tts_queue", isinstance(self.tts_queue, int) and self.tts_queue >= 1, "must be a positive integer")
+        check("audio_queue", isinstance(self.audio_queue, int) and self.audio_queue >= 1, "must be a positive integer")
+        check("cfm_steps", isinstance(self.cfm_steps, int) and 1 <= self.cfm_steps <= 100, "must be an integer in 1..100")
+        check("audio_mode", self.audio_mode in ("clamp", "window"), "must be 'clamp' or 'window'")
+        check("stack_frames", isinstance(self.stack_frames, int) and self.stack_frames >= 1, "must be a positive integer")
+
+
+@dataclass
+class SpeechChunk:
+    text_delta: str
+    audio: np.ndarray          # float32, 24 kHz; may be empty
+    index: int
+    is_final: bool
+
+
+@dataclass
+class SpeakResult:
+    text: str
+    audio: np.ndarray
+    sample_rate: int
+    timings: dict
+
+    def save(self, path: str | os.PathLike) -> None:
+        import soundfile as sf
+
+        sf.write(str(path), self.audio, self.sample_rate)
+
+
+def demo_model_dir() -> Path:
+    """The tiny random-weight set in the user cache, generated on first use."""
+    from .modelgen import make_models
+    from .models import discover
+
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / "demo-models"
+    try:
+        discover(root)
+    except OmniError:
+        log.warning("writing the demo module set to %s", root)
+        make_models(root, size="tiny")
+    log.warning("using the demo module set: random weights, so the reply text is gibberish and the "
+                "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory")
+    return root
+
+
+class OmniSession:
+    """One model set on one device; one request at a time (``speak``/``stream``)."""
+
+    def __init__(self, model_dir: str | os.PathLike | None = None, device: str = "auto",
+                 config: SessionConfig | None = None):
+        if model_dir is None and config is None:
+            # Random weights never emit the audio end token: keep the demo reply short (about
+            # 2 s of audio per 10 text tokens, like real speech) instead of 20 s of noise per chunk.
+            config = SessionConfig(max_new_tokens=60, max_audio_per_chunk=50)
+        self.config = c = config or SessionConfig()
+        self.model_dir = Path(model_dir) if model_dir is not None else demo_model_dir()
+        self.device = resolve_device(device)
+        self.core = SpeechCore(self.model_dir, self.device, SpeechCoreConfig(
+            max_new_tokens=c.max_new_tokens, max_audio_per_chunk=c.max_audio_per_chunk, threads=c.threads,
+            seed=c.seed, exact=c.exact))
+        self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=c.t2w_threads)
+        self._audio_encoder = self._image_encoder = None
+        self._pipeline: Pipeline | None = None
+        self._busy = threading.Lock()
+        self.last_events: list = []     # (stage, start, end) per item of the last request
+        self.last_timings: dict = {}
+
+    # -- inputs --------------------------------------------------------------------------------
+    def _encoders(self):
+        from .audio_encoder import AudioEncoder
+        from .image_encoder import ImageEncoder
+
+        threads = max(1, self.config.threads)
+        if self._audio_encoder is None:
+            self._audio_encoder = AudioEncoder(self.model_dir, self.device, threads, self.config.audio_mode)
+        if self._image_encoder is None:
+            self._image_encoder = ImageEncoder(self.model_dir, self.device, threads)
+        return self._audio_encoder, self._image_encoder
+
+    def _prompt(self, text, audio, image, video, timings):
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgumentError("text must be a string")
+        user_audio, user_images = [], []
+        if audio is not None or image is not None or video is not None:
+            t0 = time.perf_counter()
+            apm, vpm = self._encoders()
+            if audio is not None:
+                user_audio.append(apm.encode(audio))
+            timings["apm_ms"] = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            if image is not None:
+                user_images.append(vpm.encode(image))
+            if video is not None:
+                user_images += vpm.encode_video(video, self.config.stack_frames)
+            timings["vpm_ms"] = (time.perf_counter() - t0) * 1000
+        return simplex_speech_prompt(self.core.llm_model, text or "", user_audio=user_audio, user_images=user_images)
+
+    # -- requests ------------------------------------------------------------------------------
+    def stream(self, text: str | None = None, *, audio=None, image=None, video=None,
+               seed: int | None = None) -> Iterator[SpeechChunk]:
+        """Yields SpeechChunks as audio becomes ready; the last has is_final=True."""
+        if not self._busy.acquire(blocking=False):
+            raise InvalidArgumentError("this session is already serving a request (one at a time)")
+        try:
+            yield from self._stream(text, audio, image, video, self.config.seed if seed is None else seed)
+        finally:
+            self._busy.release()
+
+    def _stream(self, text, audio, image, video, seed) -> Iterator[SpeechChunk]:
+        if self.token2wav is None:
+            raise InvalidArgumentError("the session is closed")
+        timings: dict = {}
+        start = time.perf_counter()
+        prompt = self._prompt(text, audio, image, video, timings)
+        core, t2w = self.core, self.token2wav
+        sampler = core.tts_sampler(seed)
+        core.tts.clear()
+        t2w.reset()
+        pending: list[int] = []
+        index = 0
+
+        def tts(chunk):
+            tokens, hiddens, final = chunk
+            yield core.speak_chunk(tokens, hiddens, final, sampler)
+
+        def token2wav(ch):
+            nonlocal index
+            pending.extend(ch.audio_tokens)
+            parts = []
+            while len(pending) >= T2W_BATCH:
+                parts.append(t2w.push(pending[:T2W_BATCH]))
+                del pending[:T2W_BATCH]
+            if ch.final:
+                parts.append(t2w.push(pending, final=True))
+                pending.clear()
+            audio_out = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            index += 1
+            yield SpeechChunk(ch.text, audio_out, index - 1, ch.final)
+
+        c = self.config
+        self._pipeline = pipe = Pipeline(("llm", lambda: core.llm_chunks(prompt, seed)),
+                                         [("tts", tts), ("token2wav", token2wav)], [c.tts_queue, c.audio_queue, c.audio_queue])
+        first_audio = None
+        try:
+            for chunk in pipe:
+                if first_audio is None and chunk.audio.size:
+                    first_audio = time.perf_counter() - start
+                yield chunk
+        finally:
+            pipe.close()
+            self.last_events = list(pipe.events)
+            self._pipeline = None
+            timings.update(self._summarise(pipe.events, start, first_audio))
+            self.last_timings = timings
+
+    @staticmethod
+    def _summarise(events, start: float, first_audio: float | None) -> dict:
+        out: dict = {"time_to_first_audio_s": first_audio, "wall_s": time.perf_counter() - start}
+        for stage in ("llm", "tts", "token2wav"):
+            out[f"{stage}_ms"] = sum((e - s) * 1000 for name, s, e in events if name == stage)
+        return out
+
+    def speak(self, text: str | None = None, *, audio=None, image=None, video=None, seed: int | None = None) -> SpeakResult:
+        texts, parts = [], []
+        for chunk in self.stream(text, audio=audio, image=image, video=video, seed=seed):
+            texts.append(chunk.text_delta)
+            parts.append(chunk.audio)
+        wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        timings = dict(self.last_timings)
+        timings["audio_s"] = wav.size / SAMPLE_RATE
+        if timings["audio_s"] > 0:
+            timings["wall_rtf"] = timings["wall_s"] / timings["audio_s"]
+        return SpeakResult("".join(texts), wav, SAMPLE_RATE, timings)
+
+    def cancel(self) -> None:
+        """Stops the running request; its stream ends after the chunk in flight."""
+        pipe = self._pipeline
+        if pipe is not None:
+            pipe.cancel()
+
+    def close(self) -> None:
+        self.cancel()
+        pipe = self._pipeline
+        if pipe is not None:
+            pipe.close()
+        if self.token2wav is not None:
+            self.token2wav.close()
+        self.token2wav = None
+
+    def __enter__(self) -> "OmniSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,104 @@
+"""OmniSession end to end on the tiny set: the threaded pipeline gives the same audio as the
+sequential path, streams before the LLM is done, cancels, forwards stage errors, cleans up."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import llama_omni_py as omni
+from llama_omni_py.speech import synthesize
+
+TEXT = "hello there, how are you today?"
+
+
+def _omni_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("omni-")]
+
+
+@pytest.fixture(scope="module")
+def session(tiny_dir):
+    cfg = omni.SessionConfig(max_new_tokens=40, threads=1, t2w_threads=1)
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        yield s
+
+
+def test_speak_matches_the_sequential_path(session, tmp_path):
+    r = session.speak(TEXT, seed=5)
+    assert r.sample_rate == 24000 and r.audio.dtype == np.float32 and r.audio.size > 0
+    text, ref = synthesize(session.core, session.token2wav, TEXT, seed=5)
+    assert r.text == text and np.array_equal(r.audio, ref)
+    assert np.array_equal(session.speak(TEXT, seed=5).audio, r.audio)  # same seed, same audio
+    r.save(tmp_path / "out.wav")
+    import soundfile as sf
+    back, sr = sf.read(tmp_path / "out.wav", dtype="float32")
+    assert sr == 24000 and back.shape == r.audio.shape
+    assert r.timings["audio_s"] == pytest.approx(r.audio.size / 24000) and r.timings["wall_rtf"] > 0
+
+
+def test_stream_overlaps_the_llm(tiny_dir, monkeypatch):
+    # The tiny LLM is far faster than the rest; give it a real LLM's pace (0.3 s per chunk) and
+    # the TTS a real reply's length per chunk (25 codes), so the test shows the stages
+    # overlapping rather than the LLM racing ahead.
+    import time
+    session = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=25,
+                                                                   threads=1, t2w_threads=1))
+    real = session.core.llm_chunks
+
+    def paced(*a, **k):
+        for chunk in real(*a, **k):
+            time.sleep(0.3)
+            yield chunk
+    monkeypatch.setattr(session.core, "llm_chunks", paced)
+    chunks = list(session.stream(TEXT, seed=1))
+    assert len(chunks) >= 2 and chunks[-1].is_final and not any(c.is_final for c in chunks[:-1])
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    ev = session.last_events
+    llm_end = max(e for name, s, e in ev if name == "llm")
+    first_t2w = min(e for name, s, e in ev if name == "token2wav")
+    assert first_t2w < llm_end  # the first audio chunk was out before the LLM finished
+    session.close()
+
+
+def test_cancel_stops_within_a_chunk(session):
+    seen = []
+    for chunk in session.stream(TEXT, seed=2):
+        seen.append(chunk)
+        session.cancel()
+    full = list(session.stream(TEXT, seed=2))
+    assert len(seen) == 1 and len(full) > 1 and not _omni_threads()
+    assert np.array_equal(full[0].audio, seen[0].audio)  # a cancelled request leaves no state behind
+
+
+def test_stage_error_is_named(session, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(session.core, "speak_chunk", broken)
+    with pytest.raises(omni.PipelineError, match="tts stage failed: RuntimeError: boom") as info:
+        session.speak(TEXT)
+    assert info.value.stage == "tts" and isinstance(info.value.__cause__, RuntimeError)
+    assert not _omni_threads()
+
+
+def test_audio_and_image_input(session):
+    t = np.arange(16000) / 16000
+    r = session.speak(audio=(0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32),
+                      image=np.full((32, 48, 3), 90, np.uint8), seed=3)
+    assert r.audio.size > 0 and r.timings["apm_ms"] > 0 and r.timings["vpm_ms"] > 0
+
+
+def test_bad_requests_and_config():
+    with pytest.raises(omni.ConfigError, match="tts_queue"):
+        omni.SessionConfig(tts_queue=0)
+    with pytest.raises(omni.ConfigError, match="audio_mode"):
+        omni.SessionConfig(audio_mode="all")
+
+
+def test_empty_request_and_close(tiny_dir):
+    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=10, t2w_threads=1))
+    with pytest.raises(omni.InvalidArgumentError):
+        s.speak("   ")
+    s.close()
+    assert not _omni_threads()
+    with pytest.raises(omni.InvalidArgumentError, match="closed"):
+        s.speak("hi")
