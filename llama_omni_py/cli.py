@@ -80,10 +80,20 @@ def _print_info(info: dict) -> None:
 
 def cmd_info(args) -> int:
     info = collect_info(args.model_dir, args.device)
+    if args.plan:
+        from .backend import resolve_device
+        from .session import plan_for_device
+
+        plan = plan_for_device(resolve_device(args.device), None)
+        info["placement"] = {"node": plan.node, "reason": plan.reason, "notes": list(plan.notes),
+                             "vocoder_cpus": list(plan.vocoder_cpus), "stage_cpus": list(plan.stage_cpus),
+                             "text": plan.describe()}
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         _print_info(info)
+        if "placement" in info:
+            print("placement plan: " + info["placement"]["text"])
     return 0
 
 
@@ -137,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--model-dir", help="check this MiniCPM-o-4_5-gguf directory (or its LLM file)")
     i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
     i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--plan", action="store_true", help="show the CPU placement a session on --device would use")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("make-models", help="write a module set with random weights")

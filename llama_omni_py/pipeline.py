@@ -24,7 +24,8 @@ _POLL = 0.05  # seconds between cancellation checks while blocked
 
 class Pipeline:
     def __init__(self, source: tuple[str, Callable[[], Iterable[Any]]],
-                 stages: list[tuple[str, Callable[[Any], Iterable[Any]]]], queue_sizes: list[int]):
+                 stages: list[tuple[str, Callable[[Any], Iterable[Any]]]], queue_sizes: list[int],
+                 on_thread_start: Callable[[], None] | None = None):
         if len(queue_sizes) != len(stages) + 1 or min(queue_sizes) < 1:
             raise ValueError("one positive queue size per stage, plus the output queue")
         self.cancelled = threading.Event()
@@ -32,6 +33,7 @@ class Pipeline:
         self._error: tuple[str, BaseException] | None = None
         self._lock = threading.Lock()
         self._queues = [queue.Queue(maxsize=n) for n in queue_sizes]
+        self._on_start = on_thread_start  # e.g. pin the stage thread (runs inside it)
         name, gen = source
         self._threads = [threading.Thread(target=self._run_source, args=(name, gen, self._queues[0]),
                                           name=f"omni-{name}", daemon=True)]
@@ -79,6 +81,8 @@ class Pipeline:
 
     def _run_source(self, name: str, gen: Callable[[], Iterable[Any]], out: queue.Queue) -> None:
         try:
+            if self._on_start:
+                self._on_start()
             if self._emit(name, gen(), out):
                 self._put(out, _END)
         except BaseException as e:  # noqa: BLE001 -- forwarded to the caller
@@ -86,6 +90,8 @@ class Pipeline:
 
     def _run_stage(self, name: str, fn: Callable[[Any], Iterable[Any]], inp: queue.Queue, out: queue.Queue) -> None:
         try:
+            if self._on_start:
+                self._on_start()
             while True:
                 item = self._get(inp)
                 if item is _END:

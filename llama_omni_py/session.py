@@ -51,6 +51,7 @@ class SessionConfig:
     seed: int = 0
     audio_mode: str = "clamp"             # or "window" for audio over 29.9 s
     stack_frames: int = 1                 # video frames; more than 1 logs a warning
+    pin: bool = True                      # one NUMA node: vocoder pool and stage threads on disjoint CPUs
     exact: bool = False
 
     def __post_init__(self):
@@ -85,6 +86,21 @@ class SpeakResult:
         sf.write(str(path), self.audio, self.sample_rate)
 
 
+def plan_for_device(device: str, t2w_threads: int | None):
+    """The placement plan for a session on ``device`` (its NUMA node from the PCI address)."""
+    from . import backend, placement
+
+    node, label = None, device
+    if device != "cpu":
+        dev = next((d for d in backend.devices() if d.id == device), None)
+        bus = dev.pci_bus_id if dev is not None else ""
+        if not bus and device.startswith("cann:"):
+            bus = placement.npu_pci_bus_id(int(device.split(":")[1])) or ""
+        node = placement.pci_numa_node(bus)
+        label = f"{device} ({bus})" if bus else device
+    return placement.plan_placement(placement.read_topology(), t2w_threads, node, label)
+
+
 def demo_model_dir() -> Path:
     """The tiny random-weight set in the user cache, generated on first use."""
     from .modelgen import make_models
@@ -116,7 +132,13 @@ class OmniSession:
         self.core = SpeechCore(self.model_dir, self.device, SpeechCoreConfig(
             max_new_tokens=c.max_new_tokens, max_audio_per_chunk=c.max_audio_per_chunk, threads=c.threads,
             seed=c.seed, exact=c.exact))
-        self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=c.t2w_threads)
+        self.placement = plan_for_device(self.device, c.t2w_threads) if c.pin else None
+        if self.placement is not None:
+            log.info("placement: %s", self.placement.describe())
+            self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps,
+                                       threads=len(self.placement.vocoder_cpus), cpus=self.placement.vocoder_cpus)
+        else:
+            self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=c.t2w_threads)
         self._audio_encoder = self._image_encoder = None
         self._pipeline: Pipeline | None = None
         self._busy = threading.Lock()
@@ -197,7 +219,8 @@ class OmniSession:
 
         c = self.config
         self._pipeline = pipe = Pipeline(("llm", lambda: core.llm_chunks(prompt, seed)),
-                                         [("tts", tts), ("token2wav", token2wav)], [c.tts_queue, c.audio_queue, c.audio_queue])
+                                         [("tts", tts), ("token2wav", token2wav)], [c.tts_queue, c.audio_queue, c.audio_queue],
+                                         self._pin_stage_thread)
         first_audio = None
         try:
             for chunk in pipe:
@@ -210,6 +233,11 @@ class OmniSession:
             self._pipeline = None
             timings.update(self._summarise(pipe.events, start, first_audio))
             self.last_timings = timings
+
+    def _pin_stage_thread(self) -> None:
+        # Threads the native code starts from here (libllama's) inherit this mask.
+        if self.placement is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, self.placement.stage_cpus)
 
     @staticmethod
     def _summarise(events, start: float, first_audio: float | None) -> dict:

@@ -66,3 +66,13 @@ def test_readme_main_job_on_a_fresh_cache(tmp_path, monkeypatch):
     assert (tmp_path / "cache" / "llama-omni-py" / "demo-models").is_dir()
     audio, sr = sf.read(out)
     assert sr == 24000 and audio.size > 0
+
+
+def test_info_plan(capsys):
+    import json
+
+    from llama_omni_py.cli import main
+
+    assert main(["info", "--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["placement"]
+    assert plan["vocoder_cpus"] and plan["stage_cpus"] and "NUMA node" in plan["text"]

@@ -102,3 +102,21 @@ def test_empty_request_and_close(tiny_dir):
     assert not _omni_threads()
     with pytest.raises(omni.InvalidArgumentError, match="closed"):
         s.speak("hi")
+
+
+def test_stage_threads_and_vocoder_follow_the_plan(session, monkeypatch):
+    import os
+    plan = session.placement
+    assert plan is not None
+    if len(os.sched_getaffinity(0)) > 1:
+        assert not set(plan.vocoder_cpus) & set(plan.stage_cpus)
+    assert session.token2wav.threads == len(plan.vocoder_cpus)
+    seen = []
+    real = session.core.llm_chunks
+
+    def spy(*a, **k):
+        seen.append(os.sched_getaffinity(0))
+        yield from real(*a, **k)
+    monkeypatch.setattr(session.core, "llm_chunks", spy)
+    session.speak(TEXT, seed=0)
+    assert seen == [set(plan.stage_cpus)]  # the LLM stage thread ran on the stage CPUs
