@@ -6,7 +6,8 @@
   stops within the chunk it is working on.
 * Errors: the first exception in any stage cancels the others and is re-raised to the caller
   as ``PipelineError`` naming the stage, with the original as ``__cause__``.
-* Every stage records (stage, start, end) per item for profiling and overlap checks.
+* Every stage records (stage, start, end) per item for profiling and overlap checks, plus
+  "<stage>.wait" (starved by its input queue) and "<stage>.blocked" (its output queue full).
 """
 
 from __future__ import annotations
@@ -53,10 +54,13 @@ class Pipeline:
                 pass
         return False
 
-    def _get(self, q: queue.Queue):
+    def _get(self, q: queue.Queue, stage: str):
+        t0 = time.perf_counter()
         while not self.cancelled.is_set():
             try:
-                return q.get(timeout=_POLL)
+                item = q.get(timeout=_POLL)
+                self.events.append((stage + ".wait", t0, time.perf_counter()))  # starved by upstream
+                return item
             except queue.Empty:
                 pass
         return _END
@@ -75,9 +79,11 @@ class Pipeline:
                 item = next(it)
             except StopIteration:
                 return True
-            self.events.append((stage, t0, time.perf_counter()))
+            t1 = time.perf_counter()
+            self.events.append((stage, t0, t1))
             if not self._put(out, item):
                 return False
+            self.events.append((stage + ".blocked", t1, time.perf_counter()))  # backpressure
 
     def _run_source(self, name: str, gen: Callable[[], Iterable[Any]], out: queue.Queue) -> None:
         try:
@@ -93,7 +99,7 @@ class Pipeline:
             if self._on_start:
                 self._on_start()
             while True:
-                item = self._get(inp)
+                item = self._get(inp, name)
                 if item is _END:
                     self._put(out, _END)
                     return

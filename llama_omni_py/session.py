@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 import numpy as np
 
 from .backend import resolve_device
 from .errors import ConfigError, InvalidArgumentError, OmniError
 from .pipeline import Pipeline
+from .profile import Profiler, compute_rtf
 from .prompt import simplex_speech_prompt
 from .speech import SpeechCore, SpeechCoreConfig
 from .token2wav import Token2Wav
@@ -144,6 +146,7 @@ class OmniSession:
         self._busy = threading.Lock()
         self.last_events: list = []     # (stage, start, end) per item of the last request
         self.last_timings: dict = {}
+        self.profiler = Profiler()
 
     # -- inputs --------------------------------------------------------------------------------
     def _encoders(self):
@@ -186,6 +189,28 @@ class OmniSession:
         finally:
             self._busy.release()
 
+    async def astream(self, text: str | None = None, *, audio=None, image=None, video=None,
+                      seed: int | None = None) -> AsyncIterator[SpeechChunk]:
+        """``stream()`` for asyncio (the server): each chunk is awaited off the event loop."""
+        import asyncio
+
+        it = self.stream(text, audio=audio, image=image, video=video, seed=seed)
+        done = object()
+        try:
+            while True:
+                chunk = await asyncio.to_thread(next, it, done)
+                if chunk is done:
+                    return
+                yield chunk
+        finally:
+            self.cancel()  # a cancelled task must not leave the pipeline running
+            for _ in range(600):
+                try:
+                    it.close()
+                    break
+                except ValueError:  # next() still running in the worker thread; it ends within a poll
+                    await asyncio.sleep(0.05)
+
     def _stream(self, text, audio, image, video, seed) -> Iterator[SpeechChunk]:
         if self.token2wav is None:
             raise InvalidArgumentError("the session is closed")
@@ -221,18 +246,26 @@ class OmniSession:
         self._pipeline = pipe = Pipeline(("llm", lambda: core.llm_chunks(prompt, seed)),
                                          [("tts", tts), ("token2wav", token2wav)], [c.tts_queue, c.audio_queue, c.audio_queue],
                                          self._pin_stage_thread)
-        first_audio = None
+        first_audio, last_audio, chunk_audio = None, None, []
         try:
             for chunk in pipe:
-                if first_audio is None and chunk.audio.size:
-                    first_audio = time.perf_counter() - start
+                chunk_audio.append(chunk.audio.size / SAMPLE_RATE)
+                if chunk.audio.size:
+                    last_audio = time.perf_counter() - start
+                    first_audio = first_audio if first_audio is not None else last_audio
                 yield chunk
         finally:
             pipe.close()
             self.last_events = list(pipe.events)
             self._pipeline = None
             timings.update(self._summarise(pipe.events, start, first_audio))
+            audio_s = sum(chunk_audio)
+            timings["audio_s"] = audio_s
+            if audio_s > 0 and last_audio is not None:
+                timings["wall_rtf"] = last_audio / audio_s
+            timings["compute_rtf"] = compute_rtf(pipe.events, chunk_audio)
             self.last_timings = timings
+            self.profiler.add(pipe.events, {k: v for k, v in timings.items() if k in ("apm_ms", "vpm_ms")})
 
     def _pin_stage_thread(self) -> None:
         # Threads the native code starts from here (libllama's) inherit this mask.
@@ -252,11 +285,7 @@ class OmniSession:
             texts.append(chunk.text_delta)
             parts.append(chunk.audio)
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        timings = dict(self.last_timings)
-        timings["audio_s"] = wav.size / SAMPLE_RATE
-        if timings["audio_s"] > 0:
-            timings["wall_rtf"] = timings["wall_s"] / timings["audio_s"]
-        return SpeakResult("".join(texts), wav, SAMPLE_RATE, timings)
+        return SpeakResult("".join(texts), wav, SAMPLE_RATE, dict(self.last_timings))
 
     def cancel(self) -> None:
         """Stops the running request; its stream ends after the chunk in flight."""
@@ -271,6 +300,8 @@ class OmniSession:
             pipe.close()
         if self.token2wav is not None:
             self.token2wav.close()
+            if self.profiler.enabled:
+                print("llama-omni-py stage profile (OMNI_T2W_PROFILE):\n" + self.profiler.report(), file=sys.stderr, flush=True)
         self.token2wav = None
 
     def __enter__(self) -> "OmniSession":

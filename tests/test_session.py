@@ -120,3 +120,13 @@ def test_stage_threads_and_vocoder_follow_the_plan(session, monkeypatch):
     monkeypatch.setattr(session.core, "llm_chunks", spy)
     session.speak(TEXT, seed=0)
     assert seen == [set(plan.stage_cpus)]  # the LLM stage thread ran on the stage CPUs
+
+
+def test_async_stream_matches_speak(session):
+    import asyncio
+
+    async def collect():
+        return [c async for c in session.astream(TEXT, seed=5)]
+    chunks = asyncio.run(collect())
+    assert chunks[-1].is_final
+    assert np.array_equal(np.concatenate([c.audio for c in chunks]), session.speak(TEXT, seed=5).audio)

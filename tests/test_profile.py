@@ -1,0 +1,44 @@
+"""Stage timing summaries and the RTF definitions."""
+
+import pytest
+
+import llama_omni_py as omni
+from llama_omni_py import profile
+
+
+def _events():
+    # 4 chunks; llm 100 ms, tts 200 ms, token2wav 300 ms each; chunk 0 pays 1 s of warm-up.
+    ev = []
+    for i in range(4):
+        base = i * 10.0
+        ev += [("llm", base, base + 0.1 + (1.0 if i == 0 else 0)), ("tts", base, base + 0.2),
+               ("token2wav", base, base + 0.3), ("tts.wait", base, base + 0.05)]
+    return ev
+
+
+def test_compute_rtf_uses_steady_chunks_only():
+    # steady chunks 1 and 2: 2 x 0.6 s compute over 2 x 2 s audio
+    assert profile.compute_rtf(_events(), [1.0, 2.0, 2.0, 0.5]) == pytest.approx(0.3)
+    assert profile.compute_rtf(_events()[:8], [1.0, 0.5]) is None  # no steady chunk
+
+
+def test_summary_table_lists_every_stage():
+    p = profile.Profiler(enabled=True)
+    p.add(_events(), {"apm_ms": 12.0})
+    table = p.report()
+    for name in ("llm", "tts", "token2wav", "tts.wait", "apm_ms"):
+        assert name in table
+    assert "1100.0" in table.splitlines()[[l.split()[0] for l in table.splitlines()].index("llm")]  # max
+
+
+def test_session_profile_at_close(tiny_dir, monkeypatch, capsys):
+    monkeypatch.setenv("OMNI_T2W_PROFILE", "1")
+    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=30, t2w_threads=1))
+    r = s.speak("hello there, how are you today?", seed=0)
+    t = r.timings
+    assert t["audio_s"] == pytest.approx(r.audio.size / 24000)
+    assert 0 < t["time_to_first_audio_s"] <= t["wall_s"] and t["wall_rtf"] > 0
+    assert t["compute_rtf"] is None or t["compute_rtf"] > 0
+    s.close()
+    err = capsys.readouterr().err
+    assert "OMNI_T2W_PROFILE" in err and "token2wav" in err and "p95" in err
