@@ -53,7 +53,8 @@ class SessionConfig:
     seed: int = 0
     audio_mode: str = "clamp"             # or "window" for audio over 29.9 s
     stack_frames: int = 1                 # video frames; more than 1 logs a warning
-    pin: bool = True                      # one NUMA node: vocoder pool and stage threads on disjoint CPUs
+    pin: bool | None = None               # one NUMA node, vocoder and stage threads on disjoint CPUs;
+                                          # None: when the node has >= 4 usable CPUs; True: always
     exact: bool = False
 
     def __post_init__(self):
@@ -134,7 +135,11 @@ class OmniSession:
         self.core = SpeechCore(self.model_dir, self.device, SpeechCoreConfig(
             max_new_tokens=c.max_new_tokens, max_audio_per_chunk=c.max_audio_per_chunk, threads=c.threads,
             seed=c.seed, exact=c.exact))
-        self.placement = plan_for_device(self.device, c.t2w_threads) if c.pin else None
+        plan = plan_for_device(self.device, c.t2w_threads) if c.pin is not False else None
+        if plan is not None and not plan.apply and c.pin is None:
+            log.info("placement not applied: %s", "; ".join(plan.notes))
+            plan = None
+        self.placement = plan
         if self.placement is not None:
             log.info("placement: %s", self.placement.describe())
             self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps,
