@@ -119,11 +119,16 @@ def cmd_speak(args) -> int:
     demo = args.model_dir is None  # random weights: short replies (see OmniSession)
     cfg = SessionConfig(max_new_tokens=args.max_new_tokens or (60 if demo else 256), threads=args.threads,
                         seed=args.seed, max_audio_per_chunk=50 if demo else 500)
-    print("loading models ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    with OmniSession(args.model_dir, args.device, cfg) as session:
+
+    def bar(step: int, steps: int, what: str) -> None:
+        filled = "#" * (20 * (step - 1) // steps)
+        print(f"\rloading [{filled:<20}] {step}/{steps} {what:<12}", end="", file=sys.stderr, flush=True)
+
+    with OmniSession(args.model_dir, args.device, cfg, progress=bar) as session:
         load_s = time.perf_counter() - t0
-        print(f"loaded in {load_s:.1f} s on {session.device}; generating ...", file=sys.stderr, flush=True)
+        print(f"\rloading [{'#' * 20}] done in {load_s:.1f} s on {session.device}; generating ...",
+              file=sys.stderr, flush=True)
         result = session.speak(args.text, audio=args.audio, image=args.image, video=args.video)
     result.save(args.output)
     t = result.timings

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Callable, Iterator
 
 import numpy as np
 
@@ -124,7 +124,10 @@ class OmniSession:
     """One model set on one device; one request at a time (``speak``/``stream``)."""
 
     def __init__(self, model_dir: str | os.PathLike | None = None, device: str = "auto",
-                 config: SessionConfig | None = None):
+                 config: SessionConfig | None = None, progress: Callable[[int, int, str], None] | None = None):
+        """``progress(step, steps, what)`` is called before each loading step (the CLI's bar)."""
+        step = iter(range(1, 4))
+        report = (lambda what: progress(next(step), 3, what)) if progress else (lambda what: None)  # noqa: E731
         if model_dir is None and config is None:
             # Random weights never emit the audio end token: keep the demo reply short (about
             # 2 s of audio per 10 text tokens, like real speech) instead of 20 s of noise per chunk.
@@ -132,14 +135,17 @@ class OmniSession:
         self.config = c = config or SessionConfig()
         self.model_dir = Path(model_dir) if model_dir is not None else demo_model_dir()
         self.device = resolve_device(device)
+        report("LLM + TTS")
         self.core = SpeechCore(self.model_dir, self.device, SpeechCoreConfig(
             max_new_tokens=c.max_new_tokens, max_audio_per_chunk=c.max_audio_per_chunk, threads=c.threads,
             seed=c.seed, exact=c.exact))
+        report("placement")
         plan = plan_for_device(self.device, c.t2w_threads) if c.pin is not False else None
         if plan is not None and not plan.apply and c.pin is None:
             log.info("placement not applied: %s", "; ".join(plan.notes))
             plan = None
         self.placement = plan
+        report("Token2Wav")
         if self.placement is not None:
             log.info("placement: %s", self.placement.describe())
             self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps,

@@ -50,7 +50,8 @@ def test_speak_writes_a_wav(tiny_dir, tmp_path, capsys):
                  "--max-new-tokens", "20"]) == 0
     audio, sr = sf.read(out)
     assert sr == 24000 and audio.size > 0
-    assert "wall RTF" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "wall RTF" in captured.out and "3/3 Token2Wav" in captured.err and "done in" in captured.err
     assert main(["speak", "--model-dir", str(tiny_dir)]) == 2  # nothing to answer: a clear error, exit 2
 
 

@@ -145,3 +145,17 @@ def test_async_stream_matches_speak(session):
     chunks = asyncio.run(collect())
     assert chunks[-1].is_final
     assert np.array_equal(np.concatenate([c.audio for c in chunks]), session.speak(TEXT, seed=5).audio)
+
+
+def test_audio_length_follows_the_speech_codes(session):
+    # Token2Wav gets every 25 codes: 20160 samples for the first second, 24000 for each later one.
+    chunks = list(session.stream(TEXT, seed=7))
+    codes = [len(c.audio_tokens) for c in session.core.generate(TEXT, seed=7)]
+    assert len(codes) == len(chunks)
+    total = 0
+    for chunk, n in zip(chunks[:-1], codes[:-1]):
+        before, total = total // 25, total + n
+        pushes = total // 25 - before
+        want = sum(20160 if p == 0 else 24000 for p in range(before, before + pushes))
+        assert chunk.audio.size == want
+    assert chunks[-1].audio.size > 0
