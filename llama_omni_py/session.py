@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import numpy as np
 
@@ -66,6 +66,17 @@ class SessionConfig:
         check("cfm_steps", isinstance(self.cfm_steps, int) and 1 <= self.cfm_steps <= 100, "must be an integer in 1..100")
         check("audio_mode", self.audio_mode in ("clamp", "window"), "must be 'clamp' or 'window'")
         check("stack_frames", isinstance(self.stack_frames, int) and self.stack_frames >= 1, "must be a positive integer")
+
+
+@dataclass(frozen=True)
+class Request:
+    text: str | None
+    audio: Any
+    image: Any
+    video: Any
+    voice: Any
+    seed: int
+    max_new_tokens: int | None
 
 
 @dataclass
@@ -171,41 +182,49 @@ class OmniSession:
             self._image_encoder = ImageEncoder(self.model_dir, self.device, threads)
         return self._audio_encoder, self._image_encoder
 
-    def _prompt(self, text, audio, image, video, timings):
-        if text is not None and not isinstance(text, str):
+    def _prompt(self, r: "Request", timings: dict):
+        if r.text is not None and not isinstance(r.text, str):
             raise InvalidArgumentError("text must be a string")
-        user_audio, user_images = [], []
-        if audio is not None or image is not None or video is not None:
-            t0 = time.perf_counter()
+        user_audio, user_images, voice = [], [], None
+        if any(x is not None for x in (r.audio, r.image, r.video, r.voice)):
             apm, vpm = self._encoders()
-            if audio is not None:
-                user_audio.append(apm.encode(audio))
+            t0 = time.perf_counter()
+            if r.voice is not None:
+                voice = apm.encode(r.voice)
+            if r.audio is not None:
+                user_audio.append(apm.encode(r.audio))
             timings["apm_ms"] = (time.perf_counter() - t0) * 1000
             t0 = time.perf_counter()
-            if image is not None:
-                user_images.append(vpm.encode(image))
-            if video is not None:
-                user_images += vpm.encode_video(video, self.config.stack_frames)
+            if r.image is not None:
+                user_images.append(vpm.encode(r.image))
+            if r.video is not None:
+                user_images += vpm.encode_video(r.video, self.config.stack_frames)
             timings["vpm_ms"] = (time.perf_counter() - t0) * 1000
-        return simplex_speech_prompt(self.core.llm_model, text or "", user_audio=user_audio, user_images=user_images)
+        return simplex_speech_prompt(self.core.llm_model, r.text or "", reference_audio=voice,
+                                     user_audio=user_audio, user_images=user_images)
 
     # -- requests ------------------------------------------------------------------------------
-    def stream(self, text: str | None = None, *, audio=None, image=None, video=None,
-               seed: int | None = None) -> Iterator[SpeechChunk]:
-        """Yields SpeechChunks as audio becomes ready; the last has is_final=True."""
+    def stream(self, text: str | None = None, *, audio=None, image=None, video=None, voice=None,
+               seed: int | None = None, max_new_tokens: int | None = None) -> Iterator[SpeechChunk]:
+        """Yields SpeechChunks as audio becomes ready; the last has is_final=True.
+
+        audio/image/video: path, bytes or array (see media.py); voice: reference audio placed in
+        the system prompt's voice slot (the Token2Wav voice stays the set's prompt_cache voice)."""
+        if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
+            raise InvalidArgumentError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        r = Request(text, audio, image, video, voice, self.config.seed if seed is None else seed, max_new_tokens)
         if not self._busy.acquire(blocking=False):
             raise InvalidArgumentError("this session is already serving a request (one at a time)")
         try:
-            yield from self._stream(text, audio, image, video, self.config.seed if seed is None else seed)
+            yield from self._stream(r)
         finally:
             self._busy.release()
 
-    async def astream(self, text: str | None = None, *, audio=None, image=None, video=None,
-                      seed: int | None = None) -> AsyncIterator[SpeechChunk]:
-        """``stream()`` for asyncio (the server): each chunk is awaited off the event loop."""
+    async def astream(self, text: str | None = None, **options) -> AsyncIterator[SpeechChunk]:
+        """``stream()`` for asyncio (the server; same options): each chunk is awaited off the loop."""
         import asyncio
 
-        it = self.stream(text, audio=audio, image=image, video=video, seed=seed)
+        it = self.stream(text, **options)
         done = object()
         try:
             while True:
@@ -222,12 +241,12 @@ class OmniSession:
                 except ValueError:  # next() still running in the worker thread; it ends within a poll
                     await asyncio.sleep(0.05)
 
-    def _stream(self, text, audio, image, video, seed) -> Iterator[SpeechChunk]:
+    def _stream(self, r: "Request") -> Iterator[SpeechChunk]:
         if self.token2wav is None:
             raise InvalidArgumentError("the session is closed")
         timings: dict = {}
         start = time.perf_counter()
-        prompt = self._prompt(text, audio, image, video, timings)
+        prompt, seed = self._prompt(r, timings), r.seed
         core, t2w = self.core, self.token2wav
         sampler = core.tts_sampler(seed)
         core.tts.clear()
@@ -254,7 +273,7 @@ class OmniSession:
             yield SpeechChunk(ch.text, audio_out, index - 1, ch.final)
 
         c = self.config
-        self._pipeline = pipe = Pipeline(("llm", lambda: core.llm_chunks(prompt, seed)),
+        self._pipeline = pipe = Pipeline(("llm", lambda: core.llm_chunks(prompt, seed, r.max_new_tokens)),
                                          [("tts", tts), ("token2wav", token2wav)], [c.tts_queue, c.audio_queue, c.audio_queue],
                                          self._pin_stage_thread)
         first_audio, last_audio, chunk_audio = None, None, []
@@ -290,9 +309,10 @@ class OmniSession:
             out[f"{stage}_ms"] = sum((e - s) * 1000 for name, s, e in events if name == stage)
         return out
 
-    def speak(self, text: str | None = None, *, audio=None, image=None, video=None, seed: int | None = None) -> SpeakResult:
+    def speak(self, text: str | None = None, **options) -> SpeakResult:
+        """The whole reply at once; options as for ``stream()``."""
         texts, parts = [], []
-        for chunk in self.stream(text, audio=audio, image=image, video=video, seed=seed):
+        for chunk in self.stream(text, **options):
             texts.append(chunk.text_delta)
             parts.append(chunk.audio)
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -99,11 +99,11 @@ class SpeechCore:
             t.top_k, t.top_p = 25, 0.85
         return core.TtsSampler(t)
 
-    def _prefill(self, prompt: Prompt) -> None:
+    def _prefill(self, prompt: Prompt, max_new_tokens: int) -> None:
         self.llm.keep(0)
-        if prompt.token_count() + self.config.max_new_tokens > self.llm.n_ctx:
+        if prompt.token_count() + max_new_tokens > self.llm.n_ctx:
             raise InvalidArgumentError(f"the prompt ({prompt.token_count()} tokens) plus max_new_tokens "
-                                       f"({self.config.max_new_tokens}) exceeds the context ({self.llm.n_ctx})")
+                                       f"({max_new_tokens}) exceeds the context ({self.llm.n_ctx})")
         for kind, part in prompt.segments:
             if len(part) == 0:
                 continue
@@ -123,16 +123,20 @@ class SpeechCore:
             logits = self.tts.forward(self.tts.code_embedding(code))
         return codes
 
-    def llm_chunks(self, prompt: Prompt, seed: int) -> Iterator[tuple[list[int], list[np.ndarray], bool]]:
+    def llm_chunks(self, prompt: Prompt, seed: int, max_new_tokens: int | None = None
+                   ) -> Iterator[tuple[list[int], list[np.ndarray], bool]]:
         """The LLM half: prefill, then (speaking tokens, their hidden states, final) every
         TEXT_CHUNK speaking tokens; the last has final=True (and may be empty)."""
+        limit = self.config.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidArgumentError(f"max_new_tokens must be a positive integer, got {limit!r}")
         self._llm_sampling(seed)
-        self._prefill(prompt)
+        self._prefill(prompt, limit)
         sp = self.special
         pending_tok: list[int] = []
         pending_hid: list[np.ndarray] = []
         token = self.llm.sample()
-        for _ in range(self.config.max_new_tokens):
+        for _ in range(limit):
             if token == sp.tts_eos or self.llm_model.is_eog(token):
                 break
             nxt, hidden = self.llm.decode_step(token)

@@ -159,3 +159,17 @@ def test_audio_length_follows_the_speech_codes(session):
         want = sum(20160 if p == 0 else 24000 for p in range(before, before + pushes))
         assert chunk.audio.size == want
     assert chunks[-1].audio.size > 0
+
+
+def test_voice_and_per_request_token_limit(session):
+    t = np.arange(8000) / 16000
+    voice = (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    short = session.speak(TEXT, seed=4, max_new_tokens=5)
+    full = session.speak(TEXT, seed=4)
+    assert short.audio.size < full.audio.size
+    with_voice = session.speak(TEXT, seed=4, voice=voice)
+    assert with_voice.timings["apm_ms"] > 0 and not np.array_equal(with_voice.audio, full.audio)
+    with pytest.raises(omni.InvalidArgumentError, match="max_new_tokens"):
+        session.speak(TEXT, max_new_tokens=0)
+    with pytest.raises(TypeError):
+        session.speak(TEXT, colour="blue")  # unknown options are not silently ignored
