@@ -74,28 +74,20 @@ Apm::Apm(const std::string & path, const std::string & device, int threads, bool
     m.w.add(g, "encoder.conv1.bias", {D});
     m.w.add(g, "encoder.conv2.bias", {D});
     m.w.add(g, "encoder.positional_embedding", {D, d.positions});
-    auto lin = [&](const std::string & p, int n_in, int n_out, bool bias = true) {
-        m.w.add(g, p + ".weight", {n_in, n_out});
-        if (bias) m.w.add(g, p + ".bias", {n_out});
-    };
-    auto norm = [&](const std::string & p) {
-        m.w.add(g, p + ".weight", {D});
-        m.w.add(g, p + ".bias", {D});
-    };
     for (int i = 0; i < d.layers; ++i) {
         const std::string b = "encoder.blocks." + std::to_string(i);
-        norm(b + ".attn_ln");
-        lin(b + ".attn.query", D, D);
-        lin(b + ".attn.key", D, D, false);
-        lin(b + ".attn.value", D, D);
-        lin(b + ".attn.out", D, D);
-        norm(b + ".mlp_ln");
-        lin(b + ".mlp.0", D, d.ff);
-        lin(b + ".mlp.2", d.ff, D);
+        m.w.add_norm(g, b + ".attn_ln", D);
+        m.w.add_linear(g, b + ".attn.query", D, D);
+        m.w.add_linear(g, b + ".attn.key", D, D, false);
+        m.w.add_linear(g, b + ".attn.value", D, D);
+        m.w.add_linear(g, b + ".attn.out", D, D);
+        m.w.add_norm(g, b + ".mlp_ln", D);
+        m.w.add_linear(g, b + ".mlp.0", D, d.ff);
+        m.w.add_linear(g, b + ".mlp.2", d.ff, D);
     }
-    norm("encoder.ln_post");
-    lin("audio_projector.linear1", D, d.llm_embd);
-    lin("audio_projector.linear2", d.llm_embd, d.llm_embd);
+    m.w.add_norm(g, "encoder.ln_post", D);
+    m.w.add_linear(g, "audio_projector.linear1", D, d.llm_embd);
+    m.w.add_linear(g, "audio_projector.linear2", d.llm_embd, d.llm_embd);
     m.finish_loading(std::make_shared<Backend>(device, threads));
 }
 

@@ -121,14 +121,6 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
     if (d.heads * d.d_head != d.d || d.blocks == 0) throw ModelFileError(path, "inconsistent conformer dimensions");
 
     const int D = d.d;
-    auto lin = [&](const std::string & p, int n_in, int n_out, bool bias = true) {
-        m.w.add(g, p + ".weight", {n_in, n_out});
-        if (bias) m.w.add(g, p + ".bias", {n_out});
-    };
-    auto norm = [&](const std::string & p) {
-        m.w.add(g, p + ".weight", {D});
-        m.w.add(g, p + ".bias", {D});
-    };
     auto conv = [&](const std::string & p, int k) {
         m.w.add_conv_taps(g, p + ".weight", D, D, k);
         m.w.add(g, p + ".bias", {D});
@@ -137,25 +129,25 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
         const std::string a = p + ".self_attn";
         m.w.add(g, a + ".pos_bias_u", {d.d_head, d.heads});
         m.w.add(g, a + ".pos_bias_v", {d.d_head, d.heads});
-        lin(a + ".linear_q", D, D);
-        lin(a + ".linear_k", D, D);
-        lin(a + ".linear_v", D, D);
-        lin(a + ".linear_out", D, D);
-        lin(a + ".linear_pos", D, D, false);
-        lin(p + ".feed_forward.w_1", D, d.ff);
-        lin(p + ".feed_forward.w_2", d.ff, D);
-        norm(p + ".norm_ff");
-        norm(p + ".norm_mha");
+        m.w.add_linear(g, a + ".linear_q", D, D);
+        m.w.add_linear(g, a + ".linear_k", D, D);
+        m.w.add_linear(g, a + ".linear_v", D, D);
+        m.w.add_linear(g, a + ".linear_out", D, D);
+        m.w.add_linear(g, a + ".linear_pos", D, D, false);
+        m.w.add_linear(g, p + ".feed_forward.w_1", D, d.ff);
+        m.w.add_linear(g, p + ".feed_forward.w_2", d.ff, D);
+        m.w.add_norm(g, p + ".norm_ff", D);
+        m.w.add_norm(g, p + ".norm_mha", D);
     };
-    lin("embed.out.0", d.in, D);
-    norm("embed.out.1");
-    norm("after_norm");
+    m.w.add_linear(g, "embed.out.0", d.in, D);
+    m.w.add_norm(g, "embed.out.1", D);
+    m.w.add_norm(g, "after_norm", D);
     conv("pre_lookahead_layer.conv1", kLookahead + 1);
     conv("pre_lookahead_layer.conv2", 3);
     for (int i = 0; i < d.blocks; ++i) layer("encoders." + std::to_string(i));
     conv("up_layer.conv", 5);
-    lin("up_embed.out.0", D, D);
-    norm("up_embed.out.1");
+    m.w.add_linear(g, "up_embed.out.0", D, D);
+    m.w.add_norm(g, "up_embed.out.1", D);
     for (int i = 0; i < d.up_blocks; ++i) layer("up_encoders." + std::to_string(i));
     m.finish_loading(std::move(backend));
 }

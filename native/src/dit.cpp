@@ -144,36 +144,28 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
     const int h = d.hidden, inner = d.heads * d.head_dim;
     if (d.depth == 0 || inner <= 0) throw ModelFileError(path, "no estimator blocks found");
 
-    auto lin = [&](const std::string & p, int n_in, int n_out) {
-        m.w.add(g, p + ".weight", {n_in, n_out});
-        m.w.add(g, p + ".bias", {n_out});
-    };
-    auto norm = [&](const std::string & p, int n) {
-        m.w.add(g, p + ".weight", {n});
-        m.w.add(g, p + ".bias", {n});
-    };
-    lin("estimator.t_embedder.mlp.0", kFreqDim, h);
-    lin("estimator.t_embedder.mlp.2", h, h);
-    lin("estimator.in_proj", d.in_channels, h);
+    m.w.add_linear(g, "estimator.t_embedder.mlp.0", kFreqDim, h);
+    m.w.add_linear(g, "estimator.t_embedder.mlp.2", h, h);
+    m.w.add_linear(g, "estimator.in_proj", d.in_channels, h);
     for (int i = 0; i < d.depth; ++i) {
         const std::string b = "estimator.blocks." + std::to_string(i);
-        lin(b + ".attn.to_q", h, inner);
-        lin(b + ".attn.to_k", h, inner);
-        lin(b + ".attn.to_v", h, inner);
-        norm(b + ".attn.q_norm", d.head_dim);
-        norm(b + ".attn.k_norm", d.head_dim);
-        lin(b + ".attn.proj", inner, h);
-        lin(b + ".mlp.fc1", h, d.mlp);
-        lin(b + ".mlp.fc2", d.mlp, h);
+        m.w.add_linear(g, b + ".attn.to_q", h, inner);
+        m.w.add_linear(g, b + ".attn.to_k", h, inner);
+        m.w.add_linear(g, b + ".attn.to_v", h, inner);
+        m.w.add_norm(g, b + ".attn.q_norm", d.head_dim);
+        m.w.add_norm(g, b + ".attn.k_norm", d.head_dim);
+        m.w.add_linear(g, b + ".attn.proj", inner, h);
+        m.w.add_linear(g, b + ".mlp.fc1", h, d.mlp);
+        m.w.add_linear(g, b + ".mlp.fc2", d.mlp, h);
         m.w.add_conv_taps(g, b + ".conv.block.1.weight", h, h, 3);
         m.w.add(g, b + ".conv.block.1.bias", {h});
-        norm(b + ".conv.block.3", h);
+        m.w.add_norm(g, b + ".conv.block.3", h);
         m.w.add_conv_taps(g, b + ".conv.block.6.weight", h, h, 3);
         m.w.add(g, b + ".conv.block.6.bias", {h});
-        lin(b + ".adaLN_modulation.1", h, 9 * h);
+        m.w.add_linear(g, b + ".adaLN_modulation.1", h, 9 * h);
     }
-    lin("estimator.final_layer.adaLN_modulation.1", h, 2 * h);
-    lin("estimator.final_layer.linear", h, d.out_channels);
+    m.w.add_linear(g, "estimator.final_layer.adaLN_modulation.1", h, 2 * h);
+    m.w.add_linear(g, "estimator.final_layer.linear", h, d.out_channels);
 
     m.finish_loading(std::move(backend));
 }

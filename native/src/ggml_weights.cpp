@@ -16,6 +16,16 @@ WeightStore::~WeightStore() {
     if (ctx_) ggml_free(ctx_);
 }
 
+void WeightStore::add_linear(const GgufFile & file, const std::string & p, int64_t n_in, int64_t n_out, bool bias) {
+    add(file, p + ".weight", {n_in, n_out});
+    if (bias) add(file, p + ".bias", {n_out});
+}
+
+void WeightStore::add_norm(const GgufFile & file, const std::string & p, int64_t n) {
+    add(file, p + ".weight", {n});
+    add(file, p + ".bias", {n});
+}
+
 ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
                                std::function<void(std::vector<float> &)> transform) {
     const GgufTensorInfo & info = file.tensor(name);

@@ -30,6 +30,10 @@ public:
     bool keep_f16 = false;
     ggml_tensor * add(const GgufFile & file, const std::string & name, std::vector<int64_t> ne,
                       std::function<void(std::vector<float> &)> transform = nullptr);
+    // A linear layer: "<p>.weight" [n_in, n_out] and, with bias, "<p>.bias" [n_out].
+    void add_linear(const GgufFile & file, const std::string & p, int64_t n_in, int64_t n_out, bool bias = true);
+    // A norm: "<p>.weight" and "<p>.bias", both [n].
+    void add_norm(const GgufFile & file, const std::string & p, int64_t n);
     // As add(), but the tensor gets its own `stored_name` and the transform may change the
     // element count (the file tensor must have `file_ne`).
     ggml_tensor * add_derived(const GgufFile & file, const std::string & name, const std::vector<int64_t> & file_ne,

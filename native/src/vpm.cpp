@@ -59,27 +59,19 @@ Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool
     m.w.add(g, "v.patch_embd.weight", {P * P * 3, h});
     m.w.add(g, "v.patch_embd.bias", {h});
     m.w.add(g, "v.position_embd.weight", {h, d.grid * d.grid});
-    auto lin = [&](const std::string & p, int n_in, int n_out, bool bias = true) {
-        m.w.add(g, p + ".weight", {n_in, n_out});
-        if (bias) m.w.add(g, p + ".bias", {n_out});
-    };
-    auto norm = [&](const std::string & p, int n) {
-        m.w.add(g, p + ".weight", {n});
-        m.w.add(g, p + ".bias", {n});
-    };
     for (int i = 0; i < d.layers; ++i) {
         const std::string b = "v.blk." + std::to_string(i);
-        for (const char * n : {".attn_q", ".attn_k", ".attn_v", ".attn_out"}) lin(b + n, h, h);
-        norm(b + ".ln1", h);
-        norm(b + ".ln2", h);
-        lin(b + ".ffn_down", h, d.ff);  // the converter's name for fc1
-        lin(b + ".ffn_up", d.ff, h);    // ... and for fc2
+        for (const char * n : {".attn_q", ".attn_k", ".attn_v", ".attn_out"}) m.w.add_linear(g, b + n, h, h);
+        m.w.add_norm(g, b + ".ln1", h);
+        m.w.add_norm(g, b + ".ln2", h);
+        m.w.add_linear(g, b + ".ffn_down", h, d.ff);  // the converter's name for fc1
+        m.w.add_linear(g, b + ".ffn_up", d.ff, h);    // ... and for fc2
     }
-    norm("v.post_ln", h);
+    m.w.add_norm(g, "v.post_ln", h);
     m.w.add(g, "resampler.query", {E, d.queries});
-    lin("resampler.kv", h, E, false);
-    for (const char * n : {"q", "k", "v", "out"}) lin(std::string("resampler.attn.") + n, E, E);
-    for (const char * n : {"ln_q", "ln_kv", "ln_post"}) norm(std::string("resampler.") + n, E);
+    m.w.add_linear(g, "resampler.kv", h, E, false);
+    for (const char * n : {"q", "k", "v", "out"}) m.w.add_linear(g, std::string("resampler.attn.") + n, E, E);
+    for (const char * n : {"ln_q", "ln_kv", "ln_post"}) m.w.add_norm(g, std::string("resampler.") + n, E);
     m.w.add(g, "resampler.proj.weight", {E, E});
     m.w.add(g, "resampler.pos_embed_k", {E, d.grid * d.grid});
     m.finish_loading(std::make_shared<Backend>(device, threads));
