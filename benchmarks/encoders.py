@@ -9,7 +9,6 @@ Needs a real-dimension set (`llama-omni make-models DIR --size real --only llm,a
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -21,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd through ctypes
 
-from common import manifest  # noqa: E402
+from common import write_result  # noqa: E402
 
 from llama_omni_py.audio_encoder import AudioEncoder  # noqa: E402
 from llama_omni_py.image_encoder import ImageEncoder  # noqa: E402
@@ -65,10 +64,7 @@ def main(argv=None) -> int:
           f"{res['vpm_s_mtmd']:.2f} s (ratio {res['vpm_s_ours'] / res['vpm_s_mtmd']:.2f}); "
           f"max diff {res['vpm_rel_diff_vs_mtmd']:.1e} of max |x|")
     print(f"APM: {res['apm_s_per_10s_audio']:.2f} s per 10 s of audio")
-    out = Path(args.out) if args.out else HERE / "results" / f"encoders-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "encoders", **res, "manifest": manifest([s.path("vpm"), s.path("apm")])}, indent=2))
-    print(f"wrote {out}")
+    write_result("encoders", {**res}, [s.path("vpm"), s.path("apm")], args.out)
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import manifest  # noqa: E402
+from common import write_result  # noqa: E402
 
 import llama_omni_py as omni  # noqa: E402
 
@@ -66,11 +65,7 @@ def main(argv=None) -> int:
         fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
         print(f"{k:<18} LLM done {fmt(v['llm_finish_s'])} s, first audio {fmt(v['ttfa_s'])} s, wall RTF "
               f"{fmt(v['wall_rtf'])}, compute RTF {fmt(v['compute_rtf'])} ({fmt(v['audio_s'])} s audio)")
-    out = Path(args.out) if args.out else HERE / "results" / f"pipeline-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "pipeline", "summary": summary, "runs": runs,
-                               "placement": plan.describe() if plan else None, "manifest": manifest()}, indent=2))
-    print(f"wrote {out}")
+    write_result("pipeline", {"summary": summary, "runs": runs, "placement": plan.describe() if plan else None}, (), args.out)
     return 0
 
 

@@ -10,7 +10,6 @@ Needs a real-dimension set (`llama-omni make-models DIR --size real --only llm,t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -20,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import manifest  # noqa: E402
+from common import write_result  # noqa: E402
 
 from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.models import discover  # noqa: E402
@@ -85,12 +84,7 @@ def main(argv=None) -> int:
     print(f"LLM ({llm_model.info.n_layer} x {llm_model.info.n_embd}, vocab {llm_model.info.n_vocab}): "
           f"{res['llm']['decode_tokens_per_s']:.1f} tokens/s decode, prefill {len(prompt)} tokens "
           f"in {res['llm']['prefill_ms']:.0f} ms")
-    out = Path(args.out) if args.out else \
-        Path(__file__).resolve().parent / "results" / f"speech_core-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "speech_core", **res,
-                               "manifest": manifest([s.path("tts"), s.path("projector")])}, indent=2))
-    print(f"wrote {out}")
+    write_result("speech_core", {**res}, [s.path("tts"), s.path("projector")], args.out)
     return 0
 
 

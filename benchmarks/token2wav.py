@@ -12,11 +12,9 @@ Without --model-dir it writes a real-dimension token2wav-gguf (random weights, ~
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
@@ -26,7 +24,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import manifest, timed  # noqa: E402
+from common import write_result, timed  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -121,12 +119,7 @@ def main(argv=None) -> int:
               f"total {row['total_ms']:.0f} ms per 1 s of audio{ref}; vocoder {row['vocoder_gflops']:.0f} GFLOP/s "
               f"vs sgemm {row['sgemm_gflops']:.0f}")
 
-    out = Path(args.out) if args.out else \
-        Path(__file__).resolve().parent / "results" / f"token2wav-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "token2wav", "steps": args.steps, "results": results,
-                               "manifest": manifest([t2w / f"{s}.gguf" for s in ms.T2W_FILES])}, indent=2))
-    print(f"wrote {out}")
+    write_result("token2wav", {"steps": args.steps, "results": results}, [t2w / f"{s}.gguf" for s in ms.T2W_FILES], args.out)
     return 0
 
 

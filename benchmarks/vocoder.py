@@ -10,10 +10,8 @@ Without --model-dir it writes the real-dimension hifigan2.gguf (random weights) 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import manifest, timed  # noqa: E402
+from common import write_result, timed  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -89,12 +87,7 @@ def main(argv=None) -> int:
               f"{row['ours_gflops']:.0f} GFLOP/s = {100 * row['share_of_sgemm']:.0f}% of sgemm "
               f"({row['sgemm_gflops']:.0f} GFLOP/s)")
 
-    out = Path(args.out) if args.out else \
-        Path(__file__).resolve().parent / "results" / f"vocoder-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "vocoder", "frames_per_chunk": FRAMES, "results": results,
-                               "manifest": manifest([path])}, indent=2))
-    print(f"wrote {out}")
+    write_result("vocoder", {"frames_per_chunk": FRAMES, "results": results}, [path], args.out)
     return 0
 
 

@@ -19,9 +19,7 @@ py::array_t<float> encode(Apm & a, const f32mel & mel, std::vector<float> (Apm::
         py::gil_scoped_release release;
         out = (a.*fn)(mel.data(), static_cast<int>(mel.shape(1)), &n);
     }
-    py::array_t<float> r({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(a.dims().llm_embd)});
-    std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
-    return r;
+    return to_numpy(out, {static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(a.dims().llm_embd)});
 }
 
 }  // namespace
@@ -46,9 +44,7 @@ void register_apm(py::module_ & m) {
                 py::gil_scoped_release release;
                 mel = a.log_mel(audio.data(), static_cast<int>(audio.shape(0)), &frames);
             }
-            py::array_t<float> r({static_cast<py::ssize_t>(a.dims().n_mel), static_cast<py::ssize_t>(frames)});
-            std::memcpy(r.mutable_data(), mel.data(), mel.size() * sizeof(float));
-            return r;
+            return to_numpy(mel, {static_cast<py::ssize_t>(a.dims().n_mel), static_cast<py::ssize_t>(frames)});
         }, py::arg("audio"))
         .def("encode_mel", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel); }, py::arg("mel"),
              "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).")

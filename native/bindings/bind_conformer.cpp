@@ -9,11 +9,6 @@ namespace omni::bindings {
 
 namespace {
 
-py::array_t<float> array_of(const std::vector<float> & v, std::vector<py::ssize_t> shape) {
-    py::array_t<float> a(shape);
-    std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
-    return a;
-}
 
 }  // namespace
 
@@ -58,8 +53,8 @@ void register_conformer(py::module_ & m) {
                 py::gil_scoped_release release;
                 out = e.forward_chunk(xs.data(), static_cast<int>(xs.shape(0)), last_chunk, cnn_p, att_p, att_frames);
             }
-            return py::make_tuple(array_of(out.h, {out.frames, d.d}), array_of(out.cnn_cache, {6, d.d}),
-                                  array_of(out.att_cache, {d.blocks + d.up_blocks, d.heads, out.att_frames, 2 * d.d_head}));
+            return py::make_tuple(to_numpy(out.h, {out.frames, d.d}), to_numpy(out.cnn_cache, {6, d.d}),
+                                  to_numpy(out.att_cache, {d.blocks + d.up_blocks, d.heads, out.att_frames, 2 * d.d_head}));
         }, py::arg("xs"), py::arg("last_chunk") = false, py::arg("cnn_cache") = py::none(), py::arg("att_cache") = py::none(),
            "Streaming encoder chunk -> (h (2*frames', d), cnn_cache (6, d), att_cache (layers, heads, T, 2*d_head)).");
     m.def("rel_position_table", &rel_position_table, py::arg("d"), py::arg("size"));

@@ -37,9 +37,7 @@ void register_dit(py::module_ & m) {
                 py::gil_scoped_release release;
                 out = e.forward(x.data(), mu.data(), t.data(), spks.data(), cond.data(), static_cast<int>(B), static_cast<int>(T));
             }
-            py::array_t<float> r({B, static_cast<py::ssize_t>(80), T});
-            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
-            return r;
+            return to_numpy(out, {B, static_cast<py::ssize_t>(80), T});
         }, py::arg("x"), py::arg("mu"), py::arg("t"), py::arg("spks"), py::arg("cond"),
            "One estimator call without caches; arrays (batch, 80, frames), t (batch,), spks (batch, 80).")
         .def("forward_chunk", [](DitEstimator & e, f32array x, f32array mu, f32array t, f32array spks, f32array cond,
@@ -63,14 +61,11 @@ void register_dit(py::module_ & m) {
                 out = e.forward_chunk(x.data(), mu.data(), t.data(), spks.data(), cond.data(), static_cast<int>(B),
                                       static_cast<int>(T), cache);
             }
-            py::array_t<float> r({B, static_cast<py::ssize_t>(80), T});
-            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
-            py::array_t<float> cnn({B, static_cast<py::ssize_t>(d.depth), static_cast<py::ssize_t>(2), static_cast<py::ssize_t>(2 * d.hidden)});
-            std::memcpy(cnn.mutable_data(), cache.cnn.data(), cache.cnn.size() * sizeof(float));
-            py::array_t<float> att({B, static_cast<py::ssize_t>(d.depth * d.heads), static_cast<py::ssize_t>(cache.att_frames),
-                                    static_cast<py::ssize_t>(2 * d.head_dim)});
-            std::memcpy(att.mutable_data(), cache.att.data(), cache.att.size() * sizeof(float));
-            return py::make_tuple(r, cnn, att);
+            return py::make_tuple(
+                to_numpy(out, {B, 80, T}),
+                to_numpy(cache.cnn, {B, static_cast<py::ssize_t>(d.depth), 2, static_cast<py::ssize_t>(2 * d.hidden)}),
+                to_numpy(cache.att, {B, static_cast<py::ssize_t>(d.depth * d.heads), static_cast<py::ssize_t>(cache.att_frames),
+                                     static_cast<py::ssize_t>(2 * d.head_dim)}));
         }, py::arg("x"), py::arg("mu"), py::arg("t"), py::arg("spks"), py::arg("cond"), py::arg("cnn_cache") = py::none(),
            py::arg("att_cache") = py::none(),
            "Streaming call -> (out, cnn_cache (batch, depth, 2, 2*hidden), att_cache (batch, depth*heads, frames, 2*head_dim)).");

@@ -111,10 +111,7 @@ void register_gguf_file(py::module_ & m) {
                 py::gil_scoped_release release;
                 v = f.read_f32(name);
             }
-            std::vector<py::ssize_t> shape(t.ne.rbegin(), t.ne.rend());
-            py::array_t<float> out(shape);
-            std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
-            return out;
+            return to_numpy(v, std::vector<py::ssize_t>(t.ne.rbegin(), t.ne.rend()));
         }, py::arg("name"));
 
     m.def("ggml_type_name", &ggml_type_label);

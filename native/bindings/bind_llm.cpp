@@ -9,11 +9,7 @@ namespace omni::bindings {
 
 namespace {
 
-py::array_t<float> floats(std::vector<float> && v) {
-    py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
-    std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
-    return a;
-}
+py::array_t<float> floats(const std::vector<float> & v) { return to_numpy(v, {static_cast<py::ssize_t>(v.size())}); }
 
 }  // namespace
 

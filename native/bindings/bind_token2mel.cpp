@@ -24,9 +24,7 @@ void register_token2mel(py::module_ & m) {
         })
         .def("estimator_att", [](const Token2MelCache & c, int step) {
             const auto & v = c.estimator.at(step).att;
-            py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
-            std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
-            return a;
+            return to_numpy(v, {static_cast<py::ssize_t>(v.size())});
         });
 
     py::class_<Token2Mel>(m, "Token2Mel")
@@ -56,9 +54,7 @@ void register_token2mel(py::module_ & m) {
                 py::gil_scoped_release release;
                 mel = t2m.chunk(tokens.data(), n, last_chunk, spk.data(), cond_p, noise_p, temperature, cache, &frames);
             }
-            py::array_t<float> r({static_cast<py::ssize_t>(80), static_cast<py::ssize_t>(frames)});
-            std::memcpy(r.mutable_data(), mel.data(), mel.size() * sizeof(float));
-            return r;
+            return to_numpy(mel, {static_cast<py::ssize_t>(80), static_cast<py::ssize_t>(frames)});
         }, py::arg("tokens"), py::arg("last_chunk"), py::arg("spk"), py::arg("cache"), py::arg("cond") = py::none(),
            py::arg("noise") = py::none(), py::arg("temperature") = 1.0f,
            "One streaming chunk -> mel (80, frames); updates `cache`.");

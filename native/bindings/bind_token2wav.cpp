@@ -44,9 +44,7 @@ void register_token2wav(py::module_ & m) {
                 py::gil_scoped_release release;
                 audio = t.push(tokens.data(), static_cast<int>(tokens.shape(0)), final);
             }
-            py::array_t<float> a(static_cast<py::ssize_t>(audio.size()));
-            std::memcpy(a.mutable_data(), audio.data(), audio.size() * sizeof(float));
-            return a;
+            return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
         }, py::arg("tokens"), py::arg("final") = false)
         .def("reset", &Token2Wav::reset, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("steps", &Token2Wav::steps)

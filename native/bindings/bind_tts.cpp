@@ -12,9 +12,7 @@ namespace {
 using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 py::array_t<float> rows_of(const std::vector<float> & v, int width) {
-    py::array_t<float> a({static_cast<py::ssize_t>(v.size() / width), static_cast<py::ssize_t>(width)});
-    std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
-    return a;
+    return to_numpy(v, {static_cast<py::ssize_t>(v.size() / width), static_cast<py::ssize_t>(width)});
 }
 
 }  // namespace
@@ -57,9 +55,7 @@ void register_tts(py::module_ & m) {
                 py::gil_scoped_release release;
                 logits = t.forward(rows.data(), static_cast<int>(rows.shape(0)));
             }
-            py::array_t<float> a(static_cast<py::ssize_t>(logits.size()));
-            std::memcpy(a.mutable_data(), logits.data(), logits.size() * sizeof(float));
-            return a;
+            return to_numpy(logits, {static_cast<py::ssize_t>(logits.size())});
         }, py::arg("rows"), "Evaluate condition/code rows; returns the audio-code logits of the last row.")
         .def("head_cost_ms", &Tts::head_cost_ms, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
              "(llama.cpp-omni's plain C++ head, ours) in ms per audio token.");

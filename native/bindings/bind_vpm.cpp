@@ -29,9 +29,7 @@ void register_vpm(py::module_ & m) {
                 py::gil_scoped_release release;
                 out = v.encode(pixels.data(), static_cast<int>(pixels.shape(1)), static_cast<int>(pixels.shape(2)));
             }
-            py::array_t<float> r({static_cast<py::ssize_t>(v.dims().queries), static_cast<py::ssize_t>(v.dims().llm_embd)});
-            std::memcpy(r.mutable_data(), out.data(), out.size() * sizeof(float));
-            return r;
+            return to_numpy(out, {static_cast<py::ssize_t>(v.dims().queries), static_cast<py::ssize_t>(v.dims().llm_embd)});
         }, py::arg("pixels"), "Normalised (3, h, w) image, sides multiples of the patch -> (64, llm_embd).");
     m.def("bucketed_position_ids", &bucketed_position_ids, py::arg("rows"), py::arg("cols"), py::arg("grid") = 70);
 }
