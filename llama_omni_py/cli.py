@@ -78,7 +78,22 @@ def _print_info(info: dict) -> None:
             print(f"  --  missing {p}")
 
 
+def cmd_cann_audit(args) -> int:
+    from .cann_audit import run_audit
+    from .session import demo_model_dir
+
+    result = run_audit(args.model_dir or demo_model_dir(), args.cann_table)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(f"CANN op-support audit against {result.table}\n")
+        print(result.markdown())
+    return 1 if result.unsupported else 0
+
+
 def cmd_info(args) -> int:
+    if args.cann_audit:
+        return cmd_cann_audit(args)
     info = collect_info(args.model_dir, args.device)
     if args.plan:
         from .backend import resolve_device
@@ -153,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--plan", action="store_true", help="show the CPU placement a session on --device would use")
+    i.add_argument("--cann-audit", action="store_true",
+                   help="match every graph node of the model set (default: the demo set) against ggml's CANN "
+                        "op-support table; exit 1 if any node is unsupported")
+    i.add_argument("--cann-table", help="a ggml docs/ops/CANN.csv to audit against instead of the packaged table")
     i.set_defaults(func=cmd_info)
 
     m = sub.add_parser("make-models", help="write a module set with random weights")

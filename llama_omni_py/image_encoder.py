@@ -75,11 +75,13 @@ def resize_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 class ImageEncoder:
-    def __init__(self, model_dir: str | Path, device: str = "cpu", threads: int = 1, exact: bool = False):
+    def __init__(self, model_dir: str | Path, device: str = "cpu", threads: int = 1, exact: bool = False,
+                 flash_attn_dims: list[int] | None = None):
+        """flash_attn_dims: head sizes that use fused attention (None: those the device supports)."""
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.VPM_FILE
-        self.vpm = core.Vpm(str(path), resolve_device(device), threads, exact)
+        self.vpm = core.Vpm(str(path), resolve_device(device), threads, exact, flash_attn_dims)
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """(h, w, 3) uint8 RGB -> normalised (3, H, W) float32 overview."""

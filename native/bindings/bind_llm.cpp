@@ -25,16 +25,19 @@ void register_llm(py::module_ & m) {
         .def_readwrite("seed", &SamplingOptions::seed);
 
     py::class_<Llm>(m, "Llm")
-        .def(py::init([](std::shared_ptr<LlmModel> model, int n_ctx, int n_batch, int threads, bool kv_f32) {
+        .def(py::init([](std::shared_ptr<LlmModel> model, int n_ctx, int n_batch, int threads, bool kv_f32, int flash_attn,
+                         bool record_graph) {
                  LlmOptions o;
                  o.kv_f32 = kv_f32;
+                 o.flash_attn = flash_attn;
+                 o.record_graph = record_graph;
                  o.n_ctx = n_ctx;
                  o.n_batch = n_batch;
                  o.threads = threads;
                  return std::make_unique<Llm>(std::move(model), o);
              }),
              py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("threads") = 0,
-             py::arg("kv_f32") = false,
+             py::arg("kv_f32") = false, py::arg("flash_attn") = -1, py::arg("record_graph") = false,
              py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("n_past", &Llm::n_past)
         .def_property_readonly("n_ctx", &Llm::n_ctx)

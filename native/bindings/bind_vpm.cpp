@@ -4,6 +4,7 @@
 #include "omni/vpm.h"
 
 #include <cstring>
+#include <optional>
 
 namespace omni::bindings {
 
@@ -12,6 +13,8 @@ void register_vpm(py::module_ & m) {
     py::class_<VpmDims>(m, "VpmDims")
         .def_readonly("hidden", &VpmDims::hidden)
         .def_readonly("layers", &VpmDims::layers)
+        .def_readonly("heads", &VpmDims::heads)
+        .def_readonly("resampler_heads", &VpmDims::res_heads)
         .def_readonly("patch", &VpmDims::patch)
         .def_readonly("grid", &VpmDims::grid)
         .def_readonly("llm_embd", &VpmDims::llm_embd)
@@ -19,8 +22,15 @@ void register_vpm(py::module_ & m) {
         .def_property_readonly("mean", [](const VpmDims & d) { return std::vector<float>(d.mean, d.mean + 3); })
         .def_property_readonly("std", [](const VpmDims & d) { return std::vector<float>(d.std, d.std + 3); });
     py::class_<Vpm>(m, "Vpm")
-        .def(py::init<const std::string &, const std::string &, int, bool>(), py::arg("path"), py::arg("device") = "cpu",
-             py::arg("threads") = 1, py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
+        .def(py::init([](const std::string & path, const std::string & device, int threads, bool exact,
+                         std::optional<std::vector<int>> flash_attn_dims) {
+                 py::gil_scoped_release release;
+                 return std::make_unique<Vpm>(path, device, threads, exact, flash_attn_dims.value_or(std::vector<int>{}),
+                                              flash_attn_dims.has_value());
+             }),
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("exact") = false,
+             py::arg("flash_attn_dims") = py::none(),
+             "flash_attn_dims: head sizes that use fused attention (None: those the device supports).")
         .def_property_readonly("dims", &Vpm::dims)
         .def("encode", [](Vpm & v, f32array pixels) {
             if (pixels.ndim() != 3 || pixels.shape(0) != 3) throw InvalidArgument("pixels must be (3, height, width)");

@@ -35,5 +35,6 @@ void register_llm(py::module_ & m);
 void register_tts(py::module_ & m);
 void register_apm(py::module_ & m);
 void register_vpm(py::module_ & m);
+void register_graph_record(py::module_ & m);
 
 }  // namespace omni::bindings

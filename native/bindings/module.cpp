@@ -20,4 +20,5 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_tts(m);
     omni::bindings::register_apm(m);
     omni::bindings::register_vpm(m);
+    omni::bindings::register_graph_record(m);
 }

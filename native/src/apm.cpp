@@ -22,7 +22,7 @@ struct Apm::Impl : GraphModule {
     std::vector<ggml_tensor *> k_cache, v_cache;
     int stream_pos = 0, stream_resets = 0;
 
-    Impl() : GraphModule(1024) {}
+    Impl() : GraphModule("apm", 1024) {}
     ~Impl() {
         if (cache_buf) ggml_backend_buffer_free(cache_buf);
         if (cache_ctx) ggml_free(cache_ctx);
@@ -230,7 +230,7 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     for (int b = 0; b < d.n_mel; ++b)
         for (int t = 0; t < frames; ++t) rows[static_cast<size_t>(t) * d.n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
     ggml_backend_tensor_set(in, rows.data(), 0, ggml_nbytes(in));
-    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("audio encoder graph failed");
+    m.compute(gf, streaming ? "encode_stream" : "encode");
     std::vector<float> out(static_cast<size_t>(E) * n_tok);
     ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));
     if (tokens_out) *tokens_out = n_tok;

@@ -46,7 +46,7 @@ std::vector<float> rel_position_table(int d, int size) {
 
 struct ConformerEncoder::Impl : GraphModule {
     ConformerDims d;
-    Impl() : GraphModule(1024) {}
+    Impl() : GraphModule("conformer", 1024) {}
 
     // Linear + LayerNorm (1e-5) + x sqrt(d): the LinearNoSubsampling input stage.
     ggml_tensor * embed(ggml_context * ctx, ggml_tensor * x, const std::string & p) const {
@@ -240,9 +240,7 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     if (!cnn_cache) zeros.assign(static_cast<size_t>(D) * kCnnCache, 0.0f);
     ggml_backend_tensor_set(in_cnn, cnn_cache ? cnn_cache : zeros.data(), 0, ggml_nbytes(in_cnn));
     if (in_att) ggml_backend_tensor_set(in_att, att_cache, 0, ggml_nbytes(in_att));
-    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) {
-        throw DeviceError("conformer graph failed on " + m.backend->device().id);
-    }
+    m.compute(gf, "chunk");
     ConformerChunk out;
     out.frames = static_cast<int>(x->ne[1]);
     out.h.resize(ggml_nelements(x));

@@ -72,7 +72,7 @@ int round16(int n) { return (n + 15) / 16 * 16; }
 
 struct DitEstimator::Impl : GraphModule {
     DitDims d;
-    Impl() : GraphModule(4096) {}
+    Impl() : GraphModule("dit", 4096) {}
 
     // x * (1 + scale) + shift, without SCALE-with-bias (unsupported on CANN).
     static ggml_tensor * modulate(ggml_context * ctx, ggml_tensor * x, ggml_tensor * shift, ggml_tensor * scale) {
@@ -414,9 +414,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
             for (int c = T2; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = -INFINITY;
         ggml_backend_tensor_set(in_mask, mk.data(), 0, ggml_nbytes(in_mask));
     }
-    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) {
-        throw DeviceError("estimator graph failed on " + m.backend->device().id);
-    }
+    m.compute(gf, "step");
     std::vector<float> o(static_cast<size_t>(C) * T * B), res(o.size());
     ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
     for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]

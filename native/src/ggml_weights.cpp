@@ -1,5 +1,7 @@
 #include "ggml_weights.h"
 
+#include "graph_check.h"
+
 #include "graph_util.h"
 #include "omni/errors.h"
 
@@ -118,6 +120,31 @@ void GraphModule::finish_loading(std::shared_ptr<Backend> b) {
 ggml_tensor * GraphModule::linear(ggml_context * ctx, ggml_tensor * x, const std::string & p, bool bias) const {
     ggml_tensor * y = ggml_mul_mat(ctx, W(p + ".weight"), x);
     return bias ? ggml_add(ctx, y, W(p + ".bias")) : y;
+}
+
+void GraphModule::compute(ggml_cgraph * gf, const char * graph) {
+    const std::string what = std::string(name) + " " + graph + " graph";
+    record_graph(name, graph, backend->device().id, gf);
+    if (!backend->is_cpu()) require_supported(backend->get(), gf, what);
+    if (ggml_backend_graph_compute(backend->get(), gf) != GGML_STATUS_SUCCESS) {
+        throw DeviceError(what + " failed on " + backend->device().id);
+    }
+}
+
+bool GraphModule::flash_attn_supported(int head_dim) {
+    auto it = flash_attn_support_.find(head_dim);
+    if (it != flash_attn_support_.end()) return it->second;
+    // A probe node with the shapes and types the graphs use ([dh, T, heads], F16 K/V); only
+    // its description is built (no_alloc), the backend answers from that.
+    ggml_init_params p{ggml_tensor_overhead() * 8, nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(p), ggml_free);
+    ggml_tensor * q = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, head_dim, 64, 4);
+    ggml_tensor * k = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, head_dim, 64, 4);
+    ggml_tensor * v = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F16, head_dim, 64, 4);
+    ggml_tensor * o = ggml_flash_attn_ext(ctx.get(), q, k, v, nullptr, 1.0f, 0.0f, 0.0f);
+    const bool ok = ggml_backend_supports_op(backend->get(), o);
+    flash_attn_support_[head_dim] = ok;
+    return ok;
 }
 
 }  // namespace omni

@@ -63,12 +63,13 @@ private:
 // The parts every ggml-graph module shares: its device, weights, graph allocator and a lock
 // (one graph at a time per module).
 struct GraphModule {
+    const char * name;  // "apm", "vpm", ...: names the module in errors and graph records
     std::shared_ptr<Backend> backend;
     WeightStore w;
     ggml_gallocr_t galloc = nullptr;
     std::mutex mutex;
 
-    explicit GraphModule(size_t max_tensors) : w(max_tensors) {}
+    GraphModule(const char * module_name, size_t max_tensors) : name(module_name), w(max_tensors) {}
     ~GraphModule();
     GraphModule(const GraphModule &) = delete;
     GraphModule & operator=(const GraphModule &) = delete;
@@ -77,6 +78,16 @@ struct GraphModule {
     void finish_loading(std::shared_ptr<Backend> b);
     ggml_tensor * W(const std::string & n) const { return w.get(n); }
     ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, const std::string & p, bool bias = true) const;
+    // Computes an allocated graph on the module's device. Off the CPU, every node is first checked
+    // against the backend (a clear DeviceError instead of an abort inside ggml); the graph is
+    // recorded for the CANN audit when recording is on. `graph` names it ("encode", "step").
+    void compute(ggml_cgraph * gf, const char * graph);
+    // Whether the device runs fused attention (ggml_flash_attn_ext) for this head size with F16
+    // K/V and no mask; answered once per head size by the backend itself.
+    bool flash_attn_supported(int head_dim);
+
+private:
+    std::map<int, bool> flash_attn_support_;
 };
 
 }  // namespace omni

@@ -1,5 +1,7 @@
 #include "omni/llm.h"
 
+#include "graph_check.h"
+
 #include "omni/errors.h"
 #include "omni/log.h"
 
@@ -7,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace omni {
 
@@ -26,12 +29,22 @@ Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::mo
     // partial sums, so results depend on the thread count; plain attention does not (and with an
     // F32 cache it is also the exact path). Accelerators keep libllama's choice.
     if (o.kv_f32 || model_->info().device == "cpu") cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (o.flash_attn >= 0) cp.flash_attn_type = o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (o.record_graph) {
+        cp.cb_eval = &Llm::observe_node;
+        cp.cb_eval_user_data = this;
+    }
     clear_recent_log_problems();
     ctx_ = llama_init_from_model(model_->get(), cp);
     if (!ctx_) throw DeviceError("libllama could not create a context" + log_problem_suffix());
     n_ctx_ = static_cast<int>(llama_n_ctx(ctx_));
     n_batch_ = static_cast<int>(cp.n_batch);
     set_sampling(SamplingOptions{});
+}
+
+bool Llm::observe_node(ggml_tensor * t, bool ask, void * self) {
+    if (ask) static_cast<Llm *>(self)->observed_.push_back(describe_node(t));
+    return false;  // never ask for the data: the scheduler keeps computing whole splits
 }
 
 Llm::~Llm() {
@@ -66,9 +79,11 @@ void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outpu
         }
         if (embd) std::memcpy(b.embd, embd + static_cast<size_t>(start) * n_embd, sizeof(float) * static_cast<size_t>(m) * n_embd);
         clear_recent_log_problems();
+        observed_.clear();
         const int rc = llama_decode(ctx_, b);
         llama_batch_free(b);
         if (rc != 0) throw DeviceError("llama_decode failed (" + std::to_string(rc) + ")" + log_problem_suffix());
+        if (!observed_.empty()) record_graph_nodes("llm", m > 1 ? "prefill" : "decode", model_->info().device, std::exchange(observed_, {}));
         // Outputs of earlier sub-batches are overwritten: only the last sub-batch's are readable.
         n_outputs_ = all_outputs ? m : 1;
     }

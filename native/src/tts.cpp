@@ -32,7 +32,7 @@ struct Tts::Impl : GraphModule {
     ggml_tensor * vt_cache = nullptr;         // [n_ctx, head_dim, heads, layers]
     std::string proj;                         // name prefix of the projector weights
 
-    Impl() : GraphModule(512) {}
+    Impl() : GraphModule("tts", 512) {}
     ~Impl() {
         if (kv_buf) ggml_backend_buffer_free(kv_buf);
         if (kv_ctx) ggml_free(kv_ctx);
@@ -149,7 +149,7 @@ std::vector<float> Tts::conditions(const int32_t * tokens, const float * hidden,
         ggml_build_forward_expand(gf, y);
         if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the projector graph");
         ggml_backend_tensor_set(in, hidden, 0, ggml_nbytes(in));
-        if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("projector graph failed");
+        m.compute(gf, "projector");
         ggml_backend_tensor_get(y, out.data(), 0, static_cast<size_t>(n) * d.hidden * sizeof(float));
     }
     for (int i = 0; i < n; ++i) {  // F.normalize (x / max(|x|, 1e-12)) + emb_text[token]
@@ -228,7 +228,7 @@ std::vector<float> Tts::forward(const float * rows, int n) {
     for (int r = 0; r < n; ++r)  // causal: row r (position n_past + r) sees positions <= its own
         for (int c = 0; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = c <= m.n_past + r ? 0.0f : -INFINITY;
     ggml_backend_tensor_set(mask, mk.data(), 0, ggml_nbytes(mask));
-    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("TTS graph failed");
+    m.compute(gf, "step");
     std::vector<float> out(d.audio_tokens);
     ggml_backend_tensor_get(logits, out.data(), 0, ggml_nbytes(logits));
     m.n_past += n;
@@ -273,7 +273,7 @@ std::pair<double, double> Tts::head_cost_ms(int reps) {
     ggml_backend_tensor_set(in, x.data(), 0, ggml_nbytes(in));
     for (int r = 0; r < reps; ++r) {
         auto t0 = std::chrono::steady_clock::now();
-        if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("head graph failed");
+        m.compute(gf, "head");
         ggml_backend_tensor_get(y, out.data(), 0, ggml_nbytes(y));
         graph.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }

@@ -1,5 +1,7 @@
 #include "omni/vpm.h"
 
+#include <algorithm>
+
 #include "ggml_weights.h"
 #include "graph_util.h"
 #include "omni/errors.h"
@@ -24,13 +26,26 @@ std::vector<int32_t> bucketed_position_ids(int rows, int cols, int grid) {
 struct Vpm::Impl : GraphModule {
     VpmDims d;
     bool exact = false;  // exact: composed GELU and plain softmax attention (parity tests)
-    Impl() : GraphModule(1024) {}
+    bool override_fa = false;
+    std::vector<int> fa_dims;
+    Impl() : GraphModule("vpm", 1024) {}
+    // Fused F16 attention where the device has a kernel for the head size (the CPU has one for
+    // every size; CANN's lacks SigLIP's 72), else matmul + softmax.
+    bool use_flash_attn(int head_dim) {
+        if (exact) return false;
+        if (override_fa) return std::find(fa_dims.begin(), fa_dims.end(), head_dim) != fa_dims.end();
+        return flash_attn_supported(head_dim);
+    }
 };
 
-Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool exact) : impl_(std::make_unique<Impl>()) {
+Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool exact, std::vector<int> flash_attn_dims,
+         bool override_flash_attn)
+    : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     m.w.keep_f16 = !exact;
     m.exact = exact;
+    m.override_fa = override_flash_attn;
+    m.fa_dims = std::move(flash_attn_dims);
     GgufFile g(path);
     if (g.get_string("general.architecture") != "clip") throw ModelFileError(path, "not a vision encoder file (architecture is not 'clip')");
     VpmDims & d = m.d;
@@ -103,7 +118,7 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
         const int C = static_cast<int>(q->ne[0]), dh = C / heads, Tq = static_cast<int>(q->ne[1]), Tk = static_cast<int>(k->ne[1]);
         const float scale = 1.0f / std::sqrt(float(dh));
         auto split = [&](ggml_tensor * t, int T) { return ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3); };
-        if (!m.exact) {  // fused attention with F16 K/V, as upstream's clip graph runs it
+        if (m.use_flash_attn(dh)) {  // fused attention with F16 K/V, as upstream's clip graph runs it
             ggml_tensor * K = ggml_cast(ctx, split(k, Tk), GGML_TYPE_F16);
             ggml_tensor * V = ggml_cast(ctx, split(v, Tk), GGML_TYPE_F16);
             ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_cont(ctx, split(q, Tq)), K, V, nullptr, scale, 0.0f, 0.0f);
@@ -161,7 +176,7 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < cols; ++c) gi[static_cast<size_t>(r) * cols + c] = r * d.grid + c;
     ggml_backend_tensor_set(grid_ids, gi.data(), 0, ggml_nbytes(grid_ids));
-    if (ggml_backend_graph_compute(m.backend->get(), gf) != GGML_STATUS_SUCCESS) throw DeviceError("vision graph failed");
+    m.compute(gf, "encode");
     std::vector<float> out(static_cast<size_t>(E) * d.queries);
     ggml_backend_tensor_get(o, out.data(), 0, ggml_nbytes(o));
     return out;

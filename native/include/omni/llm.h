@@ -3,12 +3,14 @@
 // sampled token and its final-norm hidden state, KV management and libllama's sampler chain.
 #pragma once
 
+#include "omni/graph_record.h"
 #include "omni/llm_model.h"
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+struct ggml_tensor;
 struct llama_context;
 struct llama_sampler;
 
@@ -19,6 +21,10 @@ struct LlmOptions {
     int n_batch = 512;
     int threads = 0;  // <= 0: libllama's default
     bool kv_f32 = false;  // F32 KV cache (exact, 2x memory); default F16 as llama.cpp
+    int flash_attn = -1;  // -1: ours (off on the CPU, libllama's auto on accelerators); 0 off; 1 on
+    // Report every node libllama's scheduler evaluates to the graph recorder (graph_record.h), as
+    // graphs "prefill" (several rows) and "decode" (one row). Observing only: nothing is copied.
+    bool record_graph = false;
 };
 
 struct SamplingOptions {
@@ -68,7 +74,10 @@ public:
 private:
     void eval(const int32_t * tokens, const float * embd, int n, bool all_outputs);
 
+    static bool observe_node(ggml_tensor * t, bool ask, void * self);
+
     std::shared_ptr<LlmModel> model_;
+    std::vector<GraphNode> observed_;
     llama_context * ctx_ = nullptr;
     llama_sampler * sampler_ = nullptr;
     int n_ctx_ = 0, n_batch_ = 0, n_past_ = 0, n_outputs_ = 0;

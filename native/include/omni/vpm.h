@@ -19,7 +19,10 @@ struct VpmDims {
 
 class Vpm {
 public:
-    Vpm(const std::string & vision_gguf, const std::string & device, int threads, bool exact = false);
+    // flash_attn_dims: when given, fused attention is used for exactly these head sizes instead
+    // of the ones the device reports (the CANN audit builds the graph a CANN device would get).
+    Vpm(const std::string & vision_gguf, const std::string & device, int threads, bool exact = false,
+        std::vector<int> flash_attn_dims = {}, bool override_flash_attn = false);
     ~Vpm();
     const VpmDims & dims() const;
     // pixels: normalised image (3, h, w), h and w multiples of the patch size -> (queries, llm_embd).
