@@ -156,6 +156,9 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float) -> None:
         at, t = f"{where}.content[{i}]", item["type"]
         if t == "audio":
             x = float_pcm(item.get("data"), f"{at}.data", "invalid_audio", max_audio_s - audio_s)
+            if x.size < INPUT_RATE // 10:
+                raise ProtocolError(f"{at}.data is {x.size} samples; the audio encoder needs at least 0.1 s "
+                                    f"({INPUT_RATE // 10} samples at {INPUT_RATE} Hz)", "invalid_audio")
             audio_s += x.size / INPUT_RATE
             turn.audio.append(x)
         elif t == "image":
