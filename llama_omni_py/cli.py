@@ -148,7 +148,8 @@ def cmd_serve(args) -> int:
 
     demo = args.model_dir is None
     session = SessionConfig(max_new_tokens=args.max_new_tokens or (60 if demo else 256), threads=args.threads,
-                            max_audio_per_chunk=50 if demo else 500)
+                            t2w_threads=args.t2w_threads or None,
+                            max_audio_per_chunk=args.max_audio_per_chunk or (50 if demo else 500))
     serve(ServerConfig(host=args.host, port=args.port, model_dir=args.model_dir, device=args.device, session=session,
                        max_message_bytes=int(args.max_message_mb * 2**20), max_audio_seconds=args.max_audio_seconds,
                        idle_timeout_s=args.idle_timeout))
@@ -197,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
     sv.add_argument("--threads", type=int, default=0, help="LLM/TTS CPU threads (0: libllama's default)")
     sv.add_argument("--max-new-tokens", type=int, default=0, help="per-turn LLM token limit (0: 256, 60 with the demo set)")
+    sv.add_argument("--t2w-threads", type=int, default=0, help="vocoder threads (0: OMNI_T2W_THREADS or up to 16)")
+    sv.add_argument("--max-audio-per-chunk", type=int, default=0,
+                    help="speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)")
     sv.add_argument("--max-message-mb", type=float, default=32.0, help="largest WebSocket message")
     sv.add_argument("--max-audio-seconds", type=float, default=30.0, help="input audio per turn")
     sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds without a message before a session closes")
