@@ -194,3 +194,43 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
         ev = run(init_fails())
         assert ev["reason"] == "omni_init_failed" and "no models here" in ev["diagnostic"]["message"]
         assert http(s.url + "/health")[0] == 503  # still serving
+
+
+def test_config_errors_name_the_field():
+    from llama_omni_py import ConfigError
+    for field, value in (("port", 70000), ("max_message_bytes", 10), ("idle_timeout_s", 0), ("max_new_tokens", 0),
+                         ("ping_interval_s", -1.0), ("max_pending_inputs", -1)):
+        with pytest.raises(ConfigError, match=field):
+            ServerConfig(**{field: value})
+
+
+def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--model-dir",
+                             str(tiny_dir), "--device", "cpu", "--max-new-tokens", "8", "--max-audio-per-chunk", "25",
+                             "--t2w-threads", "1"], stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        seen, deadline = set(), time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                status, body = http(url + "/health")
+            except OSError:
+                time.sleep(0.05)
+                continue
+            seen.add((status, body["status"]))
+            if status == 200:
+                break
+            time.sleep(0.02)
+        assert (200, "ready") in seen
+        assert run(one_turn(url))[-1]["type"] == "response.done"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+    assert rc == 0, proc.stderr.read()
