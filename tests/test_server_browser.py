@@ -18,6 +18,7 @@ def _chrome():
     driver = shutil.which("chromedriver")
     if not (binary and driver):
         pytest.skip("needs Debian's chromium and chromium-driver (installed by .ci/run)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not go online; the paths are given
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
