@@ -1,4 +1,4 @@
-"""``llama-omni``: info | make-models (speak, serve and bench come with their issues)."""
+"""``llama-omni``: info | make-models | speak | serve (bench comes with its issue)."""
 
 from __future__ import annotations
 
@@ -157,6 +157,20 @@ def cmd_speak(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .server import ServerConfig, serve
+    from .session import SessionConfig
+
+    demo = args.model_dir is None
+    session = SessionConfig(max_new_tokens=args.max_new_tokens or (60 if demo else 256), threads=args.threads,
+                            t2w_threads=args.t2w_threads or None,
+                            max_audio_per_chunk=args.max_audio_per_chunk or (50 if demo else 500))
+    serve(ServerConfig(host=args.host, port=args.port, model_dir=args.model_dir, device=args.device, session=session,
+                       max_message_bytes=int(args.max_message_mb * 2**20), max_audio_seconds=args.max_audio_seconds,
+                       idle_timeout_s=args.idle_timeout))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
     p.add_argument("--version", action="version", version=f"llama-omni-py {__version__}")
@@ -195,6 +209,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int, default=0, help="LLM/TTS CPU threads (0: libllama's default)")
     sp.add_argument("--max-new-tokens", type=int, default=0, help="LLM tokens (0: 256, 60 with the demo set)")
     sp.set_defaults(func=cmd_speak)
+
+    sv = sub.add_parser("serve", help="demo server: WebSocket /backend (MiniCPM-o demo protocol), /health, page at /")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
+    sv.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
+    sv.add_argument("--threads", type=int, default=0, help="LLM/TTS CPU threads (0: libllama's default)")
+    sv.add_argument("--max-new-tokens", type=int, default=0, help="per-turn LLM token limit (0: 256, 60 with the demo set)")
+    sv.add_argument("--t2w-threads", type=int, default=0, help="vocoder threads (0: OMNI_T2W_THREADS or up to 16)")
+    sv.add_argument("--max-audio-per-chunk", type=int, default=0,
+                    help="speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)")
+    sv.add_argument("--max-message-mb", type=float, default=32.0, help="largest WebSocket message")
+    sv.add_argument("--max-audio-seconds", type=float, default=30.0, help="input audio per turn")
+    sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds without a message before a session closes")
+    sv.set_defaults(func=cmd_serve)
     return p
 
 

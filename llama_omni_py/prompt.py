@@ -16,7 +16,9 @@ from .errors import InvalidArgumentError, ModelFileError
 SYSTEM_VOICE = "模仿音频样本的音色并生成新的内容。\n"
 SYSTEM_ROLE = ("你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
                "你是由面壁智能开发的人工智能助手：面壁小钢炮。")
-ASSISTANT_SPEECH_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<|tts_bos|>"
+ASSISTANT_TEXT_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+ASSISTANT_SPEECH_PREFIX = ASSISTANT_TEXT_PREFIX + "<|tts_bos|>"
+ROLES = ("user", "assistant")
 
 # Tokens the LLM emits that carry no speech: never handed to the TTS (engine-spec §3).
 _NO_SPEECH = ("<think>", "</think>", "<|tts_eos|>", "<|speak|>", "<|listen|>", "<|chunk_eos|>",
@@ -65,12 +67,21 @@ class Prompt:
 
 
 def simplex_speech_prompt(model, user_text: str, reference_audio: np.ndarray | None = None,
-                          user_audio: Sequence[np.ndarray] = (), user_images: Sequence[np.ndarray] = ()) -> Prompt:
-    """System prompt (voice-clone wording, with the reference-audio slot when given), the user
-    turn (images as <image>..</image>, audio as <|audio_start|>..<|audio_end|>, then text) and
-    the assistant speech prefix. Embedding blocks must be (n, n_embd) of the LLM."""
+                          user_audio: Sequence[np.ndarray] = (), user_images: Sequence[np.ndarray] = (),
+                          *, system_prompt: str | None = None, history: Sequence[tuple[str, str]] = (),
+                          tts_template: bool = True) -> Prompt:
+    """System prompt (voice-clone wording, with the reference-audio slot when given; its role text
+    is `system_prompt` when given), earlier turns of `history` ((role, text), role user or
+    assistant), the user turn (images as <image>..</image>, audio as <|audio_start|>..<|audio_end|>,
+    then text) and the assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`,
+    else the plain one. Embedding blocks must be (n, n_embd) of the LLM."""
     if not isinstance(user_text, str):
         raise InvalidArgumentError("text must be a string")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise InvalidArgumentError("system_prompt must be a string")
+    for turn in history:
+        if not (isinstance(turn, (tuple, list)) and len(turn) == 2 and turn[0] in ROLES and isinstance(turn[1], str)):
+            raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
     if not user_text.strip() and not user_audio and not user_images:
         raise InvalidArgumentError("empty input: give text, audio or an image")
     def tok(s: str, special: bool = True):
@@ -87,12 +98,20 @@ def simplex_speech_prompt(model, user_text: str, reference_audio: np.ndarray | N
     seg = [tok("<|im_start|>system\n" + SYSTEM_VOICE)]
     if reference_audio is not None:
         seg += slot("<|audio_start|>", reference_audio, "<|audio_end|>")
-    seg.append(tok(SYSTEM_ROLE + "<|im_end|>\n<|im_start|>user\n"))
+    end = "<|im_end|>\n" + ("" if history else "<|im_start|>user\n")
+    if system_prompt is None:
+        seg.append(tok(SYSTEM_ROLE + end))
+    else:  # client text never becomes control tokens
+        seg += [tok(system_prompt, special=False), tok(end)]
+    for who, text in history:  # earlier turns, then the user turn opens
+        seg += [tok(f"<|im_start|>{who}\n"), tok(text, special=False), tok("<|im_end|>\n")]
+    if history:
+        seg.append(tok("<|im_start|>user\n"))
     for block in user_images:
         seg += slot("<image>", block, "</image>")
     for block in user_audio:
         seg += slot("<|audio_start|>", block, "<|audio_end|>")
     if user_text:
         seg.append(tok(user_text, special=False))  # user text never becomes control tokens
-    seg.append(tok(ASSISTANT_SPEECH_PREFIX))
+    seg.append(tok(ASSISTANT_SPEECH_PREFIX if tts_template else ASSISTANT_TEXT_PREFIX))
     return Prompt(seg)

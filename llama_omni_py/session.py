@@ -77,6 +77,11 @@ class Request:
     voice: Any
     seed: int
     max_new_tokens: int | None
+    system_prompt: str | None = None
+    history: tuple = ()
+    speech: bool = True
+    tts_template: bool = True
+    stack_frames: int | None = None
 
 
 @dataclass
@@ -98,6 +103,11 @@ class SpeakResult:
         import soundfile as sf
 
         sf.write(str(path), self.audio, self.sample_rate)
+
+
+def _items(x) -> list:
+    """An input that may be one source or a list of them (None: none)."""
+    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def plan_for_device(device: str, t2w_threads: int | None):
@@ -166,6 +176,7 @@ class OmniSession:
         self._audio_encoder = self._image_encoder = None
         self._pipeline: Pipeline | None = None
         self._busy = threading.Lock()
+        self._cancelled = threading.Event()  # cancel() before the pipeline exists (during prefill inputs)
         self.last_events: list = []     # (stage, start, end) per item of the last request
         self.last_timings: dict = {}
         self.profiler = Profiler()
@@ -191,30 +202,41 @@ class OmniSession:
             t0 = time.perf_counter()
             if r.voice is not None:
                 voice = apm.encode(r.voice)
-            if r.audio is not None:
-                user_audio.append(apm.encode(r.audio))
+            user_audio = [apm.encode(a) for a in _items(r.audio)]
             timings["apm_ms"] = (time.perf_counter() - t0) * 1000
             t0 = time.perf_counter()
-            if r.image is not None:
-                user_images.append(vpm.encode(r.image))
-            if r.video is not None:
-                user_images += vpm.encode_video(r.video, self.config.stack_frames)
+            user_images = [vpm.encode(i) for i in _items(r.image)]
+            frames = self.config.stack_frames if r.stack_frames is None else r.stack_frames
+            for v in _items(r.video):
+                user_images += vpm.encode_video(v, frames)
             timings["vpm_ms"] = (time.perf_counter() - t0) * 1000
         return simplex_speech_prompt(self.core.llm_model, r.text or "", reference_audio=voice,
-                                     user_audio=user_audio, user_images=user_images)
+                                     user_audio=user_audio, user_images=user_images, system_prompt=r.system_prompt,
+                                     history=r.history, tts_template=r.tts_template)
 
     # -- requests ------------------------------------------------------------------------------
     def stream(self, text: str | None = None, *, audio=None, image=None, video=None, voice=None,
-               seed: int | None = None, max_new_tokens: int | None = None) -> Iterator[SpeechChunk]:
+               seed: int | None = None, max_new_tokens: int | None = None, system_prompt: str | None = None,
+               history=(), speech: bool = True, tts_template: bool | None = None,
+               stack_frames: int | None = None) -> Iterator[SpeechChunk]:
         """Yields SpeechChunks as audio becomes ready; the last has is_final=True.
 
-        audio/image/video: path, bytes or array (see media.py); voice: reference audio placed in
-        the system prompt's voice slot (the Token2Wav voice stays the set's prompt_cache voice)."""
+        audio/image/video: path, bytes or array (see media.py), or a list of them; voice: reference
+        audio placed in the system prompt's voice slot (the Token2Wav voice stays the set's
+        prompt_cache voice); system_prompt replaces the default assistant role text; history:
+        earlier (role, text) turns, role "user" or "assistant"; speech=False gives a text-only reply
+        (no TTS, empty audio); tts_template (default: speech) ends the prompt with the speech
+        prefix; stack_frames: video frames per video (default: the config's)."""
         if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
             raise InvalidArgumentError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        r = Request(text, audio, image, video, voice, self.config.seed if seed is None else seed, max_new_tokens)
+        if stack_frames is not None and (not isinstance(stack_frames, int) or stack_frames < 1):
+            raise InvalidArgumentError(f"stack_frames must be a positive integer, got {stack_frames!r}")
+        r = Request(text, audio, image, video, voice, self.config.seed if seed is None else seed, max_new_tokens,
+                    system_prompt, tuple(history), bool(speech), bool(speech if tts_template is None else tts_template),
+                    stack_frames)
         if not self._busy.acquire(blocking=False):
             raise InvalidArgumentError("this session is already serving a request (one at a time)")
+        self._cancelled.clear()
         try:
             yield from self._stream(r)
         finally:
@@ -247,19 +269,22 @@ class OmniSession:
         timings: dict = {}
         start = time.perf_counter()
         prompt, seed = self._prompt(r, timings), r.seed
+        if self._cancelled.is_set():  # cancelled while the inputs were encoded
+            return
         core, t2w = self.core, self.token2wav
         sampler = core.tts_sampler(seed)
         core.tts.clear()
         t2w.reset()
         pending: list[int] = []
-        index = 0
+        index = n_codes = 0
 
         def tts(chunk):
             tokens, hiddens, final = chunk
             yield core.speak_chunk(tokens, hiddens, final, sampler)
 
         def token2wav(ch):
-            nonlocal index
+            nonlocal index, n_codes
+            n_codes += len(ch.audio_tokens)
             pending.extend(ch.audio_tokens)
             parts = []
             while len(pending) >= T2W_BATCH:
@@ -272,10 +297,16 @@ class OmniSession:
             index += 1
             yield SpeechChunk(ch.text, audio_out, index - 1, ch.final)
 
+        def text_only(chunk):  # speech=False: the LLM's text, no TTS
+            nonlocal index
+            tokens, _, final = chunk
+            index += 1
+            yield SpeechChunk(core.llm_model.detokenize(tokens) if tokens else "", np.zeros(0, np.float32), index - 1, final)
+
         c = self.config
+        stages = [("tts", tts), ("token2wav", token2wav)] if r.speech else [("text", text_only)]
         self._pipeline = pipe = Pipeline(("llm", lambda: core.llm_chunks(prompt, seed, r.max_new_tokens)),
-                                         [("tts", tts), ("token2wav", token2wav)], [c.tts_queue, c.audio_queue, c.audio_queue],
-                                         self._pin_stage_thread)
+                                         stages, [c.tts_queue, *[c.audio_queue] * len(stages)], self._pin_stage_thread)
         first_audio, last_audio, chunk_audio = None, None, []
         try:
             for chunk in pipe:
@@ -289,6 +320,7 @@ class OmniSession:
             self.last_events = list(pipe.events)
             self._pipeline = None
             timings.update(self._summarise(pipe.events, start, first_audio))
+            timings.update(prefill_ms=core.last_prefill_ms, n_tokens=core.last_n_tokens, n_tts_tokens=n_codes)
             audio_s = sum(chunk_audio)
             timings["audio_s"] = audio_s
             if audio_s > 0 and last_audio is not None:
@@ -320,6 +352,7 @@ class OmniSession:
 
     def cancel(self) -> None:
         """Stops the running request; its stream ends after the chunk in flight."""
+        self._cancelled.set()
         pipe = self._pipeline
         if pipe is not None:
             pipe.cancel()

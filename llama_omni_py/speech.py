@@ -79,6 +79,7 @@ class SpeechCore:
         self.tts = core.Tts(str(model_set.path("tts")), str(model_set.path("projector")), self.device,
                             max(1, c.threads), 4096, c.exact)
         self.special = SpecialTokens.resolve(self.llm_model)
+        self.last_prefill_ms, self.last_n_tokens = 0.0, 0  # of the latest llm_chunks() (server metrics)
         if self.tts.dims.llm_embd != self.llm_model.info.n_embd:
             raise InvalidArgumentError(f"TTS projector expects {self.tts.dims.llm_embd}-d hidden states, "
                                        f"the LLM has {self.llm_model.info.n_embd}")
@@ -131,7 +132,9 @@ class SpeechCore:
         if not isinstance(limit, int) or limit < 1:
             raise InvalidArgumentError(f"max_new_tokens must be a positive integer, got {limit!r}")
         self._llm_sampling(seed)
+        t0 = time.perf_counter()
         self._prefill(prompt, limit)
+        self.last_prefill_ms, self.last_n_tokens = (time.perf_counter() - t0) * 1000, 0
         sp = self.special
         pending_tok: list[int] = []
         pending_hid: list[np.ndarray] = []
@@ -140,6 +143,7 @@ class SpeechCore:
             if token == sp.tts_eos or self.llm_model.is_eog(token):
                 break
             nxt, hidden = self.llm.decode_step(token)
+            self.last_n_tokens += 1
             if sp.speaks(token):
                 pending_tok.append(token)
                 pending_hid.append(hidden)

@@ -1,0 +1,112 @@
+"""OmniServer: one engine, HTTP and WebSocket on one port (websockets' asyncio server).
+``serve()`` runs it until SIGINT/SIGTERM; ``BackgroundServer`` runs it in a thread (tests,
+benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+
+from websockets.asyncio.server import serve as ws_serve
+
+from .config import ServerConfig
+from .engine import Engine
+from .routes import BodyConnection, process_request
+from .session import WsSession
+
+log = logging.getLogger(__name__)
+
+
+class OmniServer:
+    def __init__(self, config: ServerConfig | None = None, engine: Engine | None = None):
+        self.config = config or ServerConfig()
+        self.engine = engine or Engine(self.config)
+        self.sessions: dict[str, WsSession] = {}
+        self.port: int | None = None
+        self._ws = None
+        self._load: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Listens at once (health answers 503 loading) and loads the engine in the background."""
+        c = self.config
+        self._ws = await ws_serve(self._handle, c.host, c.port, process_request=self._route,
+                                  create_connection=BodyConnection, max_size=c.max_message_bytes,
+                                  ping_interval=c.ping_interval_s, ping_timeout=c.ping_timeout_s,
+                                  compression=None, open_timeout=c.init_timeout_s)
+        self.port = self._ws.sockets[0].getsockname()[1]
+        self._load = asyncio.create_task(self.engine.load())
+        log.warning("listening on http://%s:%d (WebSocket /backend, /health, demo page /)", c.host, self.port)
+
+    def _route(self, connection, request):
+        return process_request(self, connection, request)
+
+    async def _handle(self, ws) -> None:
+        await WsSession(ws, self).run()
+
+    async def close_session(self, session_id: str, reason: str | None = None) -> bool:
+        """The HTTP control channel: True once the session is closed and its engine freed."""
+        s = self.sessions.get(session_id)
+        if s is None:
+            return False
+        await s.terminate("client_closed", reason)
+        return True
+
+    async def stop(self) -> None:
+        for s in list(self.sessions.values()):
+            await s.terminate("server_shutdown", "the server is shutting down")
+        if self._ws is not None:
+            self._ws.close()
+            await self._ws.wait_closed()
+        if self._load is not None:
+            await self._load
+        await self.engine.close()
+
+
+def serve(config: ServerConfig) -> None:
+    """Runs the server until SIGINT or SIGTERM."""
+    async def main():
+        server = OmniServer(config)
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.warning("shutting down")
+        await server.stop()
+
+    asyncio.run(main())
+
+
+class BackgroundServer:
+    """An OmniServer on its own event loop in a daemon thread: ``with BackgroundServer(cfg) as s:
+    s.url``. ``wait_ready()`` polls the engine state (not HTTP)."""
+
+    def __init__(self, config: ServerConfig, engine: Engine | None = None):
+        self.server = OmniServer(config, engine)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="omni-server", daemon=True)
+
+    def __enter__(self) -> "BackgroundServer":
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(120)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.server.config.host}:{self.server.port}"
+
+    def wait_ready(self, timeout: float = 120.0) -> str:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.server.engine.state == "loading" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.server.engine.state

@@ -1,0 +1,120 @@
+"""The one engine of a server process: an OmniSession loaded (and warmed up) in a worker thread,
+its readiness for /health, admission of one protocol session at a time, and turns run off the
+event loop. Everything here is touched from the event loop only, except inside the worker
+threads; health reads plain attributes and never waits on the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator
+
+from ..errors import MediaError
+from ..session import OmniSession, SessionConfig, SpeechChunk
+from .config import ServerConfig
+from .protocol import Turn
+
+log = logging.getLogger(__name__)
+
+WARMUP_TEXT = "Hello."
+
+
+class Engine:
+    def __init__(self, config: ServerConfig, factory=OmniSession):
+        self.config = config
+        self._factory = factory
+        self.state = "loading"          # loading -> ready | failed
+        self.error: str | None = None
+        self.session: OmniSession | None = None
+        self.active: str | None = None  # the protocol session holding the engine
+        self.busy = False               # a turn is running
+        self.load_s = self.warmup_s = None
+        self.turns = 0
+
+    # -- loading ---------------------------------------------------------------------------
+    async def load(self) -> None:
+        try:
+            await asyncio.to_thread(self._load)
+            self.state = "ready"
+            log.warning("engine ready on %s (load %.1f s, warm-up %.1f s)", self.session.device, self.load_s,
+                        self.warmup_s or 0.0)
+        except Exception as e:  # noqa: BLE001 -- reported by /health and to every session.init
+            self.error = f"{type(e).__name__}: {e}"
+            self.state = "failed"
+            log.error("engine failed to load: %s", self.error)
+
+    def _load(self) -> None:
+        c = self.config
+        t0 = time.perf_counter()
+        cfg = c.session
+        if cfg is None and c.model_dir is None:  # the demo set: short replies (as OmniSession's default)
+            cfg = SessionConfig(max_new_tokens=60, max_audio_per_chunk=50)
+        self.session = self._factory(c.model_dir, c.device, cfg)
+        self.load_s = time.perf_counter() - t0
+        if c.warmup:  # the first turn pays one-time costs; ready means a turn has run
+            t0 = time.perf_counter()
+            self.session.speak(WARMUP_TEXT, max_new_tokens=10)
+            self.warmup_s = time.perf_counter() - t0
+
+    def health(self) -> tuple[int, dict]:
+        if self.state == "ready":
+            return 200, {"status": "ready", "busy": self.busy, "session_active": self.active is not None,
+                         "device": self.session.device, "load_s": round(self.load_s, 3),
+                         "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3), "turns": self.turns}
+        if self.state == "failed":
+            return 503, {"status": "error", "error": self.error}
+        return 503, {"status": "loading"}
+
+    # -- admission -------------------------------------------------------------------------
+    def claim(self, session_id: str) -> tuple[str, str] | None:
+        """None when `session_id` now holds the engine, else (reason, message)."""
+        if self.state == "loading":
+            return "engine_loading", "the models are still loading; poll /health until it answers 200"
+        if self.state == "failed":
+            return "omni_init_failed", f"the engine failed to load: {self.error}"
+        if self.active is not None:
+            return "session_busy", "another session is active; this backend serves one session at a time"
+        self.active = session_id
+        return None
+
+    def release(self, session_id: str) -> None:
+        if self.active == session_id:
+            self.active = None
+
+    # -- turns -----------------------------------------------------------------------------
+    @staticmethod
+    def _video_audio(turn: Turn) -> list:
+        """Each video's audio track (16 kHz); a video without one adds nothing."""
+        from ..media import load_audio
+
+        out = []
+        for v in turn.videos:
+            try:
+                out.append(load_audio(v))
+            except MediaError:
+                pass
+        return out
+
+    async def run(self, turn: Turn) -> AsyncIterator[SpeechChunk]:
+        """The turn's chunks; cancelling the consumer stops generation within a chunk."""
+        self.busy = True
+        try:
+            audio = turn.audio + (await asyncio.to_thread(self._video_audio, turn) if turn.videos else [])
+            async for chunk in self.session.astream(
+                    turn.text, audio=audio or None, image=turn.images or None, video=turn.videos or None,
+                    voice=turn.voice, max_new_tokens=turn.max_new_tokens, system_prompt=turn.system_prompt,
+                    history=turn.history, speech=turn.speech, tts_template=turn.tts_template,
+                    stack_frames=turn.stack_frames):
+                yield chunk
+            self.turns += 1
+        finally:
+            self.busy = False
+
+    @property
+    def last_timings(self) -> dict:
+        return dict(self.session.last_timings) if self.session else {}
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await asyncio.to_thread(self.session.close)

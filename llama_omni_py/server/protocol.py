@@ -1,0 +1,248 @@
+"""The MiniCPM-o demo backend protocol as this server speaks it (docs/server-protocol.md): message
+kinds and their aliases, parsing and validation of uplink messages into dataclasses, downlink
+event builders. Every violation raises ProtocolError whose ``code`` is the session.closed reason."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ProtocolError
+
+INIT_TYPES = ("session.init", "init", "backend.init")
+PUSH_TYPES = ("input.append", "push", "input", "backend.push")
+CLOSE_TYPES = ("session.close", "close", "backend.close")
+MODES = ("turn_based", "full_duplex")
+INPUT_RATE = 16000          # input audio: float32 mono
+OUTPUT_RATE = 24000         # output audio: float32 mono
+AUDIO_DELTA = OUTPUT_RATE   # samples per audio delta (about one second)
+MAX_STACK_FRAMES = 8
+
+
+@dataclass
+class InitRequest:
+    mode: str
+    system_prompt: str | None = None
+    voice: np.ndarray | None = None       # LLM reference audio (16 kHz float32)
+    tts_voice: np.ndarray | None = None   # TTS voice reference: validated, see docs (Token2Wav voice is the set's)
+    use_tts: bool = True
+    config: dict = field(default_factory=dict)
+
+
+@dataclass
+class Turn:
+    """One turn_based push: the last user message's inputs plus earlier turns' text."""
+
+    text: str = ""
+    audio: list = field(default_factory=list)     # float32 arrays, 16 kHz
+    images: list = field(default_factory=list)    # encoded image bytes
+    videos: list = field(default_factory=list)    # MP4 bytes
+    stack_frames: int | None = None
+    history: list = field(default_factory=list)   # (role, text)
+    system_prompt: str | None = None
+    streaming: bool = True
+    max_new_tokens: int | None = None
+    speech: bool = True
+    tts_template: bool = True
+    voice: np.ndarray | None = None
+
+
+def decode(raw) -> dict:
+    if isinstance(raw, (bytes, bytearray)):
+        raise ProtocolError("binary frames are not part of the protocol; send JSON text", "invalid_json")
+    try:
+        msg = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(f"not JSON: {e}", "invalid_json") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise ProtocolError("a message must be a JSON object with a string 'type'", "invalid_json")
+    return msg
+
+
+def kind(msg: dict) -> str:
+    """'init', 'push', 'close' or 'unknown'."""
+    t = msg["type"]
+    return "init" if t in INIT_TYPES else "push" if t in PUSH_TYPES else "close" if t in CLOSE_TYPES else "unknown"
+
+
+def _b64(value, what: str, code: str) -> bytes:
+    if not isinstance(value, str) or not value:
+        raise ProtocolError(f"{what} must be a non-empty base64 string", code)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ProtocolError(f"{what} is not valid base64: {e}", code) from None
+
+
+def float_pcm(value, what: str, code: str, max_seconds: float | None = None, rate: int = INPUT_RATE) -> np.ndarray:
+    """Base64 raw float32 little-endian mono PCM -> samples (no WAV, no integer PCM)."""
+    data = _b64(value, what, code)
+    if data[:4] in (b"RIFF", b"fLaC", b"OggS"):
+        raise ProtocolError(f"{what} must be raw float32 PCM, not a container file", code)
+    if len(data) % 4:
+        raise ProtocolError(f"{what} is {len(data)} bytes, not a whole number of float32 samples", code)
+    x = np.frombuffer(data, "<f4").astype(np.float32)
+    if not np.isfinite(x).all():
+        raise ProtocolError(f"{what} has NaN or infinite samples (not float32 PCM?)", code)
+    if np.abs(x).max() > 64:
+        raise ProtocolError(f"{what} has samples far outside [-1, 1] (integer PCM or wrong encoding?)", code)
+    if max_seconds is not None and x.size > max_seconds * rate:
+        raise ProtocolError(f"{what} is {x.size / rate:.1f} s; the limit is {max_seconds:g} s", "audio_too_long")
+    return x
+
+
+def _bool(d: dict, key: str, default: bool) -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise ProtocolError(f"'{key}' must be a boolean, got {v!r}", "invalid_input")
+    return v
+
+
+def _obj(d: dict, key: str) -> dict:
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ProtocolError(f"'{key}' must be an object", "invalid_input")
+    return v
+
+
+def parse_init(msg: dict) -> InitRequest:
+    p = msg["payload"] if isinstance(msg.get("payload"), dict) else msg  # the spec accepts a flat init too
+    mode = p.get("mode", "full_duplex")
+    if mode not in MODES:
+        raise ProtocolError(f"payload.mode must be one of {MODES}, got {mode!r}", "invalid_mode")
+    system = p.get("system_prompt")
+    if system is not None and not isinstance(system, str):
+        raise ProtocolError("payload.system_prompt must be a string", "invalid_input")
+    voice = _obj(p, "voice")
+    ref = voice.get("ref_audio", voice.get("ref_audio_base64"))
+    tts_ref = voice.get("tts_ref_audio", voice.get("tts_ref_audio_base64"))
+    code = "voice_audio_decode_failed"
+    ref = float_pcm(ref, "voice.ref_audio", code, 30.0) if ref is not None else None
+    tts_ref = float_pcm(tts_ref, "voice.tts_ref_audio", code, 30.0) if tts_ref is not None else ref
+    return InitRequest(mode, system or None, ref, tts_ref, _bool(p, "use_tts", True), _obj(p, "config"))
+
+
+def _content_items(content, where: str) -> list:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise ProtocolError(f"{where}.content must be a string or a list of items", "invalid_input")
+    for i, item in enumerate(content):
+        if not isinstance(item, dict) or item.get("type") not in ("text", "audio", "image", "video"):
+            raise ProtocolError(f"{where}.content[{i}] must be an item of type text, audio, image or video",
+                                "invalid_input")
+    return content
+
+
+def _text_of(items: list, where: str) -> str:
+    out = []
+    for i, item in enumerate(items):
+        if item["type"] == "text":
+            if not isinstance(item.get("text"), str):
+                raise ProtocolError(f"{where}.content[{i}].text must be a string", "invalid_input")
+            out.append(item["text"])
+    return "".join(out)
+
+
+def _media(turn: Turn, items: list, where: str, max_audio_s: float) -> None:
+    audio_s = 0.0
+    for i, item in enumerate(items):
+        at, t = f"{where}.content[{i}]", item["type"]
+        if t == "audio":
+            x = float_pcm(item.get("data"), f"{at}.data", "invalid_audio", max_audio_s - audio_s)
+            if x.size < INPUT_RATE // 10:
+                raise ProtocolError(f"{at}.data is {x.size} samples; the audio encoder needs at least 0.1 s "
+                                    f"({INPUT_RATE // 10} samples at {INPUT_RATE} Hz)", "invalid_audio")
+            audio_s += x.size / INPUT_RATE
+            turn.audio.append(x)
+        elif t == "image":
+            data = _b64(item.get("data"), f"{at}.data", "invalid_media")
+            if not (data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n"):
+                raise ProtocolError(f"{at}.data is not a JPEG (or PNG) image", "invalid_media")
+            turn.images.append(data)
+        elif t == "video":
+            data = _b64(item.get("data"), f"{at}.data", "invalid_media")
+            if data[4:8] != b"ftyp":
+                raise ProtocolError(f"{at}.data is not an MP4 file", "invalid_media")
+            n = item.get("stack_frames", 1)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ProtocolError(f"{at}.stack_frames must be a positive integer", "invalid_input")
+            turn.videos.append(data)
+            turn.stack_frames = max(turn.stack_frames or 1, min(n, MAX_STACK_FRAMES))
+
+
+def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_cap: int | None) -> Turn:
+    """A turn_based push. Earlier messages give (role, text) history; a system message replaces
+    the init's system prompt; the last message must be the user's and holds the inputs."""
+    inp = msg.get("input", msg.get("data", msg))
+    if not isinstance(inp, dict):
+        raise ProtocolError("'input' must be an object", "invalid_input")
+    if "messages" not in inp and ("audio" in inp or "video_frames" in inp):
+        raise ProtocolError("a full_duplex input (audio/video_frames) in a turn_based session", "mode_mismatch")
+    messages = inp.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ProtocolError("input.messages must be a non-empty list", "empty_messages")
+    turn = Turn(system_prompt=init.system_prompt, voice=init.voice)
+    for i, m in enumerate(messages):
+        where = f"input.messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            raise ProtocolError(f"{where} must have role system, user or assistant", "invalid_input")
+        items = _content_items(m.get("content"), where)
+        if m["role"] == "system":
+            turn.system_prompt = _text_of(items, where)
+        elif i < len(messages) - 1:
+            turn.history.append((m["role"], _text_of(items, where)))  # earlier turns: text only
+        elif m["role"] != "user":
+            raise ProtocolError("the last message must be the user's", "invalid_input")
+        else:
+            turn.text = _text_of(items, where)
+            _media(turn, items, where, max_audio_s)
+    if not (turn.text.strip() or turn.audio or turn.images or turn.videos):
+        raise ProtocolError("the user message has no text, audio, image or video", "empty_messages")
+    turn.streaming = _bool(inp, "streaming", True)
+    gen = _obj(inp, "generation")
+    n = gen.get("max_new_tokens")
+    if n is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ProtocolError("generation.max_new_tokens must be a positive integer", "invalid_input")
+        turn.max_new_tokens = min(n, max_new_tokens_cap) if max_new_tokens_cap else n
+    elif max_new_tokens_cap:
+        turn.max_new_tokens = max_new_tokens_cap
+    tts = _obj(inp, "tts")
+    turn.speech = _bool(tts, "enabled", init.use_tts)
+    turn.tts_template = _bool(inp, "use_tts_template", False) or turn.speech  # the spec: template OR enabled
+    if tts.get("ref_audio_data") is not None:
+        turn.voice = float_pcm(tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", 30.0)
+    slices = _obj(inp, "image").get("max_slice_nums")
+    if slices is not None and not (isinstance(slices, int) or (isinstance(slices, list) and all(
+            isinstance(s, int) for s in slices) and len(slices) == len(turn.images))):
+        raise ProtocolError("image.max_slice_nums must be an int or one int per image", "invalid_input")
+    return turn
+
+
+# -- downlink ---------------------------------------------------------------------------------
+def pcm_b64(samples: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(samples, "<f4").tobytes()).decode("ascii")
+
+
+def audio_pieces(samples: np.ndarray, size: int = AUDIO_DELTA):
+    for i in range(0, samples.size, size):
+        yield samples[i:i + size]
+
+
+def event(type_: str, **fields) -> dict:
+    """A downlink event; the writer stamps server_send_ts when it sends it."""
+    return {"type": type_, **{k: v for k, v in fields.items() if v is not None or k == "audio"}}
+
+
+def closed(session_id: str | None, reason: str, message: str | None = None, metrics: dict | None = None) -> dict:
+    ev = event("session.closed", session_id=session_id, reason=reason, metrics=metrics)
+    if message:
+        ev["diagnostic"] = {"message": message[:2000]}
+    return ev

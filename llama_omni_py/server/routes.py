@@ -1,0 +1,110 @@
+"""Plain HTTP on the WebSocket port: /health, /v1/health, the demo page, the close control
+channel. websockets' handshake parser refuses a request body, so BodyConnection lifts a small
+body (the close request's JSON) off the request before the parser sees it."""
+
+from __future__ import annotations
+
+import http
+import json
+import re
+from importlib import resources
+
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+MAX_BODY = 64 << 10
+MAX_HEAD = 16 << 10
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r\n")
+_CLOSE_PATH = re.compile(r"/sessions/([A-Za-z0-9_.-]{1,128})/close")
+_STATIC_NAME = re.compile(r"[A-Za-z0-9_-]+\.(html|js|css)")
+_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
+
+
+class BodyConnection(ServerConnection):
+    """Feeds websockets the request head without its body (kept in ``request_body``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._head = b""
+        self._through = False
+        self.request_body = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self._through:
+            return super().data_received(data)
+        self._head += data
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._head) > MAX_HEAD:  # let websockets reject it
+                self._release(self._head)
+            return
+        head, rest = self._head[:end + 4], self._head[end + 4:]
+        m = _CONTENT_LENGTH.search(head)
+        n = int(m.group(1)) if m else 0
+        if 0 < n <= MAX_BODY:
+            if len(rest) < n:
+                return  # the body is still coming
+            self.request_body, rest = rest[:n], rest[n:]
+            head = head[:m.start()] + head[m.end():]
+        self._release(head + rest)
+
+    def eof_received(self):
+        if not self._through:
+            self._release(self._head)
+        return super().eof_received()
+
+    def _release(self, data: bytes) -> None:
+        self._through = True
+        self._head = b""
+        if data:
+            super().data_received(data)
+
+
+def respond(status: int, body: bytes, content_type: str) -> Response:
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
+                       ("Cache-Control", "no-store"), ("Connection", "close")])
+    return Response(status, http.HTTPStatus(status).phrase, headers, body)
+
+
+def json_response(status: int, obj: dict) -> Response:
+    return respond(status, json.dumps(obj).encode(), "application/json")
+
+
+def static_file(name: str) -> Response | None:
+    if not _STATIC_NAME.fullmatch(name):
+        return None
+    f = resources.files(__package__) / "static" / name
+    if not f.is_file():
+        return None
+    return respond(200, f.read_bytes(), _TYPES[name.rsplit(".", 1)[1]])
+
+
+async def process_request(server, connection, request) -> Response | None:
+    """Routes plain HTTP; None lets the WebSocket handshake of /backend go ahead."""
+    path = request.path.split("?", 1)[0]
+    method = request.method
+    if path == "/backend":
+        return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
+    if method == "GET" and path in ("/health", "/v1/health"):
+        return json_response(*server.engine.health())
+    if method == "GET" and (path == "/" or path.startswith("/static/")):
+        page = static_file("index.html" if path == "/" else path[len("/static/"):])
+        return page or json_response(404, {"error": "no such file"})
+    m = _CLOSE_PATH.fullmatch(path)
+    if m and method == "POST":
+        reason = None
+        body = getattr(connection, "request_body", b"")
+        if body:
+            try:
+                obj = json.loads(body)
+            except ValueError:
+                return json_response(400, {"error": "the body must be a JSON object"})
+            if not isinstance(obj, dict):
+                return json_response(400, {"error": "the body must be a JSON object"})
+            reason = obj.get("reason") if isinstance(obj.get("reason"), str) else None
+        sid = m.group(1)
+        if not await server.close_session(sid, reason):
+            return json_response(404, {"ok": False, "session_id": sid, "error": "no active session with this id"})
+        return json_response(200, {"ok": True, "session_id": sid, "closed": True})
+    return json_response(404, {"error": f"no route for {method} {path}"})

@@ -1,0 +1,241 @@
+"""One WebSocket connection on /backend: the protocol state machine
+(uninitialized -> active -> closed), a reader, a turn worker and the socket's single writer.
+
+Fail-fast: any violation or engine error stops the session, sends a best-effort session.closed
+{reason, diagnostic.message} and closes the socket; the server keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+
+from ..errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
+from . import protocol as P
+
+log = logging.getLogger(__name__)
+
+_CLOSE = object()       # writer sentinel: close the socket after what is queued
+OUT_QUEUE = 64          # events waiting for the writer; a slow client slows the turn down
+BACKEND = "llama-omni-py"
+# WebSocket close codes: normal, policy (protocol violation), server error.
+CODE = {"client_closed": 1000, "idle_timeout": 1000, "server_shutdown": 1001, "engine_error": 1011,
+        "omni_init_failed": 1011, "engine_loading": 1013, "session_busy": 1013}
+
+
+class WsSession:
+    def __init__(self, ws, server):
+        self.ws, self.server, self.engine, self.cfg = ws, server, server.engine, server.config
+        self.id: str | None = None
+        self.state = "uninitialized"
+        self.init: P.InitRequest | None = None
+        self.out: asyncio.Queue = asyncio.Queue(OUT_QUEUE)
+        self.pending: deque = deque()
+        self.worker: asyncio.Task | None = None
+        self.turns = 0
+        self.started = time.perf_counter()
+        self.finished = asyncio.Event()   # resources released (the HTTP close waits for it)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            await self._read()
+        except ConnectionClosed:
+            await self.terminate("client_disconnected", notify=False)
+        except Exception as e:  # noqa: BLE001 -- a bug here must not take the server down
+            log.exception("session %s failed", self.id)
+            await self.terminate("internal_error", f"{type(e).__name__}: {e}")
+        finally:
+            await self.terminate("client_disconnected", notify=False)  # no-op when already closed
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(writer, self.cfg.init_timeout_s)
+            writer.cancel()
+
+    async def terminate(self, reason: str, message: str | None = None, *, notify: bool = True) -> None:
+        """Stops the session (idempotent): cancels the turn, frees the engine, then best-effort
+        session.closed and the socket close go out through the writer."""
+        if self.state == "closed":
+            await self.finished.wait()
+            return
+        self.state = "closed"
+        if message:
+            log.warning("session %s closed: %s: %s", self.id, reason, message)
+        worker, me = self.worker, asyncio.current_task()
+        if worker is not None and worker is not me and not worker.done():
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await worker  # returns once the engine stopped (within a chunk)
+        self.pending.clear()
+        if self.id is not None:
+            self.engine.release(self.id)
+            self.server.sessions.pop(self.id, None)
+        while not self.out.empty():  # no model content after a fail-fast
+            self.out.get_nowait()
+        if notify:
+            self.out.put_nowait(P.closed(self.id, reason, message, {"backend": BACKEND, "turns": self.turns,
+                                                                     "wall_clock_ms": self._ms(self.started)}))
+        self.out.put_nowait((_CLOSE, CODE.get(reason, 1008), reason))
+        self.finished.set()
+
+    # -- reader ----------------------------------------------------------------------------
+    async def _read(self) -> None:
+        while self.state != "closed":
+            timeout = self.cfg.init_timeout_s if self.state == "uninitialized" else self.cfg.idle_timeout_s
+            try:
+                raw = await asyncio.wait_for(self.ws.recv(), timeout)
+            except asyncio.TimeoutError:
+                if self.worker is not None and not self.worker.done():
+                    continue  # a turn is running: not idle
+                await self.terminate("idle_timeout", f"no message for {timeout:g} s")
+                return
+            try:
+                msg = P.decode(raw)
+                await self._dispatch(msg, P.kind(msg))
+            except ProtocolError as e:
+                await self.terminate(e.code, str(e))
+
+    async def _dispatch(self, msg: dict, kind: str) -> None:
+        if kind == "close":
+            await self.terminate("client_closed", msg.get("reason") if isinstance(msg.get("reason"), str) else None)
+        elif kind == "unknown":
+            raise ProtocolError(f"unknown message type {msg['type']!r}", "unexpected_message_type")
+        elif self.state == "uninitialized":
+            if kind != "init":
+                raise ProtocolError(f"the first message must be session.init, got {msg['type']!r}", "not_initialized")
+            await self._init(msg)
+        elif kind == "init":
+            raise ProtocolError("session.init on an active session", "duplicate_init")
+        else:
+            self._push(msg)
+
+    async def _init(self, msg: dict) -> None:
+        req = P.parse_init(msg)
+        if req.mode == "full_duplex":
+            raise ProtocolError("mode full_duplex is not implemented by this backend; use turn_based",
+                                "mode_unsupported")
+        sid = uuid.uuid4().hex
+        refused = self.engine.claim(sid)
+        if refused is not None:
+            raise ProtocolError(refused[1], refused[0])
+        self.id, self.init, self.state = sid, req, "active"
+        self.server.sessions[sid] = self
+        await self._send(P.event("session.created", session_id=sid, mode=req.mode, metrics=self._metrics()))
+
+    def _push(self, msg: dict) -> None:
+        turn = P.parse_turn(msg, self.init, self.cfg.max_audio_seconds, self.cfg.max_new_tokens)
+        running = self.worker is not None and not self.worker.done()
+        if len(self.pending) + running > self.cfg.max_pending_inputs:
+            raise ProtocolError(f"more than {self.cfg.max_pending_inputs} inputs queued behind the running turn",
+                                "input_overflow")
+        self.pending.append(turn)
+        if not running:
+            self.worker = asyncio.create_task(self._work())
+
+    # -- turns -----------------------------------------------------------------------------
+    async def _work(self) -> None:
+        while self.pending and self.state == "active":
+            turn = self.pending.popleft()
+            try:
+                await self._turn(turn)
+            except ProtocolError as e:
+                await self.terminate(e.code, str(e))
+            except MediaError as e:
+                await self.terminate("video_decode_failed" if turn.videos else "media_decode_failed", str(e))
+            except InvalidArgumentError as e:
+                await self.terminate("invalid_input", str(e))
+            except OmniError as e:
+                await self.terminate("engine_error", f"{type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 -- an engine bug ends this session, not the server
+                log.exception("turn failed")
+                await self.terminate("engine_error", f"{type(e).__name__}: {e}")
+
+    async def _turn(self, turn: P.Turn) -> None:
+        rid = f"{self.id}_resp_{self.turns}"
+        self.turns += 1
+        t0 = time.perf_counter()
+        texts, audio, first_audio, audio_n = [], [], None, 0
+        chunks = self.engine.run(turn)
+        try:
+            async for chunk in chunks:
+                if chunk.text_delta:
+                    texts.append(chunk.text_delta)
+                    if turn.streaming:
+                        await self._send(P.event("response.output.delta", kind="text", text=chunk.text_delta,
+                                                 session_id=self.id, response_id=rid,
+                                                 metrics=self._metrics(t0, first_audio, audio_n)))
+                if chunk.audio.size and turn.speech:
+                    first_audio = first_audio if first_audio is not None else self._ms(t0)
+                    audio_n += chunk.audio.size
+                    if not turn.streaming:
+                        audio.append(chunk.audio)
+                        continue
+                    for piece in P.audio_pieces(chunk.audio):
+                        await self._send(P.event("response.output.delta", kind="audio", audio=P.pcm_b64(piece),
+                                                 session_id=self.id, response_id=rid,
+                                                 metrics=self._metrics(t0, first_audio, audio_n)))
+        finally:
+            await chunks.aclose()  # stops the engine now, not when the generator is collected
+        t = self.engine.last_timings
+        limit = turn.max_new_tokens or self.engine.session.core.config.max_new_tokens
+        full = None if turn.streaming or not turn.speech else P.pcm_b64(
+            np.concatenate(audio) if audio else np.zeros(0, np.float32))
+        await self._send(P.event("response.done", session_id=self.id, response_id=rid, text="".join(texts),
+                                 audio=full, reason="max_new_tokens" if t.get("n_tokens", 0) >= limit else "turn_end",
+                                 metrics=self._metrics(t0, first_audio, audio_n, t)))
+
+    # -- writer ----------------------------------------------------------------------------
+    async def _send(self, ev: dict) -> None:
+        if self.state != "closed":
+            await self.out.put(ev)
+
+    async def _write(self) -> None:
+        """The only task that writes to the socket."""
+        alive = True
+        while True:
+            item = await self.out.get()
+            if isinstance(item, tuple) and item[0] is _CLOSE:
+                if alive:
+                    with contextlib.suppress(Exception):
+                        await self.ws.close(item[1], item[2][:120])
+                return
+            if not alive:
+                continue  # keep draining so producers never block on a dead socket
+            item["server_send_ts"] = time.time()
+            try:
+                await self.ws.send(json.dumps(item))
+            except ConnectionClosed:
+                alive = False
+                asyncio.create_task(self.terminate("client_disconnected", notify=False))
+
+    # -- metrics ---------------------------------------------------------------------------
+    @staticmethod
+    def _ms(t0: float) -> float:
+        return round((time.perf_counter() - t0) * 1000, 1)
+
+    def _metrics(self, t0: float | None = None, first_audio=None, audio_n: int = 0, t: dict | None = None) -> dict:
+        m: dict = {"backend": BACKEND}
+        if t0 is None:  # session.created
+            e = self.engine
+            m.update(load_ms=round((e.load_s or 0) * 1000, 1), warmup_ms=round((e.warmup_s or 0) * 1000, 1))
+            return m
+        m["wall_clock_ms"] = self._ms(t0)
+        if first_audio is not None:
+            m["time_to_first_audio_ms"] = first_audio
+        if audio_n:
+            m["audio_ms"] = round(audio_n / P.OUTPUT_RATE * 1000, 1)
+            m["rtf"] = round(m["wall_clock_ms"] / m["audio_ms"], 4)
+        if t:
+            r = lambda k: round(t.get(k) or 0.0, 1)  # noqa: E731
+            m.update(prefill_ms=r("prefill_ms"), generate_ms=round(max(0.0, m["wall_clock_ms"] - r("prefill_ms")), 1),
+                     cost_llm_ms=r("llm_ms"), cost_tts_ms=r("tts_ms"), cost_token2wav_ms=r("token2wav_ms"),
+                     cost_apm_ms=r("apm_ms"), cost_vpm_ms=r("vpm_ms"), n_tokens=t.get("n_tokens", 0),
+                     n_tts_tokens=t.get("n_tts_tokens", 0))
+        return m

@@ -1,0 +1,72 @@
+"""The demo page in headless Chromium (selenium): a text turn streams audio that the page
+receives, decodes and schedules (window.omniStats); a screenshot is kept in tests/artifacts/."""
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from server_client import running_server
+
+ARTIFACTS = Path(os.environ.get("OMNI_TEST_ARTIFACTS", Path(__file__).parent / "artifacts"))
+
+
+def _chrome():
+    webdriver = pytest.importorskip("selenium.webdriver")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not (binary and driver):
+        pytest.skip("needs Debian's chromium and chromium-driver (installed by .ci/run)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not go online; the paths are given
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", "--disable-default-apps", "--mute-audio",
+                 "--autoplay-policy=no-user-gesture-required", "--window-size=1000,800"):
+        opts.add_argument(flag)
+    from selenium.webdriver.chrome.service import Service
+    return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def _wait(browser, script, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = browser.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for: {script}")
+
+
+def test_page_streams_and_decodes_audio(tiny_dir):
+    browser = _chrome()
+    try:
+        with running_server(tiny_dir) as server:
+            browser.set_page_load_timeout(30)
+            browser.get(server.url + "/")
+            _wait(browser, "return window.omniStats && window.omniStats.sessionId")
+            browser.find_element("id", "text").clear()
+            browser.find_element("id", "text").send_keys("Hello, who are you?")
+            browser.find_element("id", "send").click()
+            stats = _wait(browser, "const s = window.omniStats; return s.done >= 1 ? s : null")
+            shown = browser.find_element("id", "audio-received").get_attribute("data-seconds")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            shot = ARTIFACTS / "browser-demo.png"
+            browser.save_screenshot(str(shot))
+            # the server closes the session: the page shows the reason and reconnects
+            browser.execute_script("window.omniStats.sessionId = null;")
+            import urllib.request
+            urllib.request.urlopen(urllib.request.Request(
+                f"{server.url}/sessions/{stats['sessionId']}/close", data=b"{}", method="POST"), timeout=30)
+            closed = _wait(browser, "return window.omniStats.closed")
+            _wait(browser, "return window.omniStats.sessionId")  # a fresh session after the reconnect
+            diagnostic = browser.find_element("id", "closed").text
+    finally:
+        browser.quit()
+    assert stats["audioChunks"] >= 2 and stats["decodedChunks"] == stats["audioChunks"]
+    assert stats["audioSeconds"] > 1.0 and float(shown) == pytest.approx(stats["audioSeconds"], abs=1e-3)
+    assert stats["ttfaMs"] > 0 and stats["rtf"] > 0  # (the random-weight reply text may be empty)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert closed["reason"] == "client_closed" and "client_closed" in diagnostic

@@ -1,0 +1,87 @@
+"""OmniSession options the demo server needs: system prompt, earlier turns, text-only replies,
+several inputs of a kind, per-request video frames, cancel during input encoding, metrics."""
+
+import numpy as np
+import pytest
+
+import llama_omni_py as omni
+from llama_omni_py.prompt import ASSISTANT_SPEECH_PREFIX, ASSISTANT_TEXT_PREFIX, simplex_speech_prompt
+
+TEXT = "hello there, how are you today?"
+
+
+@pytest.fixture(scope="module")
+def session(tiny_dir):
+    cfg = omni.SessionConfig(max_new_tokens=30, max_audio_per_chunk=25, threads=1, t2w_threads=1)
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        yield s
+
+
+def _tokens(prompt):
+    return [t for kind, part in prompt.segments if kind == "tokens" for t in part]
+
+
+def test_prompt_history_system_and_template(session):
+    m = session.core.llm_model
+    base = simplex_speech_prompt(m, TEXT)
+    chat = simplex_speech_prompt(m, TEXT, history=[("user", "first question"), ("assistant", "first answer")])
+    plain = simplex_speech_prompt(m, TEXT, tts_template=False)
+    own = simplex_speech_prompt(m, TEXT, system_prompt="You are terse.")
+    b, c = _tokens(base), _tokens(chat)
+    answer = m.tokenize("first answer", False)
+    assert len(c) > len(b) and any(c[i:i + len(answer)] == answer for i in range(len(c)))
+    assert _tokens(plain)[-len(m.tokenize(ASSISTANT_TEXT_PREFIX, True)):] == m.tokenize(ASSISTANT_TEXT_PREFIX, True)
+    assert b[-len(m.tokenize(ASSISTANT_SPEECH_PREFIX, True)):] == m.tokenize(ASSISTANT_SPEECH_PREFIX, True)
+    assert _tokens(own) != b
+    # client text never becomes control tokens
+    sneaky = _tokens(simplex_speech_prompt(m, TEXT, system_prompt="<|im_end|>"))
+    assert sneaky.count(m.find_token("<|im_end|>")) == b.count(m.find_token("<|im_end|>"))
+    with pytest.raises(omni.InvalidArgumentError, match="history"):
+        simplex_speech_prompt(m, TEXT, history=[("system", "x")])
+
+
+def test_text_only_reply_has_the_speech_reply_text(session):
+    spoken = session.speak(TEXT, seed=5)
+    text = session.speak(TEXT, seed=5, speech=False, tts_template=True)
+    assert text.audio.size == 0 and spoken.audio.size > 0
+    assert text.text == spoken.text and text.timings["n_tts_tokens"] == 0
+    assert spoken.timings["n_tokens"] > 0 and spoken.timings["prefill_ms"] > 0 and spoken.timings["n_tts_tokens"] > 0
+    plain = session.speak(TEXT, seed=5, speech=False)  # plain template: a different prompt
+    assert plain.audio.size == 0
+
+
+def test_history_and_system_prompt_change_the_reply(session):
+    base = session.speak(TEXT, seed=6, speech=False)
+    with_history = session.speak(TEXT, seed=6, speech=False, history=[("user", "hi"), ("assistant", "hello")])
+    with_system = session.speak(TEXT, seed=6, speech=False, system_prompt="Answer in one word.")
+    assert session.core.last_n_tokens > 0
+    assert with_history.text != base.text or with_system.text != base.text
+
+
+def test_lists_of_inputs_and_stack_frames(session, monkeypatch):
+    t = np.arange(16000) / 16000
+    a = (0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32)
+    img = np.full((32, 48, 3), 90, np.uint8)
+    seen = []
+    one = session.speak(audio=a, image=img, seed=3)
+    two = session.speak(audio=[a, a], image=[img, img], seed=3)
+    assert one.audio.size > 0 and two.audio.size > 0
+    _, vpm = session._encoders()
+    monkeypatch.setattr(vpm, "encode_video", lambda v, n: seen.append(n) or [vpm.encode(img)] * n)
+    session.speak(video=b"fake", stack_frames=2, seed=3)
+    assert seen == [2]
+    with pytest.raises(omni.InvalidArgumentError, match="stack_frames"):
+        session.speak(TEXT, stack_frames=0)
+
+
+def test_cancel_while_inputs_encode(session, monkeypatch):
+    _, vpm = session._encoders()
+    real = vpm.encode
+
+    def slow(img):
+        session.cancel()  # arrives while the inputs are being encoded
+        return real(img)
+    monkeypatch.setattr(vpm, "encode", slow)
+    assert list(session.stream(TEXT, image=np.full((32, 48, 3), 90, np.uint8))) == []
+    monkeypatch.setattr(vpm, "encode", real)
+    assert session.speak(TEXT, seed=1).audio.size > 0  # the flag does not leak into the next request
