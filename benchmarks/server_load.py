@@ -51,9 +51,10 @@ def _health(url: str) -> tuple[int, dict]:
 
 def start_server(model_dir: str, max_new_tokens: int, codes_per_chunk: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--model-dir", model_dir,
+    cmd = [sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--model-dir", str(Path(model_dir).resolve()),
            "--device", "cpu", "--max-new-tokens", str(max_new_tokens), "--max-audio-per-chunk", str(codes_per_chunk)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Not from the source tree: `-m llama_omni_py` there would import the uncompiled package.
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

@@ -214,7 +214,8 @@ def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--model-dir",
                              str(tiny_dir), "--device", "cpu", "--max-new-tokens", "8", "--max-audio-per-chunk", "25",
-                             "--t2w-threads", "1"], stderr=subprocess.PIPE, text=True)
+                             "--t2w-threads", "1"], stderr=subprocess.PIPE, text=True,
+                            cwd=tiny_dir)  # not the source tree, whose package is uncompiled
     url = f"http://127.0.0.1:{port}"
     try:
         seen, deadline = set(), time.monotonic() + 60
