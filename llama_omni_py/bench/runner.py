@@ -38,7 +38,8 @@ class RunConfig:
     @property
     def label(self) -> str:
         pin = {None: "auto", True: "pin", False: "nopin"}[self.pin]
-        return f"t2w{self.t2w_threads or 'env'}-q{self.tts_queue or 'env'}-{pin}"
+        t2w = self.t2w_threads or os.environ.get("OMNI_T2W_THREADS", "default")
+        return f"t2w{t2w}-q{self.tts_queue or os.environ.get('OMNI_TTS_QUEUE', 16)}-{pin}"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class BenchOptions:
     out_dir: str = "bench-results"
     full_hash: bool = False
     allow_realtime_miss: bool = False
+    tag: str = ""                          # label prefix (bench-pinned.sh: pinned / unpinned)
 
     def __post_init__(self):
         if not isinstance(self.repeats, int) or self.repeats < MIN_REPEATS:
@@ -165,7 +167,7 @@ def _run_record(c: RunConfig, session, rec: dict, opts: BenchOptions, model_dir:
     return {
         "schema_version": SCHEMA_VERSION,
         "benchmark": "omni-bench",
-        "label": c.label,
+        "label": f"{opts.tag}-{c.label}" if opts.tag else c.label,
         "started": started,
         "model_dir": str(model_dir),
         "config": _resolved_config(c, session),
@@ -227,6 +229,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=d.out_dir, help="one JSON file per configuration is written here")
     p.add_argument("--full-hash", action="store_true", help="sha256 of whole model files (default: size + first MiB)")
+    p.add_argument("--tag", default="", help="prefix of the run labels and file names")
     p.add_argument("--allow-realtime-miss", action="store_true",
                    help="exit 0 when only the realtime gate (Token2Wav queue wait) fails, e.g. on a small CPU host")
 
@@ -244,7 +247,7 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
         raise ConfigError("t2w_threads/tts_queue", f"comma lists of integers or 'env': {e}") from None
     return BenchOptions(a.model_dir, a.device, configs, tuple(a.prompts.split(",")), a.repeats, a.warmup,
                         a.max_new_tokens, a.codes_per_chunk, a.threads, a.seed, a.out_dir, a.full_hash,
-                        a.allow_realtime_miss)
+                        a.allow_realtime_miss, a.tag)
 
 
 def main_from_args(a: argparse.Namespace) -> int:
