@@ -22,7 +22,7 @@ matplotlib.use("Agg")  # files only: no display on benchmark hosts
 import matplotlib.pyplot as plt  # noqa: E402
 
 from llama_omni_py.bench.schema import validate_run  # noqa: E402
-from llama_omni_py.bench.summary import markdown_table  # noqa: E402
+from llama_omni_py.bench.summary import fmt as f, markdown_table  # noqa: E402
 
 STAGES = ("llm", "tts", "token2wav")
 
@@ -101,7 +101,6 @@ def plot_first_audio_cdf(runs: list[dict], path: Path) -> None:
 def stage_table(runs: list[dict]) -> str:
     rows = ["| run | prompt | wall RTF | compute RTF | first audio s | LLM ms | TTS ms | Token2Wav ms | APM ms | VPM ms "
             "| max T2W queue wait ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
     for run in runs:
         for prompt in dict.fromkeys(q["prompt"] for q in run["requests"]):
             qs = [q for q in run["requests"] if q["prompt"] == prompt]

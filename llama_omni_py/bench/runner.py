@@ -113,55 +113,59 @@ class _Sessions:
             s.close()
 
 
-def _resolved_config(c: RunConfig, session) -> dict:
+def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
+    """(config as resolved, the manifest's placement and thread fields) of a session set up for c."""
+    from ..session import plan_for_device
+
     taskset = os.environ.get("OMNI_BENCH_TASKSET")
     pinning = " + ".join(p for p in (f"taskset {taskset}" if taskset else "",
                                      "plan" if session.placement is not None else "") if p) or "none"
-    return {"label": c.label, "t2w_threads": session.token2wav.threads, "tts_queue": session.config.tts_queue,
-            "pin": c.pin, "pinned": session.placement is not None, "pinning": pinning,
-            "threads": session.config.threads, "device": session.device}
+    config = {"label": c.label, "t2w_threads": session.token2wav.threads, "tts_queue": session.config.tts_queue,
+              "pin": c.pin, "pinned": session.placement is not None, "pinning": pinning,
+              "threads": session.config.threads, "device": session.device}
+    # the plan the session applied, else the default one it would use (recorded as not applied)
+    plan = session.placement or plan_for_device(session.device, None)
+    return config, {"numa_plan": dict(plan.as_dict(), applied=session.placement is not None),
+                    "thread_counts": {"llm_tts": session.config.threads, "token2wav": session.token2wav.threads,
+                                      "os_cpus": os.cpu_count()}}
 
 
 def run_bench(opts: BenchOptions, log=print) -> list[dict]:
     """Runs every configuration, alternating per round; returns one run record per configuration."""
     from ..models import discover
-    from ..session import demo_model_dir, plan_for_device
+    from ..session import demo_model_dir
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))
     chosen = prompts.select(opts.prompts)
     sessions = _Sessions(opts, model_dir)
     records = {c.label: {"warmup": [], "requests": []} for c in opts.configs}
+    snapshots: dict[str, tuple[dict, dict]] = {}
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t0 = time.perf_counter()
     try:
         for rnd in range(opts.warmup + opts.repeats):
             warm = rnd < opts.warmup
             for c, p in itertools.product(opts.configs, chosen):
-                rec = measure(sessions.get(c), p, opts.seed)
+                session = sessions.get(c)
+                snapshots.setdefault(c.label, _snapshot(c, session))
+                rec = measure(session, p, opts.seed)
                 rec["round"] = rnd
                 records[c.label]["warmup" if warm else "requests"].append(rec)
+                failed = [g for g, v in rec["gates"].items() if not v["ok"]]
                 log(f"{'warm-up' if warm else f'round {rnd - opts.warmup + 1}/{opts.repeats}'} {c.label:<22} "
-                    f"{p.name:<8} wall RTF {summary._fmt(rec['wall_rtf'])}, compute RTF {summary._fmt(rec['compute_rtf'])}, "
-                    f"first audio {summary._fmt(rec['time_to_first_audio_s'])} s"
-                    + ("" if rec["data_valid"] and rec["realtime_eligible"] else "  [gate failed]"))
-        files = [str(f) for f in discover(model_dir).files.values()]
-        env = manifest(files, opts.full_hash)
-        runs = []
-        for c in opts.configs:
-            s = sessions.get(c)
-            # the plan the session applied, else the default one it would use (recorded as not applied)
-            plan = dict((s.placement or plan_for_device(s.device, None)).as_dict(), applied=s.placement is not None)
-            env_c = dict(env, numa_plan=plan, thread_counts={
-                "llm_tts": s.config.threads, "token2wav": s.token2wav.threads, "os_cpus": os.cpu_count()})
-            runs.append(_run_record(c, s, records[c.label], opts, model_dir, started, env_c))
-        for r in runs:
-            r["elapsed_s"] = time.perf_counter() - t0
+                    f"{p.name:<8} wall RTF {summary.fmt(rec['wall_rtf'])}, compute RTF {summary.fmt(rec['compute_rtf'])}, "
+                    f"first audio {summary.fmt(rec['time_to_first_audio_s'])} s" + (f"  [failed: {', '.join(failed)}]" if failed else ""))
+        env = manifest([str(f) for f in discover(model_dir).files.values()], opts.full_hash)
+        elapsed = time.perf_counter() - t0
+        runs = [_run_record(c, records[c.label], opts, model_dir, started, elapsed, *snapshots[c.label], env)
+                for c in opts.configs]
     finally:
         sessions.close()
     return runs
 
 
-def _run_record(c: RunConfig, session, rec: dict, opts: BenchOptions, model_dir: str, started: str, env: dict) -> dict:
+def _run_record(c: RunConfig, rec: dict, opts: BenchOptions, model_dir: str, started: str, elapsed: float,
+                config: dict, placement_fields: dict, env: dict) -> dict:
     reqs = rec["requests"]
     failed = [f"{r['prompt']}#{r['round']}: {g}" for r in reqs for g, v in r["gates"].items() if not v["ok"]]
     return {
@@ -170,7 +174,8 @@ def _run_record(c: RunConfig, session, rec: dict, opts: BenchOptions, model_dir:
         "label": f"{opts.tag}-{c.label}" if opts.tag else c.label,
         "started": started,
         "model_dir": str(model_dir),
-        "config": _resolved_config(c, session),
+        "elapsed_s": elapsed,
+        "config": config,
         "options": {"prompts": list(opts.prompts), "repeats": opts.repeats, "warmup": opts.warmup,
                     "max_new_tokens": opts.max_new_tokens, "codes_per_chunk": opts.codes_per_chunk,
                     "seed": opts.seed, "alternated_with": [o.label for o in opts.configs if o != c]},
@@ -181,7 +186,7 @@ def _run_record(c: RunConfig, session, rec: dict, opts: BenchOptions, model_dir:
         "summary": summary.summarise(reqs),
         "requests": reqs,
         "warmup": rec["warmup"],
-        "manifest": env,
+        "manifest": dict(env, **placement_fields),
     }
 
 

@@ -36,7 +36,7 @@ def summarise(requests: list[dict]) -> dict:
     return out
 
 
-def _fmt(x, digits: int = 2) -> str:
+def fmt(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
@@ -48,6 +48,6 @@ def markdown_table(runs: list[dict]) -> str:
         c, s = run["config"], run["summary"]
         valid = "yes" if run["valid"] else "no: " + ", ".join(sorted({f.split(": ", 1)[1] for f in run["failed_gates"]}))
         rows.append(f"| {run['label']} | {c['t2w_threads']} | {c['tts_queue']} | {c['pinning']} "
-                    f"| {_fmt(s['wall_rtf'])} | {_fmt(s['compute_rtf'])} ({_fmt(s['compute_rtf_pooled'])}) "
-                    f"| {_fmt(s['time_to_first_audio_s'])} | {_fmt(s['audio_s'])} | {valid} |")
+                    f"| {fmt(s['wall_rtf'])} | {fmt(s['compute_rtf'])} ({fmt(s['compute_rtf_pooled'])}) "
+                    f"| {fmt(s['time_to_first_audio_s'])} | {fmt(s['audio_s'])} | {valid} |")
     return "\n".join(rows)
