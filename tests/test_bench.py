@@ -67,7 +67,8 @@ def test_schema_rejects_a_malformed_run(bench_runs):
         validate_run(run)
 
 
-def test_gate_violation_marks_the_run_invalid_and_exits_nonzero(tiny_dir, tmp_path, capsys):
+def test_gate_violation_marks_the_run_invalid_and_exits_nonzero(tiny_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMNI_T2W_THREADS", "2")  # the sweep's knob: resolved, recorded, in the label
     # 50 codes per chunk: two 25-code Token2Wav windows, so every steady chunk has 48000 samples
     rc = cli.main(["bench", "--model-dir", str(tiny_dir), *TINY, "--pin", "off", "--warmup", "0",
                    "--codes-per-chunk", "50", "--out-dir", str(tmp_path), "--allow-realtime-miss"])
@@ -77,6 +78,8 @@ def test_gate_violation_marks_the_run_invalid_and_exits_nonzero(tiny_dir, tmp_pa
     validate_run(run)
     assert not run["valid"] and not run["data_valid"]
     assert any(g.endswith(": steady_chunk_samples") for g in run["failed_gates"])
+    assert run["label"].startswith("t2w2-") and run["manifest"]["env"]["OMNI_T2W_THREADS"] == "2"
+    assert run["config"]["t2w_threads"] == min(2, len(os.sched_getaffinity(0)))
     assert "INVALID" in capsys.readouterr().out
 
 

@@ -124,8 +124,14 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
               "pin": c.pin, "pinned": session.placement is not None, "pinning": pinning,
               "threads": session.config.threads, "device": session.device}
     # the plan the session applied, else the default one it would use (recorded as not applied)
-    plan = session.placement or plan_for_device(session.device, None)
-    return config, {"numa_plan": dict(plan.as_dict(), applied=session.placement is not None),
+    note = []
+    try:
+        plan = session.placement or plan_for_device(session.device, None)
+    except ConfigError as e:  # e.g. OMNI_T2W_THREADS does not fit the node: record the node anyway
+        plan, note = plan_for_device(session.device, 1), [f"not applicable: {e}"]
+    plan_dict = dict(plan.as_dict(), applied=session.placement is not None)
+    plan_dict["notes"] += note
+    return config, {"numa_plan": plan_dict,
                     "thread_counts": {"llm_tts": session.config.threads, "token2wav": session.token2wav.threads,
                                       "os_cpus": os.cpu_count()}}
 
