@@ -52,6 +52,7 @@ def test_bench_writes_one_schema_valid_json_per_configuration(bench_runs):
         m = r["manifest"]
         assert m["git"]["commit"] and isinstance(m["git"]["dirty"], bool)
         assert m["packages"]["llama-cpp-python"] == "0.3.36" and m["compiled_backends"][0] == "cpu"
+        assert "cpu" in [d["id"] for d in m["devices"]] and r["config"]["device"] == "cpu"
         assert m["numa_plan"]["node"] == 0 and m["thread_counts"]["token2wav"] == r["config"]["t2w_threads"]
         assert len(m["model_files"]) == 10 and all(f["hashed"] == "head" for f in m["model_files"].values())
 
@@ -197,3 +198,10 @@ def test_report_renders_table_and_plots(bench_runs, tmp_path):
             assert im.size[0] >= 600 and im.size[1] >= 400
             px = np.asarray(im.convert("L"))
             assert px.std() > 5  # something was drawn, not a blank canvas
+
+
+def test_checkout_wrapper_is_the_same_command():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "--t2w-threads" in r.stdout and "--allow-realtime-miss" in r.stdout
+    assert cli.main(["bench", "--repeats", "2", "--model-dir", "unused"]) == 2  # fewer than 3 rounds: refused

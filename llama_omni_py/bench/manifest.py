@@ -84,6 +84,8 @@ def manifest(model_files=(), full_hash: bool = True) -> dict:
         "ggml": core.ggml_version(),
         "blas": core.blas_description(),
         "compiled_backends": backend.compiled_backends(),
+        "devices": [{"id": d.id, "description": d.description, "pci_bus_id": d.pci_bus_id or None,
+                     "numa_node": placement.pci_numa_node(d.pci_bus_id)} for d in backend.devices()],
         "cpu_model": topo.cpu_model,
         "logical_cpus": topo.logical_cpus,
         "physical_cores": topo.physical_cores,
