@@ -100,9 +100,7 @@ def cmd_info(args) -> int:
         from .session import plan_for_device
 
         plan = plan_for_device(resolve_device(args.device), None)
-        info["placement"] = {"node": plan.node, "reason": plan.reason, "notes": list(plan.notes),
-                             "vocoder_cpus": list(plan.vocoder_cpus), "stage_cpus": list(plan.stage_cpus),
-                             "text": plan.describe()}
+        info["placement"] = plan.as_dict()
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -224,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-audio-seconds", type=float, default=30.0, help="input audio per turn")
     sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds without a message before a session closes")
     sv.set_defaults(func=cmd_serve)
+
+    from .bench import runner as bench_runner  # light: imports nothing native until it runs
+
+    b = sub.add_parser("bench", help="RTF, time to first audio, stage and queue times over a fixed prompt set; "
+                                     "one JSON per configuration (exit 1 when a validity gate fails)")
+    bench_runner.add_arguments(b)
+    b.set_defaults(func=bench_runner.main_from_args)
     return p
 
 

@@ -149,6 +149,24 @@ class PlacementPlan:
                  f"  stage threads: CPUs {format_cpulist(list(self.stage_cpus))}"]
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
 
+    def as_dict(self) -> dict:
+        return {"node": self.node, "reason": self.reason, "applied": self.apply, "notes": list(self.notes),
+                "vocoder_cpus": list(self.vocoder_cpus), "stage_cpus": list(self.stage_cpus), "text": self.describe()}
+
+
+def device_numa_node(device: str, sys_pci: Path = _SYS_PCI) -> tuple[int | None, str]:
+    """(NUMA node or None, label) of a resolved device id: its PCI address from ggml, or
+    ``npu-smi`` for Ascend, then sysfs."""
+    if device == "cpu":
+        return None, device
+    from . import backend
+
+    dev = next((d for d in backend.devices() if d.id == device), None)
+    bus = dev.pci_bus_id if dev is not None else ""
+    if not bus and device.startswith("cann:"):
+        bus = npu_pci_bus_id(int(device.split(":")[1])) or ""
+    return pci_numa_node(bus, sys_pci), (f"{device} ({bus})" if bus else device)
+
 
 def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: int | None = None,
                    device_label: str = "the accelerator", env: dict | None = None) -> PlacementPlan:

@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
@@ -112,30 +112,25 @@ def _items(x) -> list:
 
 def plan_for_device(device: str, t2w_threads: int | None):
     """The placement plan for a session on ``device`` (its NUMA node from the PCI address)."""
-    from . import backend, placement
+    from . import placement
 
-    node, label = None, device
-    if device != "cpu":
-        dev = next((d for d in backend.devices() if d.id == device), None)
-        bus = dev.pci_bus_id if dev is not None else ""
-        if not bus and device.startswith("cann:"):
-            bus = placement.npu_pci_bus_id(int(device.split(":")[1])) or ""
-        node = placement.pci_numa_node(bus)
-        label = f"{device} ({bus})" if bus else device
+    node, label = placement.device_numa_node(device)
     return placement.plan_placement(placement.read_topology(), t2w_threads, node, label)
 
 
-def demo_model_dir() -> Path:
-    """The tiny random-weight set in the user cache, generated on first use."""
+def demo_model_dir(size: str = "tiny") -> Path:
+    """A random-weight set in the user cache (tiny: the demo; real: the benchmark set, 6.4 GB),
+    generated on first use."""
     from .modelgen import make_models
     from .models import discover
 
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / "demo-models"
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / (
+        "demo-models" if size == "tiny" else f"demo-models-{size}")
     try:
         discover(root)
     except OmniError:
-        log.warning("writing the demo module set to %s", root)
-        make_models(root, size="tiny")
+        log.warning("writing the demo module set (%s) to %s", size, root)
+        make_models(root, size=size)
     log.warning("using the demo module set: random weights, so the reply text is gibberish and the "
                 "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory")
     return root
@@ -160,19 +155,7 @@ class OmniSession:
         self.core = SpeechCore(self.model_dir, self.device, SpeechCoreConfig(
             max_new_tokens=c.max_new_tokens, max_audio_per_chunk=c.max_audio_per_chunk, threads=c.threads,
             seed=c.seed, exact=c.exact))
-        report("placement")
-        plan = plan_for_device(self.device, c.t2w_threads) if c.pin is not False else None
-        if plan is not None and not plan.apply and c.pin is None:
-            log.info("placement not applied: %s", "; ".join(plan.notes))
-            plan = None
-        self.placement = plan
-        report("Token2Wav")
-        if self.placement is not None:
-            log.info("placement: %s", self.placement.describe())
-            self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps,
-                                       threads=len(self.placement.vocoder_cpus), cpus=self.placement.vocoder_cpus)
-        else:
-            self.token2wav = Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=c.t2w_threads)
+        self.placement, self.token2wav = self._token2wav_stage(c.t2w_threads, report)
         self._audio_encoder = self._image_encoder = None
         self._pipeline: Pipeline | None = None
         self._busy = threading.Lock()
@@ -180,6 +163,36 @@ class OmniSession:
         self.last_events: list = []     # (stage, start, end) per item of the last request
         self.last_timings: dict = {}
         self.profiler = Profiler()
+
+    def _token2wav_stage(self, t2w_threads: int | None, report=lambda what: None):
+        """(placement plan or None, Token2Wav) for ``t2w_threads`` vocoder threads."""
+        c = self.config
+        report("placement")
+        plan = plan_for_device(self.device, t2w_threads) if c.pin is not False else None
+        if plan is not None and not plan.apply and c.pin is None:
+            log.info("placement not applied: %s", "; ".join(plan.notes))
+            plan = None
+        report("Token2Wav")
+        if plan is not None:
+            log.info("placement: %s", plan.describe())
+            return plan, Token2Wav(self.model_dir, self.device, steps=c.cfm_steps,
+                                   threads=len(plan.vocoder_cpus), cpus=plan.vocoder_cpus)
+        return None, Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=t2w_threads)
+
+    def set_t2w_threads(self, t2w_threads: int | None) -> None:
+        """Rebuilds the Token2Wav stage (and its placement) with another vocoder thread count,
+        keeping the loaded LLM/TTS (benchmarks compare thread counts in one process)."""
+        if self.token2wav is None:
+            raise InvalidArgumentError("the session is closed")
+        if not self._busy.acquire(blocking=False):
+            raise InvalidArgumentError("this session is serving a request")
+        try:
+            placement, token2wav = self._token2wav_stage(t2w_threads)
+            self.token2wav.close()
+            self.placement, self.token2wav = placement, token2wav
+            self.config = replace(self.config, t2w_threads=t2w_threads)
+        finally:
+            self._busy.release()
 
     # -- inputs --------------------------------------------------------------------------------
     def _encoders(self):

@@ -1,0 +1,65 @@
+"""The fixed benchmark prompt set. Audio and image inputs are generated, not downloaded, so the
+same bytes reach the encoders on every host (a linear chirp and a gradient/checker image)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ConfigError
+
+AUDIO_RATE = 16000
+
+
+def chirp(seconds: float = 2.0, f0: float = 200.0, f1: float = 2000.0, amplitude: float = 0.3) -> np.ndarray:
+    """A linear sweep f0 -> f1 at 16 kHz, float32, with 10 ms fades (no clicks at the edges)."""
+    t = np.arange(int(seconds * AUDIO_RATE)) / AUDIO_RATE
+    x = amplitude * np.sin(2 * np.pi * (f0 * t + (f1 - f0) / (2 * seconds) * t * t))
+    fade = min(len(x) // 2, AUDIO_RATE // 100)
+    ramp = np.linspace(0.0, 1.0, fade)
+    x[:fade] *= ramp
+    x[len(x) - fade:] *= ramp[::-1]
+    return x.astype(np.float32)
+
+
+def pattern_image(size: int = 448) -> np.ndarray:
+    """RGB uint8: horizontal and vertical gradients in R and G, a 56-px checkerboard in B."""
+    i = np.arange(size)
+    r = np.broadcast_to(i[None, :] * 255 // (size - 1), (size, size))
+    g = np.broadcast_to(i[:, None] * 255 // (size - 1), (size, size))
+    b = ((i[:, None] // 56 + i[None, :] // 56) % 2) * 255
+    return np.stack([r, g, np.broadcast_to(b, (size, size))], axis=-1).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    name: str
+    text: Optional[str]
+    kind: str                       # "text", "audio" or "image": which input it exercises
+
+    def inputs(self) -> dict:
+        """Keyword arguments for ``OmniSession.stream``."""
+        if self.kind == "audio":
+            return {"text": self.text, "audio": chirp()}
+        if self.kind == "image":
+            return {"text": self.text, "image": pattern_image()}
+        return {"text": self.text}
+
+
+PROMPTS = {
+    "story": BenchPrompt("story", "Please tell me a short story about a lighthouse keeper and a storm.", "text"),
+    "weather": BenchPrompt("weather", "What should I wear today if it is cold and raining?", "text"),
+    "audio": BenchPrompt("audio", None, "audio"),            # a spoken question: the 2 s chirp alone
+    "image": BenchPrompt("image", "What is in this picture?", "image"),
+}
+DEFAULT_PROMPTS = ("story", "audio", "image")
+
+
+def select(names) -> list[BenchPrompt]:
+    names = list(names)
+    unknown = [n for n in names if n not in PROMPTS]
+    if unknown or not names:
+        raise ConfigError("prompts", f"unknown prompt(s) {unknown or names}; choose from {sorted(PROMPTS)}")
+    return [PROMPTS[n] for n in names]

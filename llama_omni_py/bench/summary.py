@@ -1,0 +1,53 @@
+"""Medians over a run's requests, the pooled compute RTF, and the Markdown comparison table
+(printed by ``llama-omni bench`` and by benchmarks/report.py)."""
+
+from __future__ import annotations
+
+import statistics
+
+from .. import profile
+
+METRICS = ("wall_rtf", "compute_rtf", "time_to_first_audio_s", "audio_s", "wall_s")
+
+
+def _median(values) -> float | None:
+    v = [x for x in values if x is not None]
+    return statistics.median(v) if v else None
+
+
+def pooled_compute_rtf(requests: list[dict]) -> float | None:
+    """The official aggregate: Σ compute / Σ audio over every request's steady chunks, pooled
+    (not a mean of per-request ratios)."""
+    compute_ms = audio_s = 0.0
+    for r in requests:
+        for c in r["chunks"][1:-1]:
+            compute_ms += sum(c[f"{s}_ms"] or 0.0 for s in profile.COMPUTE_STAGES)
+            audio_s += c["samples"] / 24000
+    return compute_ms / 1000 / audio_s if audio_s > 0 else None
+
+
+def summarise(requests: list[dict]) -> dict:
+    """Medians over all measured requests and per prompt."""
+    out = {m: _median(r[m] for r in requests) for m in METRICS}
+    out["compute_rtf_pooled"] = pooled_compute_rtf(requests)
+    out["requests"] = len(requests)
+    out["per_prompt"] = {p: {m: _median(r[m] for r in requests if r["prompt"] == p) for m in METRICS}
+                         for p in dict.fromkeys(r["prompt"] for r in requests)}
+    return out
+
+
+def fmt(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def markdown_table(runs: list[dict]) -> str:
+    """One row per run (a configuration), side by side."""
+    rows = ["| run | T2W threads | TTS queue | pinning | wall RTF | compute RTF (pooled) | first audio s "
+            "| audio s | valid |", "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        c, s = run["config"], run["summary"]
+        valid = "yes" if run["valid"] else "no: " + ", ".join(sorted({f.split(": ", 1)[1] for f in run["failed_gates"]}))
+        rows.append(f"| {run['label']} | {c['t2w_threads']} | {c['tts_queue']} | {c['pinning']} "
+                    f"| {fmt(s['wall_rtf'])} | {fmt(s['compute_rtf'])} ({fmt(s['compute_rtf_pooled'])}) "
+                    f"| {fmt(s['time_to_first_audio_s'])} | {fmt(s['audio_s'])} | {valid} |")
+    return "\n".join(rows)
