@@ -39,7 +39,8 @@ pin_args=(--device "$device" "${force[@]}")
 [[ -n ${OMNI_BENCH_MASK:-} ]] && pin_args+=(--mask "$OMNI_BENCH_MASK")
 [[ -n ${OMNI_BENCH_PCI_BUS_ID:-} ]] && pin_args+=(--pci-bus-id "$OMNI_BENCH_PCI_BUS_ID")
 rc=0
-plan=$("$PYTHON" -m llama_omni_py.bench.pinning "${pin_args[@]}") || rc=$?
+# From / : in a checkout's root, `-m llama_omni_py` would import the uncompiled source tree.
+plan=$(cd / && "$PYTHON" -m llama_omni_py.bench.pinning "${pin_args[@]}") || rc=$?
 [[ $rc -ne 0 ]] && exit "$rc"
 read -r node cpus <<<"$plan"
 echo "bench-pinned: device $device -> NUMA node $node, CPUs $cpus" >&2

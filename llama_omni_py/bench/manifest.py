@@ -7,6 +7,7 @@ moved RTF from 0.57 to 0.68)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -62,13 +63,18 @@ def env_knobs(environ=None) -> dict[str, str]:
 
 
 def git_state() -> dict:
-    """Commit and dirty flag of the source tree the package was imported from (None when it is
-    an installed copy outside any checkout)."""
+    """Commit and dirty flag (tracked files) of the code that runs: recorded at build time for an
+    installed package (build_info.json), else read from the source tree it was imported from;
+    None when neither knows (e.g. built from an sdist)."""
+    info = Path(__file__).resolve().parents[1] / "build_info.json"
+    if info.exists():
+        data = json.loads(info.read_text())
+        return {"commit": data.get("git_commit"), "dirty": data.get("git_dirty")}
     root = _git("rev-parse", "--show-toplevel")
     pkg = Path(__file__).resolve().parents[2]
     if root is None or Path(root).resolve() != pkg:
         return {"commit": None, "dirty": None}
-    return {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))}
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def manifest(model_files=(), full_hash: bool = True) -> dict:
