@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ._native import core
+from .errors import InvalidArgumentError
 
 TABLE_PATH = Path(__file__).with_name("data") / "cann_ops.json"
 
@@ -76,10 +77,13 @@ class OpTable:
     def load(cls, path: str | Path | None = None) -> "OpTable":
         """The packaged table, a distilled JSON, or a raw ggml ``<BACKEND>.csv``."""
         p = Path(path) if path else TABLE_PATH
-        if p.suffix == ".csv":
-            return cls(distill_csv(p), str(p))
-        data = json.loads(p.read_text())
-        return cls(data["ops"], data.get("source", str(p)))
+        try:
+            if p.suffix == ".csv":
+                return cls(distill_csv(p), str(p))
+            data = json.loads(p.read_text())
+            return cls(data["ops"], data.get("source", str(p)))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise InvalidArgumentError(f"cannot read the op-support table {p}: {type(e).__name__}: {e}") from e
 
 
 def _f32(word: int) -> float:

@@ -9,6 +9,7 @@ import pytest
 from llama_omni_py import cann_audit as ca
 from llama_omni_py import cli
 from llama_omni_py._native import core
+from llama_omni_py.errors import InvalidArgumentError
 from llama_omni_py.image_encoder import ImageEncoder
 
 # Nodes that may stay unsupported on CANN, each with the reason. Empty: every device graph of the
@@ -110,6 +111,15 @@ def test_csv_distills_to_the_packaged_form(tmp_path):
     assert [g["sig"] for g in t.ops["SCALE"]] == [{"bias": "0.000000", "type": "f32"}, {"bias": "1.000000", "type": "f32"}]
     assert ca.classify(_node("SCALE", src=("f32",), params=(_f(3.0), _f(0.0))), t).status == "supported"
     assert ca.classify(_node("SCALE", src=("f32",), params=(_f(3.0), _f(1.0))), t).status == "unsupported"
+
+
+def test_a_bad_table_is_a_clear_error(tmp_path, tiny_dir, capsys):
+    bad = tmp_path / "CANN.csv"
+    bad.write_text('"backend_name","op_name"\n"CANN0","ADD"\n')  # no op_params column
+    with pytest.raises(InvalidArgumentError, match="op-support table"):
+        ca.OpTable.load(bad)
+    assert cli.main(["info", "--cann-audit", "--model-dir", str(tiny_dir), "--cann-table", str(tmp_path / "absent.json")]) == 2
+    assert "cannot read the op-support table" in capsys.readouterr().err
 
 
 def test_cli_cann_audit_json(tiny_dir, capsys):
