@@ -22,8 +22,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd 
 
 from common import write_result  # noqa: E402
 
-from llama_omni_py.audio_encoder import AudioEncoder  # noqa: E402
-from llama_omni_py.image_encoder import ImageEncoder  # noqa: E402
+from llama_omni_py.apm import AudioEncoder  # noqa: E402
+from llama_omni_py.vpm import ImageEncoder  # noqa: E402
 from llama_omni_py.models import discover  # noqa: E402
 
 

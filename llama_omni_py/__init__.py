@@ -1,7 +1,11 @@
 """llama-omni-py: MiniCPM-o 4.5 omni inference on llama.cpp/ggml from Python.
 
-Public names: :func:`backends` (devices this build can use), :func:`resolve_device`,
-:mod:`models` (module sets), :func:`make_models` (random-weight sets) and the typed errors.
+The main API is :class:`OmniSession` (``speak()`` / ``stream()`` / ``astream()``) configured by
+:class:`SessionConfig`; it returns :class:`SpeakResult` and :class:`SpeechChunk`, each with
+:class:`Timings`. :class:`Token2Wav`, :class:`AudioEncoder` and :class:`ImageEncoder` run one
+module alone. :func:`backends` / :func:`resolve_device` name the devices of this build,
+:func:`discover` / :func:`validate` check a module set, :func:`make_models` writes one with random
+weights. Every foreseeable failure raises a subclass of :class:`OmniError`.
 """
 
 from .errors import *  # noqa: F401,F403
@@ -9,11 +13,21 @@ from .errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 
+from .apm import AudioEncoder  # noqa: E402
 from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
+from .config import LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
 from .modelgen import make_models  # noqa: E402
 from .models import ModelSet, discover, validate  # noqa: E402
-from .token2wav import Token2Wav, Token2WavConfig  # noqa: E402
-from .session import OmniSession, SessionConfig, SpeakResult, SpeechChunk  # noqa: E402
+from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
+from .session import OmniSession  # noqa: E402
+from .token2wav import Token2Wav  # noqa: E402
+from .vpm import ImageEncoder  # noqa: E402
 
-__all__ = [*_errors_all, "__version__", "Device", "ModelSet", "backends", "compiled_backends", "devices",
-           "discover", "make_models", "resolve_device", "validate", "Token2Wav", "Token2WavConfig"]
+__all__ = [
+    *_errors_all, "__version__",
+    "OmniSession", "SessionConfig", "LlmSampling", "TtsSampling", "Token2WavConfig",
+    "SpeakResult", "SpeechChunk", "Timings",
+    "Token2Wav", "AudioEncoder", "ImageEncoder",
+    "Device", "backends", "compiled_backends", "devices", "resolve_device",
+    "ModelSet", "discover", "validate", "make_models",
+]

@@ -210,8 +210,8 @@ def record_model_graphs(model_dir: str | Path, table: OpTable, threads: int = 2,
     would build it (fused attention only where the table has it), and returns the recordings.
     The formulation choices made are appended to `notes`."""
     notes = notes if notes is not None else []
-    from .audio_encoder import AudioEncoder
-    from .image_encoder import ImageEncoder
+    from .apm import AudioEncoder
+    from .vpm import ImageEncoder
     from .models import load
     from .token2wav import Token2Wav
 

@@ -1,17 +1,57 @@
-"""``llama-omni``: info | make-models | speak | serve (bench comes with its issue)."""
+"""``llama-omni``: info | make-models | speak | serve | bench.
+
+Every user error (a bad argument, path, model file or device) prints one line
+``llama-omni: error: ...`` and exits with status 2; output paths are checked before any work.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from importlib import metadata
 from pathlib import Path
 
 from . import __version__
-from .errors import OmniError
+from .errors import InvalidArgumentError, OmniError
+
+AUDIO_FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}  # what SpeakResult.save writes
+
+
+class _Progress:
+    """The loading bar on stderr; remembers whether its line is still open."""
+
+    open = False
+
+    def __call__(self, step: int, steps: int, what: str) -> None:
+        filled = "#" * (20 * (step - 1) // steps)
+        print(f"\rloading [{filled:<20}] {step}/{steps} {what:<12}", end="", file=sys.stderr, flush=True)
+        _Progress.open = True
+
+    @staticmethod
+    def finish(text: str = "") -> None:
+        if _Progress.open:
+            print(text, file=sys.stderr, flush=True)
+            _Progress.open = False
+
+
+def check_output_path(path: str, formats: dict[str, str] = AUDIO_FORMATS) -> Path:
+    """An output file we can write, in a format we write: checked before any work."""
+    p = Path(path)
+    if p.is_dir():
+        raise InvalidArgumentError(f"output {path!r} is a directory; give a file name such as reply.wav")
+    if p.suffix.lower() not in formats:
+        raise InvalidArgumentError(f"output {path!r}: unsupported format {p.suffix or '(none)'!r}; "
+                                   f"use one of {', '.join(formats)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidArgumentError(f"output {path!r}: the directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InvalidArgumentError(f"output {path!r}: the directory {str(parent)!r} is not writable")
+    return p
 
 
 def _pkg_version(name: str) -> str:
@@ -80,7 +120,7 @@ def _print_info(info: dict) -> None:
 
 def cmd_cann_audit(args) -> int:
     from .cann_audit import run_audit
-    from .session import demo_model_dir
+    from .demo import demo_model_dir
 
     result = run_audit(args.model_dir or demo_model_dir(), args.cann_table)
     if args.json:
@@ -97,10 +137,9 @@ def cmd_info(args) -> int:
     info = collect_info(args.model_dir, args.device)
     if args.plan:
         from .backend import resolve_device
-        from .session import plan_for_device
+        from .placement import plan_for_device
 
-        plan = plan_for_device(resolve_device(args.device), None)
-        info["placement"] = plan.as_dict()
+        info["placement"] = plan_for_device(resolve_device(args.device)).as_dict()
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -114,6 +153,8 @@ def cmd_make_models(args) -> int:
     from .modelgen import make_models
 
     only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
+    if Path(args.dir).exists() and not Path(args.dir).is_dir():
+        raise InvalidArgumentError(f"{args.dir!r} exists and is not a directory; give a directory to write the set into")
     t0 = time.perf_counter()
     written = make_models(args.dir, args.size, only, args.seed, args.cfm_steps)
     total = sum(g.bytes for g in written)
@@ -125,44 +166,49 @@ def cmd_make_models(args) -> int:
 
 
 def cmd_speak(args) -> int:
-    from .session import OmniSession, SessionConfig
+    from .config import SessionConfig
+    from .demo import demo_config
+    from .session import OmniSession
 
     if args.text is None and not (args.audio or args.image or args.video):
-        raise ValueError("give text, --audio, --image or --video")
-    demo = args.model_dir is None  # random weights: short replies (see OmniSession)
-    cfg = SessionConfig(max_new_tokens=args.max_new_tokens or (60 if demo else 256), threads=args.threads,
-                        seed=args.seed, max_audio_per_chunk=50 if demo else 500)
+        raise InvalidArgumentError("give text, --audio, --image or --video")
+    output = check_output_path(args.output)
+    for name in ("audio", "image", "video"):
+        src = getattr(args, name)
+        if src is not None and not Path(src).is_file():
+            raise InvalidArgumentError(f"--{name} {src!r}: no such file")
+    options = {"threads": args.threads, "seed": args.seed}
+    if args.max_new_tokens:
+        options["max_new_tokens"] = args.max_new_tokens
+    cfg = demo_config(**options) if args.model_dir is None else SessionConfig(**options)
     t0 = time.perf_counter()
-
-    def bar(step: int, steps: int, what: str) -> None:
-        filled = "#" * (20 * (step - 1) // steps)
-        print(f"\rloading [{filled:<20}] {step}/{steps} {what:<12}", end="", file=sys.stderr, flush=True)
-
-    with OmniSession(args.model_dir, args.device, cfg, progress=bar) as session:
-        load_s = time.perf_counter() - t0
-        print(f"\rloading [{'#' * 20}] done in {load_s:.1f} s on {session.device}; generating ...",
-              file=sys.stderr, flush=True)
+    progress = _Progress()
+    with OmniSession(args.model_dir, args.device, cfg, progress=progress) as session:
+        progress.finish(f"\rloading [{'#' * 20}] done in {time.perf_counter() - t0:.1f} s on {session.device}; "
+                        "generating ...")
         result = session.speak(args.text, audio=args.audio, image=args.image, video=args.video)
-    result.save(args.output)
+    result.save(output)
     t = result.timings
-    ttfa = t.get("time_to_first_audio_s")
-    print(f"{args.output}: {t['audio_s']:.2f} s of audio in {t['wall_s']:.2f} s "
-          f"(wall RTF {t.get('wall_rtf', float('nan')):.2f}, first audio "
-          f"{'-' if ttfa is None else f'{ttfa:.2f} s'}; llm {t['llm_ms']:.0f} ms, tts {t['tts_ms']:.0f} ms, "
-          f"token2wav {t['token2wav_ms']:.0f} ms)")
+    ttfa = "-" if t.time_to_first_audio_s is None else f"{t.time_to_first_audio_s:.2f} s"
+    rtf = "-" if t.wall_rtf is None else f"{t.wall_rtf:.2f}"
+    print(f"{output}: {t.audio_s:.2f} s of audio in {t.wall_s:.2f} s (wall RTF {rtf}, first audio {ttfa}; "
+          f"llm {t.llm_ms:.0f} ms, tts {t.tts_ms:.0f} ms, token2wav {t.token2wav_ms:.0f} ms)")
     if result.text:
         print(f"text: {result.text}")
     return 0
 
 
 def cmd_serve(args) -> int:
+    from .config import SessionConfig, Token2WavConfig
+    from .demo import demo_config
     from .server import ServerConfig, serve
-    from .session import SessionConfig
 
-    demo = args.model_dir is None
-    session = SessionConfig(max_new_tokens=args.max_new_tokens or (60 if demo else 256), threads=args.threads,
-                            t2w_threads=args.t2w_threads or None,
-                            max_audio_per_chunk=args.max_audio_per_chunk or (50 if demo else 500))
+    options = {"threads": args.threads, "token2wav": Token2WavConfig(threads=args.t2w_threads)}
+    if args.max_new_tokens:
+        options["max_new_tokens"] = args.max_new_tokens
+    if args.max_audio_per_chunk:
+        options["max_audio_per_chunk"] = args.max_audio_per_chunk
+    session = demo_config(**options) if args.model_dir is None else SessionConfig(**options)
     serve(ServerConfig(host=args.host, port=args.port, model_dir=args.model_dir, device=args.device, session=session,
                        max_message_bytes=int(args.max_message_mb * 2**20), max_audio_seconds=args.max_audio_seconds,
                        idle_timeout_s=args.idle_timeout))
@@ -203,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--video", help="a video (one frame is used)")
     sp.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
     sp.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--threads", type=int, default=0, help="LLM/TTS CPU threads (0: libllama's default)")
+    sp.add_argument("--seed", type=int, default=0, help="-1: random")
+    sp.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
     sp.add_argument("--max-new-tokens", type=int, default=0, help="LLM tokens (0: 256, 60 with the demo set)")
     sp.set_defaults(func=cmd_speak)
 
@@ -213,9 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, default=8765)
     sv.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
     sv.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
-    sv.add_argument("--threads", type=int, default=0, help="LLM/TTS CPU threads (0: libllama's default)")
+    sv.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
     sv.add_argument("--max-new-tokens", type=int, default=0, help="per-turn LLM token limit (0: 256, 60 with the demo set)")
-    sv.add_argument("--t2w-threads", type=int, default=0, help="vocoder threads (0: OMNI_T2W_THREADS or up to 16)")
+    sv.add_argument("--t2w-threads", type=int, default=None, help="vocoder threads (default: OMNI_T2W_THREADS or up to 16)")
     sv.add_argument("--max-audio-per-chunk", type=int, default=0,
                     help="speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)")
     sv.add_argument("--max-message-mb", type=float, default=32.0, help="largest WebSocket message")
@@ -237,9 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (OmniError, ValueError) as exc:
-        print(f"llama-omni: error: {exc}", file=sys.stderr)
+    except (OmniError, ValueError) as exc:  # ConfigError and InvalidArgumentError are ValueErrors
+        _Progress.finish()
+        first, _, rest = str(exc).strip().partition("\n")
+        detail = " (run with -v for details)" if rest and not args.verbose else ""
+        print(f"llama-omni: error: {first or type(exc).__name__}{detail}", file=sys.stderr)
+        if rest and args.verbose:
+            print(rest, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        _Progress.finish()
+        print("llama-omni: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

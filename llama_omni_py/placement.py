@@ -1,7 +1,7 @@
 """Host topology: CPUs, NUMA nodes, and which node a device hangs off.
 
 Read from Linux sysfs, never assumed: a CPU range copied from another host is how a
-deployment loses its RTF (ascend-and-serving §4). ``plan_placement`` keeps a session on the
+deployment loses its RTF (docs/ascend.md). ``plan_placement`` keeps a session on the
 accelerator's NUMA node: the vocoder pool gets its own cores there, the stage threads others
 of the same node, all inside this process's affinity mask (a taskset mask is never widened).
 Unpinned threads spread across nodes measured worse on 910B (0.72 vs 0.57 RTF at 24 vs 16).
@@ -16,6 +16,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import ENV_NUMA_NODE, ENV_T2W_THREADS, env_int
+from .constants import DEFAULT_VOCODER_THREADS
 from .errors import ConfigError
 
 _SYS_NODE = Path("/sys/devices/system/node")
@@ -169,24 +171,21 @@ def device_numa_node(device: str, sys_pci: Path = _SYS_PCI) -> tuple[int | None,
 
 
 def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: int | None = None,
-                   device_label: str = "the accelerator", env: dict | None = None) -> PlacementPlan:
+                   device_label: str = "the accelerator", env: dict | None = None,
+                   numa_node: int | None = None) -> PlacementPlan:
     """Vocoder cores and stage cores on one node. ``t2w_threads`` None means OMNI_T2W_THREADS or
     up to 16 (capped to what the node has, with a note); an explicit count that cannot be met on
-    the node raises ConfigError. Node: OMNI_NUMA_NODE, else the accelerator's, else the node with
-    the most usable CPUs."""
-    env = os.environ if env is None else env
+    the node raises ConfigError. Node: ``numa_node``, else OMNI_NUMA_NODE, else the accelerator's,
+    else the node with the most usable CPUs."""
     allowed = set(topo.allowed_cpus)
     usable = {n.id: [c for c in n.cpus if c in allowed] for n in topo.nodes}
     notes: list[str] = []
-    if "OMNI_NUMA_NODE" in env:
-        try:
-            node = int(env["OMNI_NUMA_NODE"])
-        except ValueError:
-            raise ConfigError("OMNI_NUMA_NODE", f"must be an integer, got {env['OMNI_NUMA_NODE']!r}") from None
+    chosen = numa_node if numa_node is not None else env_int(ENV_NUMA_NODE, env)
+    if chosen is not None:
+        node, reason = chosen, ("numa_node" if numa_node is not None else ENV_NUMA_NODE)
         if not usable.get(node):
-            raise ConfigError("OMNI_NUMA_NODE", f"node {node} has no CPU this process may use "
-                                                f"(nodes with usable CPUs: {[n for n, c in usable.items() if c]})")
-        reason = "OMNI_NUMA_NODE"
+            raise ConfigError(reason, f"node {node} has no CPU this process may use "
+                                      f"(nodes with usable CPUs: {[n for n, c in usable.items() if c]})")
     elif device_node is not None and usable.get(device_node):
         node, reason = device_node, f"{device_label} is attached here"
     else:
@@ -195,12 +194,11 @@ def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: 
         node = max(usable, key=lambda n: (len(usable[n]), -n))
         reason = "most usable CPUs"
     cpus = usable[node]
-    explicit = t2w_threads is not None or "OMNI_T2W_THREADS" in env
     if t2w_threads is None:
-        try:
-            t2w_threads = int(env.get("OMNI_T2W_THREADS", 16))
-        except ValueError:
-            raise ConfigError("OMNI_T2W_THREADS", f"must be an integer, got {env['OMNI_T2W_THREADS']!r}") from None
+        t2w_threads = env_int(ENV_T2W_THREADS, env)
+    explicit = t2w_threads is not None
+    if t2w_threads is None:
+        t2w_threads = DEFAULT_VOCODER_THREADS
     if t2w_threads < 1:
         raise ConfigError("t2w_threads", f"must be a positive integer, got {t2w_threads}")
     room = max(1, len(cpus) - 1)  # keep one CPU of the node for the stage threads
@@ -213,9 +211,21 @@ def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: 
     apply = len(cpus) >= MIN_CPUS_TO_PIN
     if not apply:
         notes.append(f"{len(cpus)} usable CPUs (< {MIN_CPUS_TO_PIN}): threads left unpinned -- splitting so few "
-                     "CPUs starves the LLM (see benchmarks/pipeline.py)")
+                     "CPUs starves the LLM (measured with llama-omni bench --pin on,off)")
     if len(cpus) == 1:
         return PlacementPlan(node, reason, (cpus[0],), (cpus[0],), tuple(notes), apply)
     # Stage threads take the node's first CPUs, the vocoder the ones after them.
     stage = cpus[: len(cpus) - t2w_threads]
     return PlacementPlan(node, reason, tuple(cpus[len(stage): len(stage) + t2w_threads]), tuple(stage), tuple(notes), apply)
+
+
+def plan_for_device(device: str, t2w_threads: int | None = None, numa_node: int | None = None) -> PlacementPlan:
+    """The placement plan for a session on ``device`` (its NUMA node from the PCI address)."""
+    node, label = device_numa_node(device)
+    return plan_placement(read_topology(), t2w_threads, node, label, numa_node=numa_node)
+
+
+def pin_current_thread(cpus) -> None:
+    """Restricts the calling thread (and threads it starts later) to ``cpus``."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)

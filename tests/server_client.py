@@ -15,11 +15,11 @@ import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from llama_omni_py.config import SessionConfig, Token2WavConfig
 from llama_omni_py.server import BackgroundServer, ServerConfig
-from llama_omni_py.session import SessionConfig
 
 TIMEOUT = 60.0
-SESSION = dict(max_new_tokens=20, max_audio_per_chunk=25, threads=1, t2w_threads=1)
+SESSION = dict(max_new_tokens=20, max_audio_per_chunk=25, threads=1, token2wav=Token2WavConfig(threads=1))
 
 
 @contextlib.contextmanager

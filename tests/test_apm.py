@@ -8,7 +8,7 @@ import torch  # reference dependency, installed by scripts/install-reference.sh
 import llama_omni_py as omni
 from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
-from llama_omni_py.audio_encoder import AudioEncoder
+from llama_omni_py.apm import AudioEncoder
 from reference import apm as ref
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import llama_omni_py as omni
 from llama_omni_py import media
-from llama_omni_py.image_encoder import ImageEncoder, overview_size, resize_bicubic
+from llama_omni_py.vpm import ImageEncoder, overview_size, resize_bicubic
 
 
 @pytest.mark.parametrize("w,h", [(1, 1), (640, 480), (480, 640), (1920, 1080), (448, 448), (1200, 300)])

@@ -33,12 +33,13 @@ def test_summary_table_lists_every_stage():
 
 def test_session_profile_at_close(tiny_dir, monkeypatch, capsys):
     monkeypatch.setenv("OMNI_T2W_PROFILE", "1")
-    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=30, t2w_threads=1))
+    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=30,
+                                                             token2wav=omni.Token2WavConfig(threads=1)))
     r = s.speak("hello there, how are you today?", seed=0)
     t = r.timings
-    assert t["audio_s"] == pytest.approx(r.audio.size / 24000)
-    assert 0 < t["time_to_first_audio_s"] <= t["wall_s"] and t["wall_rtf"] > 0
-    assert t["compute_rtf"] is None or t["compute_rtf"] > 0
+    assert t.audio_s == pytest.approx(r.audio.size / 24000)
+    assert 0 < t.time_to_first_audio_s <= t.wall_s and t.wall_rtf > 0
+    assert t.compute_rtf is None or t.compute_rtf > 0
     s.close()
     err = capsys.readouterr().err
     assert "OMNI_T2W_PROFILE" in err and "token2wav" in err and "p95" in err

@@ -111,11 +111,11 @@ def test_second_concurrent_session_is_refused_and_the_first_keeps_working(server
 
 
 def test_engine_error_closes_the_session(server, monkeypatch):
-    core = server.server.engine.session.core
+    tts = server.server.engine.session.tts
 
     def broken(*a, **k):
         raise RuntimeError("boom")
-    monkeypatch.setattr(core, "speak_chunk", broken)
+    monkeypatch.setattr(tts, "speak", broken)
 
     async def go():
         async with Client.open(server.url) as c:
@@ -146,14 +146,14 @@ def test_oversized_message_closes_with_1009(server):
 
 
 def _slow_llm(monkeypatch, server, pause=0.4):
-    core = server.server.engine.session.core
-    real = core.llm_chunks
+    llm = server.server.engine.session.llm
+    real = llm.chunks
 
     def paced(*a, **k):
         for chunk in real(*a, **k):
             time.sleep(pause)
             yield chunk
-    monkeypatch.setattr(core, "llm_chunks", paced)
+    monkeypatch.setattr(llm, "chunks", paced)
 
 
 def test_disconnect_mid_response_frees_the_engine(server, monkeypatch):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py.speech import synthesize
+from llama_omni_py import stages
+from llama_omni_py.inputs import Request
 
 TEXT = "hello there, how are you today?"
 
@@ -16,9 +17,21 @@ def _omni_threads():
     return [t for t in threading.enumerate() if t.name.startswith("omni-")]
 
 
+def _t2w(threads=1):
+    return omni.Token2WavConfig(threads=threads)
+
+
+def _sequential(session, text, seed):
+    """The stages one after the other (the reference path the pipeline must equal)."""
+    c = session.config
+    prompt = session.inputs.prompt(session.llm.model, Request(text, seed=seed), {})
+    reply = stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts)
+    return stages.synthesize(session.llm, session.tts, session.token2wav, reply)
+
+
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(max_new_tokens=40, threads=1, t2w_threads=1)
+    cfg = omni.SessionConfig(max_new_tokens=40, threads=1, token2wav=_t2w())
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s
 
@@ -26,14 +39,15 @@ def session(tiny_dir):
 def test_speak_matches_the_sequential_path(session, tmp_path):
     r = session.speak(TEXT, seed=5)
     assert r.sample_rate == 24000 and r.audio.dtype == np.float32 and r.audio.size > 0
-    text, ref = synthesize(session.core, session.token2wav, TEXT, seed=5)
+    text, ref = _sequential(session, TEXT, 5)
     assert r.text == text and np.array_equal(r.audio, ref)
     assert np.array_equal(session.speak(TEXT, seed=5).audio, r.audio)  # same seed, same audio
     r.save(tmp_path / "out.wav")
     import soundfile as sf
     back, sr = sf.read(tmp_path / "out.wav", dtype="float32")
     assert sr == 24000 and back.shape == r.audio.shape
-    assert r.timings["audio_s"] == pytest.approx(r.audio.size / 24000) and r.timings["wall_rtf"] > 0
+    assert r.timings.audio_s == pytest.approx(r.audio.size / 24000) and r.timings.wall_rtf > 0
+    assert r.timings.seed == 5 and r.timings.n_tts_tokens > 0
 
 
 def test_stream_overlaps_the_llm(tiny_dir, monkeypatch):
@@ -42,18 +56,19 @@ def test_stream_overlaps_the_llm(tiny_dir, monkeypatch):
     # overlapping rather than the LLM racing ahead.
     import time
     session = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=25,
-                                                                   threads=1, t2w_threads=1))
-    real = session.core.llm_chunks
+                                                                   threads=1, token2wav=_t2w()))
+    real = session.llm.chunks
 
     def paced(*a, **k):
         for chunk in real(*a, **k):
             time.sleep(0.3)
             yield chunk
-    monkeypatch.setattr(session.core, "llm_chunks", paced)
+    monkeypatch.setattr(session.llm, "chunks", paced)
     chunks = list(session.stream(TEXT, seed=1))
     assert len(chunks) >= 2 and chunks[-1].is_final and not any(c.is_final for c in chunks[:-1])
     assert [c.index for c in chunks] == list(range(len(chunks)))
-    ev = session.last_events
+    assert chunks[-1].timings is not None and all(c.timings is None for c in chunks[:-1])
+    ev = chunks[-1].timings.events
     llm_end = max(e for name, s, e in ev if name == "llm")
     first_t2w = min(e for name, s, e in ev if name == "token2wav")
     assert first_t2w < llm_end  # the first audio chunk was out before the LLM finished
@@ -73,7 +88,7 @@ def test_cancel_stops_within_a_chunk(session):
 def test_stage_error_is_named(session, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("boom")
-    monkeypatch.setattr(session.core, "speak_chunk", broken)
+    monkeypatch.setattr(session.tts, "speak", broken)
     with pytest.raises(omni.PipelineError, match="tts stage failed: RuntimeError: boom") as info:
         session.speak(TEXT)
     assert info.value.stage == "tts" and isinstance(info.value.__cause__, RuntimeError)
@@ -84,7 +99,7 @@ def test_audio_and_image_input(session):
     t = np.arange(16000) / 16000
     r = session.speak(audio=(0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32),
                       image=np.full((32, 48, 3), 90, np.uint8), seed=3)
-    assert r.audio.size > 0 and r.timings["apm_ms"] > 0 and r.timings["vpm_ms"] > 0
+    assert r.audio.size > 0 and r.timings.apm_ms > 0 and r.timings.vpm_ms > 0
 
 
 def test_bad_requests_and_config():
@@ -95,7 +110,7 @@ def test_bad_requests_and_config():
 
 
 def test_empty_request_and_close(tiny_dir):
-    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=10, t2w_threads=1))
+    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=10, token2wav=_t2w()))
     with pytest.raises(omni.InvalidArgumentError):
         s.speak("   ")
     s.close()
@@ -111,18 +126,19 @@ def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
     mask = sorted(os.sched_getaffinity(0))
     if len(mask) < placement.MIN_CPUS_TO_PIN:  # emulate a roomier node inside our own mask
         monkeypatch.setattr(placement, "MIN_CPUS_TO_PIN", 2 if len(mask) >= 2 else 1)
-    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=20, max_audio_per_chunk=25, t2w_threads=1))
+    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=20, max_audio_per_chunk=25,
+                                                             token2wav=_t2w()))
     plan = s.placement
     assert plan is not None and s.token2wav.threads == len(plan.vocoder_cpus) == 1
     if len(mask) > 1:
         assert not set(plan.vocoder_cpus) & set(plan.stage_cpus)
     seen = []
-    real = s.core.llm_chunks
+    real = s.llm.chunks
 
     def spy(*a, **k):
         seen.append(os.sched_getaffinity(0))
         yield from real(*a, **k)
-    monkeypatch.setattr(s.core, "llm_chunks", spy)
+    monkeypatch.setattr(s.llm, "chunks", spy)
     s.speak(TEXT, seed=0)
     s.close()
     assert seen == [set(plan.stage_cpus)]  # the LLM stage thread ran on the stage CPUs
@@ -150,7 +166,12 @@ def test_async_stream_matches_speak(session):
 def test_audio_length_follows_the_speech_codes(session):
     # Token2Wav gets every 25 codes: 20160 samples for the first second, 24000 for each later one.
     chunks = list(session.stream(TEXT, seed=7))
-    codes = [len(c.audio_tokens) for c in session.core.generate(TEXT, seed=7)]
+    c = session.config
+    prompt = session.inputs.prompt(session.llm.model, Request(TEXT, seed=7), {})
+    reply = stages.Reply(prompt, 7, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts)
+    codes = []
+    tts_body = stages.tts_stage(session.tts, reply)
+    stages.llm_stage(session.llm, reply)(lambda chunk: tts_body(chunk, lambda cc: codes.append(len(cc.codes))) or True)
     assert len(codes) == len(chunks)
     total = 0
     for chunk, n in zip(chunks[:-1], codes[:-1]):
@@ -168,7 +189,7 @@ def test_voice_and_per_request_token_limit(session):
     full = session.speak(TEXT, seed=4)
     assert short.audio.size < full.audio.size
     with_voice = session.speak(TEXT, seed=4, voice=voice)
-    assert with_voice.timings["apm_ms"] > 0 and not np.array_equal(with_voice.audio, full.audio)
+    assert with_voice.timings.apm_ms > 0 and not np.array_equal(with_voice.audio, full.audio)
     with pytest.raises(omni.InvalidArgumentError, match="max_new_tokens"):
         session.speak(TEXT, max_new_tokens=0)
     with pytest.raises(TypeError):

@@ -12,7 +12,8 @@ TEXT = "hello there, how are you today?"
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(max_new_tokens=30, max_audio_per_chunk=25, threads=1, t2w_threads=1)
+    cfg = omni.SessionConfig(max_new_tokens=30, max_audio_per_chunk=25, threads=1,
+                             token2wav=omni.Token2WavConfig(threads=1))
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s
 
@@ -22,7 +23,7 @@ def _tokens(prompt):
 
 
 def test_prompt_history_system_and_template(session):
-    m = session.core.llm_model
+    m = session.llm.model
     base = simplex_speech_prompt(m, TEXT)
     chat = simplex_speech_prompt(m, TEXT, history=[("user", "first question"), ("assistant", "first answer")])
     plain = simplex_speech_prompt(m, TEXT, tts_template=False)
@@ -44,8 +45,8 @@ def test_text_only_reply_has_the_speech_reply_text(session):
     spoken = session.speak(TEXT, seed=5)
     text = session.speak(TEXT, seed=5, speech=False, tts_template=True)
     assert text.audio.size == 0 and spoken.audio.size > 0
-    assert text.text == spoken.text and text.timings["n_tts_tokens"] == 0
-    assert spoken.timings["n_tokens"] > 0 and spoken.timings["prefill_ms"] > 0 and spoken.timings["n_tts_tokens"] > 0
+    assert text.text == spoken.text and text.timings.n_tts_tokens == 0
+    assert spoken.timings.n_tokens > 0 and spoken.timings.prefill_ms > 0 and spoken.timings.n_tts_tokens > 0
     plain = session.speak(TEXT, seed=5, speech=False)  # plain template: a different prompt
     assert plain.audio.size == 0
 
@@ -54,7 +55,7 @@ def test_history_and_system_prompt_change_the_reply(session):
     base = session.speak(TEXT, seed=6, speech=False)
     with_history = session.speak(TEXT, seed=6, speech=False, history=[("user", "hi"), ("assistant", "hello")])
     with_system = session.speak(TEXT, seed=6, speech=False, system_prompt="Answer in one word.")
-    assert session.core.last_n_tokens > 0
+    assert with_history.timings.n_tokens > 0
     assert with_history.text != base.text or with_system.text != base.text
 
 
@@ -66,7 +67,7 @@ def test_lists_of_inputs_and_stack_frames(session, monkeypatch):
     one = session.speak(audio=a, image=img, seed=3)
     two = session.speak(audio=[a, a], image=[img, img], seed=3)
     assert one.audio.size > 0 and two.audio.size > 0
-    _, vpm = session._encoders()
+    _, vpm = session.inputs._encoders()
     monkeypatch.setattr(vpm, "encode_video", lambda v, n: seen.append(n) or [vpm.encode(img)] * n)
     session.speak(video=b"fake", stack_frames=2, seed=3)
     assert seen == [2]
@@ -75,7 +76,7 @@ def test_lists_of_inputs_and_stack_frames(session, monkeypatch):
 
 
 def test_cancel_while_inputs_encode(session, monkeypatch):
-    _, vpm = session._encoders()
+    _, vpm = session.inputs._encoders()
     real = vpm.encode
 
     def slow(img):

@@ -61,7 +61,7 @@ def test_bad_pixels_raise_typed_errors(pair, shape):
 def test_agrees_with_upstream_libmtmd(tiny_dir):
     # llama.cpp's own MiniCPM-V path loads the same file; on a 448 x 448 image (no resize, no
     # slices) both must give the same 64 embeddings, up to F16 weights on both sides.
-    from llama_omni_py.image_encoder import ImageEncoder
+    from llama_omni_py.vpm import ImageEncoder
     from reference.mtmd import UpstreamVision
 
     image = (np.random.default_rng(3).random((448, 448, 3)) * 255).astype(np.uint8)

@@ -52,7 +52,7 @@ class BenchOptions:
     warmup: int = 1
     max_new_tokens: int = 30
     codes_per_chunk: int = 25              # random weights never end a chunk: cut it at 1 s of audio
-    threads: int = 0
+    threads: int | None = None
     seed: int = 0
     out_dir: str = "bench-results"
     full_hash: bool = False
@@ -76,14 +76,15 @@ class BenchOptions:
 
 def measure(session, prompt: prompts.BenchPrompt, seed: int) -> dict:
     """One request: stream it, then read the session's stage events and timings."""
-    chunks = []
+    chunks, timings = [], None
     start = time.perf_counter()
     for ch in session.stream(**prompt.inputs(), seed=seed):
         chunks.append(metrics.Chunk(int(ch.audio.size), time.perf_counter() - start, bool(ch.is_final)))
-    t = session.last_timings
+        timings = ch.timings or timings
+    t = timings.as_dict() if timings is not None else {}
     media = {"audio": t.get("apm_ms", 0) > 0} if prompt.kind == "audio" else \
         {"image": t.get("vpm_ms", 0) > 0} if prompt.kind == "image" else {}
-    return metrics.request_record(prompt.name, chunks, session.last_events, t, media)
+    return metrics.request_record(prompt.name, chunks, timings.events if timings else (), t, media)
 
 
 class _Sessions:
@@ -91,20 +92,23 @@ class _Sessions:
     when the vocoder thread count changes and the TTS queue size is set per request."""
 
     def __init__(self, opts: BenchOptions, model_dir: str):
-        from ..session import OmniSession, SessionConfig
+        from ..config import SessionConfig, Token2WavConfig
+        from ..session import OmniSession
 
         self._make = lambda c: OmniSession(model_dir, opts.device, SessionConfig(
-            threads=opts.threads, t2w_threads=c.t2w_threads, pin=c.pin, seed=opts.seed,
+            threads=opts.threads, token2wav=Token2WavConfig(threads=c.t2w_threads), pin=c.pin, seed=opts.seed,
             max_new_tokens=opts.max_new_tokens, max_audio_per_chunk=opts.codes_per_chunk))
         self._open: dict = {}
 
     def get(self, c: RunConfig):
+        from ..config import Token2WavConfig
+
         if c.pin not in self._open:
             s = self._make(c)
             self._open[c.pin] = (s, s.config.tts_queue)  # the default (OMNI_TTS_QUEUE or 16)
         s, default_queue = self._open[c.pin]
-        if s.config.t2w_threads != c.t2w_threads:
-            s.set_t2w_threads(c.t2w_threads)
+        if s.config.token2wav.threads != c.t2w_threads:
+            s.reconfigure(Token2WavConfig(threads=c.t2w_threads))
         s.config = dataclasses.replace(s.config, tts_queue=c.tts_queue or default_queue)
         return s
 
@@ -115,14 +119,14 @@ class _Sessions:
 
 def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     """(config as resolved, the manifest's placement and thread fields) of a session set up for c."""
-    from ..session import plan_for_device
+    from ..placement import plan_for_device
 
     taskset = os.environ.get("OMNI_BENCH_TASKSET")
     pinning = " + ".join(p for p in (f"taskset {taskset}" if taskset else "",
                                      "plan" if session.placement is not None else "") if p) or "none"
     config = {"label": c.label, "t2w_threads": session.token2wav.threads, "tts_queue": session.config.tts_queue,
               "pin": c.pin, "pinned": session.placement is not None, "pinning": pinning,
-              "threads": session.config.threads, "device": session.device}
+              "threads": session.config.llm_threads, "device": session.device}
     # the plan the session applied, else the default one it would use (recorded as not applied)
     note = []
     try:
@@ -132,14 +136,14 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     plan_dict = dict(plan.as_dict(), applied=session.placement is not None)
     plan_dict["notes"] += note
     return config, {"numa_plan": plan_dict,
-                    "thread_counts": {"llm_tts": session.config.threads, "token2wav": session.token2wav.threads,
+                    "thread_counts": {"llm_tts": session.config.llm_threads, "token2wav": session.token2wav.threads,
                                       "os_cpus": os.cpu_count()}}
 
 
 def run_bench(opts: BenchOptions, log=print) -> list[dict]:
     """Runs every configuration, alternating per round; returns one run record per configuration."""
+    from ..demo import demo_model_dir
     from ..models import discover
-    from ..session import demo_model_dir
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))
     chosen = prompts.select(opts.prompts)
@@ -236,7 +240,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--codes-per-chunk", type=int, default=d.codes_per_chunk,
                    help="speech codes per TTS chunk (25 = 1 s of audio; random weights never stop on their own)")
-    p.add_argument("--threads", type=int, default=0, help="LLM/TTS threads (0: libllama's default)")
+    p.add_argument("--threads", type=int, default=None, help="LLM/TTS threads (default: libllama's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=d.out_dir, help="one JSON file per configuration is written here")
     p.add_argument("--full-hash", action="store_true", help="sha256 of whole model files (default: size + first MiB)")

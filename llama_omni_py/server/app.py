@@ -14,7 +14,7 @@ from websockets.asyncio.server import serve as ws_serve
 from .config import ServerConfig
 from .engine import Engine
 from .routes import BodyConnection, process_request
-from .session import WsSession
+from .connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class OmniServer:
     def __init__(self, config: ServerConfig | None = None, engine: Engine | None = None):
         self.config = config or ServerConfig()
         self.engine = engine or Engine(self.config)
-        self.sessions: dict[str, WsSession] = {}
+        self.sessions: dict[str, Connection] = {}
         self.port: int | None = None
         self._ws = None
         self._load: asyncio.Task | None = None
@@ -43,7 +43,7 @@ class OmniServer:
         return process_request(self, connection, request)
 
     async def _handle(self, ws) -> None:
-        await WsSession(ws, self).run()
+        await Connection(ws, self).run()
 
     async def close_session(self, session_id: str, reason: str | None = None) -> bool:
         """The HTTP control channel: True once the session is closed and its engine freed."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..session import SessionConfig
+from ..config import SessionConfig
 
 
 @dataclass(frozen=True)

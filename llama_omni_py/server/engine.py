@@ -10,8 +10,10 @@ import logging
 import time
 from typing import AsyncIterator
 
+from ..demo import demo_config
 from ..errors import MediaError
-from ..session import OmniSession, SessionConfig, SpeechChunk
+from ..results import SpeechChunk
+from ..session import OmniSession
 from .config import ServerConfig
 from .protocol import Turn
 
@@ -48,8 +50,8 @@ class Engine:
         c = self.config
         t0 = time.perf_counter()
         cfg = c.session
-        if cfg is None and c.model_dir is None:  # the demo set: short replies (as OmniSession's default)
-            cfg = SessionConfig(max_new_tokens=60, max_audio_per_chunk=50)
+        if cfg is None and c.model_dir is None:  # the demo set: short replies
+            cfg = demo_config()
         self.session = self._factory(c.model_dir, c.device, cfg)
         self.load_s = time.perf_counter() - t0
         if c.warmup:  # the first turn pays one-time costs; ready means a turn has run
@@ -110,10 +112,6 @@ class Engine:
             self.turns += 1
         finally:
             self.busy = False
-
-    @property
-    def last_timings(self) -> dict:
-        return dict(self.session.last_timings) if self.session else {}
 
     async def close(self) -> None:
         if self.session is not None:

@@ -11,15 +11,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ProtocolError
 
 INIT_TYPES = ("session.init", "init", "backend.init")
 PUSH_TYPES = ("input.append", "push", "input", "backend.push")
 CLOSE_TYPES = ("session.close", "close", "backend.close")
 MODES = ("turn_based", "full_duplex")
-INPUT_RATE = 16000          # input audio: float32 mono
-OUTPUT_RATE = 24000         # output audio: float32 mono
-AUDIO_DELTA = OUTPUT_RATE   # samples per audio delta (about one second)
+INPUT_RATE = INPUT_SAMPLE_RATE    # input audio: float32 mono
+OUTPUT_RATE = OUTPUT_SAMPLE_RATE  # output audio: float32 mono
+AUDIO_DELTA = OUTPUT_RATE         # samples per audio delta (about one second)
+MAX_VOICE_SECONDS = 30.0          # a reference voice (the audio encoder holds 30 s)
 MAX_STACK_FRAMES = 8
 
 
@@ -123,8 +125,8 @@ def parse_init(msg: dict) -> InitRequest:
     ref = voice.get("ref_audio", voice.get("ref_audio_base64"))
     tts_ref = voice.get("tts_ref_audio", voice.get("tts_ref_audio_base64"))
     code = "voice_audio_decode_failed"
-    ref = float_pcm(ref, "voice.ref_audio", code, 30.0) if ref is not None else None
-    tts_ref = float_pcm(tts_ref, "voice.tts_ref_audio", code, 30.0) if tts_ref is not None else ref
+    ref = float_pcm(ref, "voice.ref_audio", code, MAX_VOICE_SECONDS) if ref is not None else None
+    tts_ref = float_pcm(tts_ref, "voice.tts_ref_audio", code, MAX_VOICE_SECONDS) if tts_ref is not None else ref
     return InitRequest(mode, system or None, ref, tts_ref, _bool(p, "use_tts", True), _obj(p, "config"))
 
 
@@ -218,7 +220,7 @@ def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_
     turn.speech = _bool(tts, "enabled", init.use_tts)
     turn.tts_template = _bool(inp, "use_tts_template", False) or turn.speech  # the spec: template OR enabled
     if tts.get("ref_audio_data") is not None:
-        turn.voice = float_pcm(tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", 30.0)
+        turn.voice = float_pcm(tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS)
     slices = _obj(inp, "image").get("max_slice_nums")
     if slices is not None and not (isinstance(slices, int) or (isinstance(slices, list) and all(
             isinstance(s, int) for s in slices) and len(slices) == len(turn.images))):

@@ -30,7 +30,7 @@ CODE = {"client_closed": 1000, "idle_timeout": 1000, "server_shutdown": 1001, "e
         "omni_init_failed": 1011, "engine_loading": 1013, "session_busy": 1013}
 
 
-class WsSession:
+class Connection:
     def __init__(self, ws, server):
         self.ws, self.server, self.engine, self.cfg = ws, server, server.engine, server.config
         self.id: str | None = None
@@ -162,9 +162,11 @@ class WsSession:
         self.turns += 1
         t0 = time.perf_counter()
         texts, audio, first_audio, audio_n = [], [], None, 0
+        timings = None
         chunks = self.engine.run(turn)
         try:
             async for chunk in chunks:
+                timings = chunk.timings or timings
                 if chunk.text_delta:
                     texts.append(chunk.text_delta)
                     if turn.streaming:
@@ -183,8 +185,8 @@ class WsSession:
                                                  metrics=self._metrics(t0, first_audio, audio_n)))
         finally:
             await chunks.aclose()  # stops the engine now, not when the generator is collected
-        t = self.engine.last_timings
-        limit = turn.max_new_tokens or self.engine.session.core.config.max_new_tokens
+        t = timings.as_dict() if timings is not None else {}
+        limit = turn.max_new_tokens or self.engine.session.config.max_new_tokens
         full = None if turn.streaming or not turn.speech else P.pcm_b64(
             np.concatenate(audio) if audio else np.zeros(0, np.float32))
         await self._send(P.event("response.done", session_id=self.id, response_id=rid, text="".join(texts),

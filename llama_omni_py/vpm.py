@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import checks
 from . import modelspec as ms
 from ._native import core
 from .backend import resolve_device
@@ -78,6 +79,7 @@ class ImageEncoder:
     def __init__(self, model_dir: str | Path, device: str = "cpu", threads: int = 1, exact: bool = False,
                  flash_attn_dims: list[int] | None = None):
         """flash_attn_dims: head sizes that use fused attention (None: those the device supports)."""
+        threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.VPM_FILE

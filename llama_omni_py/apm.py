@@ -1,6 +1,6 @@
 """Audio -> LLM embeddings (10 per second) with the APM.
 
-``mode="clamp"`` (default) encodes at most 29.9 s, like every peer that does not crash.
+``mode="clamp"`` (default) encodes at most 29.9 s: the encoder's position table holds 30 s.
 ``mode="window"`` encodes longer audio in successive 30 s windows (each at most the encoder's
 1500 positions) and concatenates the embeddings, so a 60 s clip is heard whole. Caveat: the
 windows do not attend to each other and each window's log-mel is normalised on its own, so
@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import checks
 from . import modelspec as ms
 from ._native import core
 from .backend import resolve_device
-from .errors import ConfigError
-from .media import MAX_AUDIO_SECONDS, SAMPLE_RATE, load_audio
+from .constants import INPUT_SAMPLE_RATE
+from .media import MAX_AUDIO_SECONDS, load_audio
 
 WINDOW_SECONDS = 30.0
 
@@ -30,8 +31,8 @@ WINDOW_SECONDS = 30.0
 class AudioEncoder:
     def __init__(self, model_dir: str | Path, device: str = "cpu", threads: int = 1, mode: str = "clamp",
                  exact: bool = False):
-        if mode not in ("clamp", "window"):
-            raise ConfigError("mode", f"must be 'clamp' or 'window', got {mode!r}")
+        checks.choice("mode", mode, ("clamp", "window"))
+        threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.APM_FILE
@@ -44,9 +45,9 @@ class AudioEncoder:
         samples = load_audio(audio, max_seconds=max_s)
         if self.mode == "clamp":
             return self._encode(samples)
-        step = int(WINDOW_SECONDS * SAMPLE_RATE)
+        step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
         parts = [self._encode(samples[i:i + step]) for i in range(0, samples.size, step)
-                 if samples[i:i + step].size >= SAMPLE_RATE // 10]  # under 0.1 s yields no embedding
+                 if samples[i:i + step].size >= INPUT_SAMPLE_RATE // 10]  # under 0.1 s yields no embedding
         return np.concatenate(parts) if parts else np.zeros((0, self.apm.dims.llm_embd), np.float32)
 
     def encode_chunk(self, samples) -> np.ndarray:

@@ -1,0 +1,204 @@
+"""Every knob of a session, as one tree of frozen dataclasses validated at construction (each
+error is a :class:`ConfigError` naming the field), and the one reader of environment overrides.
+
+    SessionConfig
+      llm: LlmSampling          the reply's text sampling
+      tts: TtsSampling          speech-code sampling
+      token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
+      placement and queues      pin, numa_node, tts_queue, audio_queue
+      limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed
+
+Environment overrides (read here and nowhere else; an explicit field wins):
+OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE (numa_node),
+OMNI_T2W_PROFILE (print a stage profile when a session closes).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from . import checks
+from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
+from .errors import ConfigError
+
+ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
+ENV_T2W_THREADS = "OMNI_T2W_THREADS"
+ENV_NUMA_NODE = "OMNI_NUMA_NODE"
+ENV_PROFILE = "OMNI_T2W_PROFILE"
+
+CACHE_POLICIES = ("llama.cpp-omni", "reference")
+AUDIO_MODES = ("clamp", "window")
+
+
+def env_int(name: str, environ=None) -> int | None:
+    """An integer environment override, or None when unset; a malformed value is a ConfigError."""
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+
+
+def profiling_enabled(environ=None) -> bool:
+    return (os.environ if environ is None else environ).get(ENV_PROFILE, "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class LlmSampling:
+    """How the LLM samples the reply (MiniCPM-o's speech defaults)."""
+
+    temperature: float = 0.7  # 0: greedy
+    top_k: int = 20  # 0: off
+    top_p: float = 0.95  # 1: off
+    min_p: float = 0.0  # 0: off
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+
+    def __post_init__(self):
+        checks.number_in("temperature", self.temperature, 0.0, 10.0)
+        checks.int_in("top_k", self.top_k, 0)
+        checks.number_in("top_p", self.top_p, 0.0, 1.0, lo_open=True)
+        checks.number_in("min_p", self.min_p, 0.0, 1.0)
+        checks.number_in("repeat_penalty", self.repeat_penalty, 0.0, 10.0, lo_open=True)
+        checks.int_in("repeat_last_n", self.repeat_last_n, 0)
+
+
+@dataclass(frozen=True)
+class TtsSampling:
+    """How the TTS samples speech codes. The default is llama.cpp-omni's simplex rule (repetition
+    penalty over the last 8 codes, multinomial over every code); :meth:`duplex` its duplex one."""
+
+    temperature: float = 0.8  # 0: greedy
+    repetition_penalty: float = 1.05
+    window: int = 8  # codes the repetition penalty looks back over
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+
+    def __post_init__(self):
+        checks.number_in("temperature", self.temperature, 0.0, 10.0)
+        checks.number_in("repetition_penalty", self.repetition_penalty, 0.0, 10.0, lo_open=True)
+        checks.int_in("window", self.window, 0)
+        checks.int_in("top_k", self.top_k, 0)
+        checks.number_in("top_p", self.top_p, 0.0, 1.0, lo_open=True)
+
+    @classmethod
+    def duplex(cls) -> "TtsSampling":
+        return cls(window=16, top_k=25, top_p=0.85)
+
+
+@dataclass(frozen=True)
+class Token2WavConfig:
+    """Token2Wav settings. ``threads`` None: OMNI_T2W_THREADS, else up to 16; always capped to
+    the CPUs this process may use. ``cpus`` pins the vocoder workers, one CPU per thread."""
+
+    steps: int = 5  # CFM steps; must match the prompt cache (llama.cpp-omni: 5)
+    threads: int | None = None
+    cpus: tuple[int, ...] | None = None
+    temperature: float = 1.0  # scale of the initial CFM noise
+    seed: int = 42  # noise generator seed (llama.cpp-omni: 42)
+    cache_policy: str = "llama.cpp-omni"  # or "reference" (docs/streaming.md)
+
+    def __post_init__(self):
+        checks.int_in("steps", self.steps, 1, 100)
+        checks.number_in("temperature", self.temperature, 0.0, 10.0)
+        checks.int_in("seed", self.seed, 0, checks.SEED_MAX)
+        checks.choice("cache_policy", self.cache_policy, CACHE_POLICIES)
+        if self.threads is not None:
+            checks.int_in("threads", self.threads, 1)
+        if self.cpus is not None:
+            cpus = tuple(self.cpus)
+            if not cpus or not all(checks.is_int(c) and c >= 0 for c in cpus):
+                raise ConfigError("cpus", f"must be a non-empty list of CPU ids, got {self.cpus!r}")
+            if len(set(cpus)) != len(cpus):
+                raise ConfigError("cpus", "lists a CPU twice")
+            allowed = set(checks.usable_cpus())
+            bad = [c for c in cpus if c not in allowed]
+            if bad:
+                raise ConfigError("cpus", f"CPUs {bad} are outside this process's affinity mask "
+                                                    f"({len(allowed)} usable); pinning cannot be honoured")
+            if self.threads is not None and self.threads != len(cpus):
+                raise ConfigError("cpus", f"has {len(cpus)} CPUs for threads={self.threads}; "
+                                                    "give one CPU per thread")
+            object.__setattr__(self, "cpus", cpus)
+        self.explicit_threads  # a malformed OMNI_T2W_THREADS fails here, not later
+
+    @property
+    def explicit_threads(self) -> int | None:
+        """The thread count the user asked for (field, else OMNI_T2W_THREADS), or None."""
+        if self.cpus is not None:
+            return len(self.cpus)
+        if self.threads is not None:
+            return self.threads
+        env = env_int(ENV_T2W_THREADS)
+        if env is not None and env < 1:
+            raise ConfigError(ENV_T2W_THREADS, f"must be a positive integer, got {env}")
+        return env
+
+    @property
+    def resolved_threads(self) -> int:
+        """The vocoder pool size this config gives on this process's CPUs."""
+        if self.cpus is not None:
+            return len(self.cpus)
+        usable = len(checks.usable_cpus())
+        wanted = self.explicit_threads
+        return min(usable, wanted if wanted is not None else DEFAULT_VOCODER_THREADS)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Knobs of an :class:`~llama_omni_py.OmniSession`; every error names the field."""
+
+    threads: int | None = None  # LLM/TTS/encoder CPU threads; None: libllama's default for the LLM, 1 for the rest
+    n_ctx: int = 4096  # LLM context (tokens)
+    max_new_tokens: int = 256  # LLM tokens per reply
+    max_audio_per_chunk: int = MAX_AUDIO_PER_CHUNK  # TTS codes per 10-token chunk before it is cut
+    seed: int = 0  # default per-request seed; -1: random
+    llm: LlmSampling = field(default_factory=LlmSampling)
+    tts: TtsSampling = field(default_factory=TtsSampling)
+    token2wav: Token2WavConfig = field(default_factory=Token2WavConfig)
+    tts_queue: int | None = None  # LLM -> TTS queue; None: OMNI_TTS_QUEUE, else 16
+    audio_queue: int = DEFAULT_QUEUE  # TTS -> Token2Wav -> caller queues
+    pin: bool | None = None  # None: pin when the NUMA node has >= 4 usable CPUs; True: always
+    numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
+    audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
+    stack_frames: int = 1  # video frames per video; more than 1 logs a warning
+    exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
+
+    def __post_init__(self):
+        checks.threads("threads", self.threads)
+        checks.int_in("n_ctx", self.n_ctx, 256, 1 << 20)
+        checks.int_in("max_new_tokens", self.max_new_tokens, 1, self.n_ctx)
+        checks.int_in("max_audio_per_chunk", self.max_audio_per_chunk, 1, 100_000)
+        if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
+            raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
+        for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(name, f"must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.tts_queue is None:
+            object.__setattr__(self, "tts_queue", env_int(ENV_TTS_QUEUE) or DEFAULT_QUEUE)
+            checks.int_in(ENV_TTS_QUEUE, self.tts_queue, 1, 10_000)
+        checks.int_in("tts_queue", self.tts_queue, 1, 10_000)
+        checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
+        if self.pin is not None and not isinstance(self.pin, bool):
+            raise ConfigError("pin", f"must be True, False or None, got {self.pin!r}")
+        if self.numa_node is None:
+            object.__setattr__(self, "numa_node", env_int(ENV_NUMA_NODE))
+        if self.numa_node is not None:
+            checks.int_in("numa_node", self.numa_node, 0, 4095)
+        checks.choice("audio_mode", self.audio_mode, AUDIO_MODES)
+        checks.int_in("stack_frames", self.stack_frames, 1, 64)
+        if not isinstance(self.exact, bool):
+            raise ConfigError("exact", f"must be True or False, got {self.exact!r}")
+
+    @property
+    def llm_threads(self) -> int:
+        """LLM threads for libllama (0: its default)."""
+        return self.threads or 0
+
+    @property
+    def module_threads(self) -> int:
+        """TTS / audio / image encoder threads."""
+        return self.threads or 1

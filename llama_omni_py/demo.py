@@ -1,0 +1,43 @@
+"""The demo module set: random weights written once to the user cache, and the short-reply
+defaults that suit it (random weights never emit the speech end code, so every text chunk would
+otherwise speak for 20 s of noise)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .config import SessionConfig
+from .errors import OmniError
+
+log = logging.getLogger(__name__)
+
+DEMO_MAX_NEW_TOKENS = 60
+DEMO_AUDIO_PER_CHUNK = 50  # about 2 s of audio per 10 text tokens, like real speech
+
+
+def demo_config(**overrides) -> SessionConfig:
+    """The session config the demo set runs with (short replies)."""
+    return SessionConfig(**{"max_new_tokens": DEMO_MAX_NEW_TOKENS, "max_audio_per_chunk": DEMO_AUDIO_PER_CHUNK,
+                            **overrides})
+
+
+def demo_model_dir(size: str = "tiny") -> Path:
+    """A random-weight set in the user cache (tiny: the demo; real: the benchmark set, about
+    6.5 GB), generated on first use."""
+    from .modelgen import make_models
+    from .models import discover
+
+    name = "demo-models" if size == "tiny" else f"demo-models-{size}"
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / name
+    try:
+        complete = not discover(root).missing()
+    except OmniError:  # no such directory yet
+        complete = False
+    if not complete:
+        log.warning("writing the demo module set (%s) to %s", size, root)
+        make_models(root, size=size)
+    log.warning("using the demo module set: random weights, so the reply text is gibberish and the "
+                "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory")
+    return root

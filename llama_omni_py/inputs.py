@@ -1,0 +1,98 @@
+"""A request's inputs: checked at the API boundary, media encoded (the audio and image encoders
+load on first use), and assembled into the LLM prompt."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import checks
+from .apm import AudioEncoder
+from .errors import InvalidArgumentError
+from .prompt import ROLES, Prompt, simplex_speech_prompt
+from .vpm import ImageEncoder
+
+
+def _items(x) -> list:
+    """An input that may be one source or a list of them (None: none)."""
+    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One reply's inputs and options, checked at construction."""
+
+    text: str | None = None
+    audio: object = None
+    image: object = None
+    video: object = None
+    voice: object = None
+    seed: int = 0
+    max_new_tokens: int | None = None
+    system_prompt: str | None = None
+    history: tuple = ()
+    speech: bool = True
+    tts_template: bool = True
+    stack_frames: int | None = None
+
+    def __post_init__(self):
+        if self.text is not None:
+            checks.text(self.text)
+        if self.system_prompt is not None:
+            checks.text(self.system_prompt, "system_prompt")
+        object.__setattr__(self, "seed", checks.seed(self.seed))
+        if self.max_new_tokens is not None:
+            checks.int_in("max_new_tokens", self.max_new_tokens, 1, config=False)
+        if self.stack_frames is not None:
+            checks.int_in("stack_frames", self.stack_frames, 1, 64, config=False)
+        history = tuple(self.history)
+        for turn in history:
+            if not (isinstance(turn, (tuple, list)) and len(turn) == 2 and turn[0] in ROLES):
+                raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
+            checks.text(turn[1], "history text")
+        object.__setattr__(self, "history", history)
+        for name in ("speech", "tts_template"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def has_media(self) -> bool:
+        return any(x is not None for x in (self.audio, self.image, self.video, self.voice))
+
+
+class InputEncoder:
+    """Turns requests into prompts; the encoders load when the first media input arrives."""
+
+    def __init__(self, model_dir: Path, device: str, threads: int, audio_mode: str, stack_frames: int):
+        self._args = (model_dir, device, threads)
+        self._audio_mode, self._stack_frames = audio_mode, stack_frames
+        self._apm: AudioEncoder | None = None
+        self._vpm: ImageEncoder | None = None
+
+    def _encoders(self) -> tuple[AudioEncoder, ImageEncoder]:
+        model_dir, device, threads = self._args
+        if self._apm is None:
+            self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode)
+        if self._vpm is None:
+            self._vpm = ImageEncoder(model_dir, device, threads)
+        return self._apm, self._vpm
+
+    def prompt(self, llm_model, r: Request, times: dict) -> Prompt:
+        """The prompt of ``r``; ``times`` receives apm_ms / vpm_ms."""
+        user_audio, user_images, voice = [], [], None
+        if r.has_media:
+            apm, vpm = self._encoders()
+            t0 = time.perf_counter()
+            voice = apm.encode(r.voice) if r.voice is not None else None
+            user_audio = [apm.encode(a) for a in _items(r.audio)]
+            times["apm_ms"] = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            user_images = [vpm.encode(i) for i in _items(r.image)]
+            frames = self._stack_frames if r.stack_frames is None else r.stack_frames
+            for v in _items(r.video):
+                user_images += vpm.encode_video(v, frames)
+            times["vpm_ms"] = (time.perf_counter() - t0) * 1000
+        return simplex_speech_prompt(llm_model, r.text or "", reference_audio=voice, user_audio=user_audio,
+                                     user_images=user_images, system_prompt=r.system_prompt, history=r.history,
+                                     tts_template=r.tts_template)

@@ -1,0 +1,108 @@
+"""The LLM stage: MiniCPM-o's Qwen3 through libllama. It prefills a prompt and writes the reply in
+chunks of 10 speaking tokens, each with the final-norm hidden states the TTS is conditioned on
+(docs/streaming.md, "From text to speech codes")."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ._native import core
+from .config import LlmSampling
+from .constants import TEXT_CHUNK
+from .errors import InvalidArgumentError
+from .prompt import Prompt, SpecialTokens
+
+N_BATCH = 512  # prompt rows per libllama batch
+
+
+@dataclass
+class TextChunk:
+    """Up to 10 speaking tokens of the reply, their hidden states (n, n_embd) and their text; the
+    reply's last chunk has ``final`` (and may be empty)."""
+
+    tokens: list[int]
+    hidden: np.ndarray
+    text: str
+    final: bool
+    timings: dict = field(default_factory=dict)
+
+
+class LanguageModel:
+    """One LLM on one device: tokenizer, prefill, sampling and chunked generation."""
+
+    def __init__(self, path: str | Path, device: str, n_ctx: int = 4096, threads: int = 0, exact: bool = False):
+        self.model = core.LlmModel(str(path), device)
+        self.llm = core.Llm(self.model, n_ctx, N_BATCH, threads, exact)
+        self.special = SpecialTokens.resolve(self.model)
+        self.last_prefill_ms = 0.0
+        self.last_n_tokens = 0
+
+    @property
+    def n_ctx(self) -> int:
+        return self.llm.n_ctx
+
+    @property
+    def n_embd(self) -> int:
+        return self.model.info.n_embd
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.model.detokenize(tokens) if tokens else ""
+
+    def check_fits(self, prompt: Prompt, max_new_tokens: int) -> None:
+        """InvalidArgumentError when the prompt and the reply cannot fit the context."""
+        if prompt.token_count() + max_new_tokens > self.n_ctx:
+            raise InvalidArgumentError(
+                f"the prompt ({prompt.token_count()} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
+                f"context ({self.n_ctx} tokens): shorten the input or lower max_new_tokens")
+
+    def _set_sampling(self, s: LlmSampling, seed: int) -> None:
+        o = core.SamplingOptions()
+        o.temperature, o.top_k, o.top_p, o.min_p = s.temperature, s.top_k, s.top_p, s.min_p
+        o.repeat_penalty, o.repeat_last_n, o.seed = s.repeat_penalty, s.repeat_last_n, seed
+        self.llm.set_sampling(o)
+
+    def prefill(self, prompt: Prompt) -> None:
+        """Evaluates the prompt from position 0 (the context is emptied first)."""
+        self.llm.keep(0)
+        for kind, part in prompt.segments:
+            if len(part) == 0:
+                continue
+            if kind == "tokens":
+                self.llm.eval_tokens(part)
+            else:
+                self.llm.eval_embeddings(part)
+
+    def chunks(self, prompt: Prompt, sampling: LlmSampling, seed: int, max_new_tokens: int) -> Iterator[TextChunk]:
+        """Prefill, then a TextChunk every 10 speaking tokens; the last has final=True. Generation
+        stops at <|tts_eos|>, an end-of-generation token or max_new_tokens."""
+        self.check_fits(prompt, max_new_tokens)
+        self._set_sampling(sampling, seed)
+        t0 = time.perf_counter()
+        self.prefill(prompt)
+        self.last_prefill_ms, self.last_n_tokens = (time.perf_counter() - t0) * 1000, 0
+        sp = self.special
+        tokens: list[int] = []
+        hidden: list[np.ndarray] = []
+        token = self.llm.sample()
+        for _ in range(max_new_tokens):
+            if token == sp.tts_eos or self.model.is_eog(token):
+                break
+            nxt, h = self.llm.decode_step(token)
+            self.last_n_tokens += 1
+            if sp.speaks(token):
+                tokens.append(token)
+                hidden.append(h)
+            if len(tokens) == TEXT_CHUNK:
+                yield self._chunk(tokens, hidden, False)
+                tokens, hidden = [], []
+            token = nxt
+        yield self._chunk(tokens, hidden, True)
+
+    def _chunk(self, tokens: list[int], hidden: list[np.ndarray], final: bool) -> TextChunk:
+        rows = np.stack(hidden).astype(np.float32) if hidden else np.zeros((0, self.n_embd), np.float32)
+        return TextChunk(tokens, rows, self.detokenize(tokens), final)

@@ -1,0 +1,81 @@
+"""What a request returns: :class:`SpeechChunk` while streaming, :class:`SpeakResult` for a whole
+reply, and the :class:`Timings` of the request (on the last chunk and on the result)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .constants import OUTPUT_SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where one request's time went. Stage times are compute (not queue waits); the RTFs are
+    defined in docs/benchmark-schema.md: wall RTF = time of the last audio / audio duration,
+    compute RTF = stage compute / audio over the steady chunks."""
+
+    seed: int = 0  # the seed the request ran with (drawn when -1 was asked)
+    wall_s: float = 0.0
+    time_to_first_audio_s: float | None = None
+    prefill_ms: float = 0.0
+    llm_ms: float = 0.0
+    tts_ms: float = 0.0
+    token2wav_ms: float = 0.0
+    apm_ms: float = 0.0
+    vpm_ms: float = 0.0
+    n_tokens: int = 0  # LLM tokens generated
+    n_tts_tokens: int = 0  # speech codes generated
+    audio_s: float = 0.0
+    wall_rtf: float | None = None
+    compute_rtf: float | None = None
+    # (stage, start, end) per pipeline item in perf_counter seconds, with "<stage>.wait" and
+    # "<stage>.blocked" queue times: the raw material of profiles and benchmarks.
+    events: tuple = field(default=(), repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("events")
+        return d
+
+
+@dataclass(frozen=True)
+class SpeechChunk:
+    """A piece of a streamed reply: its text and the audio that became ready (24 kHz float32, may
+    be empty). The last chunk has ``is_final`` and the request's ``timings``."""
+
+    text_delta: str
+    audio: np.ndarray
+    index: int
+    is_final: bool
+    timings: Timings | None = None
+
+
+@dataclass(frozen=True)
+class SpeakResult:
+    """A whole reply: its text, 24 kHz float32 audio and timings."""
+
+    text: str
+    audio: np.ndarray
+    sample_rate: int = OUTPUT_SAMPLE_RATE
+    timings: Timings = field(default_factory=Timings)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the audio as a WAV file (float32 samples)."""
+        import soundfile as sf
+
+        sf.write(str(path), self.audio, self.sample_rate)
+
+    @classmethod
+    def collect(cls, chunks) -> "SpeakResult":
+        """Joins streamed chunks into one result."""
+        texts, parts, timings = [], [], Timings()
+        for chunk in chunks:
+            texts.append(chunk.text_delta)
+            parts.append(chunk.audio)
+            if chunk.timings is not None:
+                timings = chunk.timings
+        wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        return cls("".join(texts), wav, OUTPUT_SAMPLE_RATE, timings)
