@@ -22,7 +22,11 @@ def timed(fn, n: int) -> list[float]:
 
 def write_result(name: str, payload: dict, model_files: list[str | Path] = (), out: str | None = None) -> Path:
     """Writes {"benchmark": name, **payload, "manifest": ...} to `out` or results/<name>-<time>.json."""
-    path = Path(out) if out else Path(__file__).resolve().parent / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = (
+        Path(out)
+        if out
+        else Path(__file__).resolve().parent / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"benchmark": name, **payload, "manifest": manifest(model_files)}, indent=2))
     print(f"wrote {path}")

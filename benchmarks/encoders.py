@@ -23,8 +23,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd 
 from common import write_result  # noqa: E402
 
 from llama_omni_py.apm import AudioEncoder  # noqa: E402
-from llama_omni_py.vpm import ImageEncoder  # noqa: E402
 from llama_omni_py.models import discover  # noqa: E402
+from llama_omni_py.vpm import ImageEncoder  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -38,7 +38,10 @@ def main(argv=None) -> int:
     from reference.mtmd import UpstreamVision
 
     image = (np.random.default_rng(0).random((448, 448, 3)) * 255).astype(np.uint8)
-    ours, theirs = ImageEncoder(args.model_dir, threads=args.threads), UpstreamVision(str(s.llm), str(s.path("vpm")), args.threads)
+    ours, theirs = (
+        ImageEncoder(args.model_dir, threads=args.threads),
+        UpstreamVision(str(s.llm), str(s.path("vpm")), args.threads),
+    )
     t_ours, t_theirs = [], []
     a, b = ours.encode(image), theirs.encode(image)[0]  # warm-up, and a sanity check
     for _ in range(args.repeats):
@@ -57,12 +60,18 @@ def main(argv=None) -> int:
         apm.encode(audio)
         t_apm.append(time.perf_counter() - t0)
 
-    res = {"threads": args.threads, "vpm_s_ours": statistics.median(t_ours), "vpm_s_mtmd": statistics.median(t_theirs),
-           "vpm_rel_diff_vs_mtmd": float(np.abs(a - b).max() / np.abs(b).max()),
-           "apm_s_per_10s_audio": statistics.median(t_apm)}
-    print(f"VPM 448x448 ({args.threads} threads): ours {res['vpm_s_ours']:.2f} s, upstream libmtmd "
-          f"{res['vpm_s_mtmd']:.2f} s (ratio {res['vpm_s_ours'] / res['vpm_s_mtmd']:.2f}); "
-          f"max diff {res['vpm_rel_diff_vs_mtmd']:.1e} of max |x|")
+    res = {
+        "threads": args.threads,
+        "vpm_s_ours": statistics.median(t_ours),
+        "vpm_s_mtmd": statistics.median(t_theirs),
+        "vpm_rel_diff_vs_mtmd": float(np.abs(a - b).max() / np.abs(b).max()),
+        "apm_s_per_10s_audio": statistics.median(t_apm),
+    }
+    print(
+        f"VPM 448x448 ({args.threads} threads): ours {res['vpm_s_ours']:.2f} s, upstream libmtmd "
+        f"{res['vpm_s_mtmd']:.2f} s (ratio {res['vpm_s_ours'] / res['vpm_s_mtmd']:.2f}); "
+        f"max diff {res['vpm_rel_diff_vs_mtmd']:.1e} of max |x|"
+    )
     print(f"APM: {res['apm_s_per_10s_audio']:.2f} s per 10 s of audio")
     write_result("encoders", {**res}, [s.path("vpm"), s.path("apm")], args.out)
     return 0

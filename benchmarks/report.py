@@ -22,7 +22,8 @@ matplotlib.use("Agg")  # files only: no display on benchmark hosts
 import matplotlib.pyplot as plt  # noqa: E402
 
 from llama_omni_py.bench.schema import validate_run  # noqa: E402
-from llama_omni_py.bench.summary import fmt as f, markdown_table  # noqa: E402
+from llama_omni_py.bench.summary import fmt as f  # noqa: E402
+from llama_omni_py.bench.summary import markdown_table
 
 STAGES = ("llm", "tts", "token2wav")
 
@@ -41,12 +42,13 @@ def plot_rtf_vs_threads(runs: list[dict], path: Path) -> None:
     for r in runs:
         c, s = r["config"], r["summary"]
         groups.setdefault(f"{c['pinning']}, queue {c['tts_queue']}", []).append(
-            (c["t2w_threads"], s["wall_rtf"], s["compute_rtf_pooled"]))
+            (c["t2w_threads"], s["wall_rtf"], s["compute_rtf_pooled"])
+        )
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, pts in sorted(groups.items()):
         pts.sort()
         x = [p[0] for p in pts]
-        line, = ax.plot(x, [p[1] for p in pts], "o-", label=f"wall RTF ({name})")
+        (line,) = ax.plot(x, [p[1] for p in pts], "o-", label=f"wall RTF ({name})")
         ax.plot(x, [p[2] for p in pts], "s--", color=line.get_color(), label=f"compute RTF ({name})")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="Token2Wav vocoder threads", ylabel="RTF (median; lower is better)", title="RTF vs threads")
@@ -61,8 +63,10 @@ def _per_chunk_medians(run: dict) -> dict[str, list[float]]:
     longest = max(len(q["chunks"]) for q in run["requests"])
     out = {}
     for s in STAGES:
-        out[s] = [statistics.median([q["chunks"][i][f"{s}_ms"] or 0.0 for q in run["requests"] if i < len(q["chunks"])])
-                  for i in range(longest)]
+        out[s] = [
+            statistics.median([q["chunks"][i][f"{s}_ms"] or 0.0 for q in run["requests"] if i < len(q["chunks"])])
+            for i in range(longest)
+        ]
     return out
 
 
@@ -91,7 +95,9 @@ def plot_first_audio_cdf(runs: list[dict], path: Path) -> None:
         v = sorted(q["time_to_first_audio_s"] for q in run["requests"] if q["time_to_first_audio_s"] is not None)
         if v:
             ax.step(v, [(i + 1) / len(v) for i in range(len(v))], where="post", label=run["label"])
-    ax.set(xlabel="time to first audio (s)", ylabel="fraction of requests", title="first-audio latency CDF", ylim=(0, 1.05))
+    ax.set(
+        xlabel="time to first audio (s)", ylabel="fraction of requests", title="first-audio latency CDF", ylim=(0, 1.05)
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -99,17 +105,24 @@ def plot_first_audio_cdf(runs: list[dict], path: Path) -> None:
 
 
 def stage_table(runs: list[dict]) -> str:
-    rows = ["| run | prompt | wall RTF | compute RTF | first audio s | LLM ms | TTS ms | Token2Wav ms | APM ms | VPM ms "
-            "| max T2W queue wait ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| run | prompt | wall RTF | compute RTF | first audio s | LLM ms | TTS ms | Token2Wav ms | APM ms | VPM ms "
+        "| max T2W queue wait ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         for prompt in dict.fromkeys(q["prompt"] for q in run["requests"]):
             qs = [q for q in run["requests"] if q["prompt"] == prompt]
             med = lambda get: statistics.median(v) if (v := [x for x in map(get, qs) if x is not None]) else None  # noqa: E731
-            rows.append(f"| {run['label']} | {prompt} | {f(med(lambda q: q['wall_rtf']))} | "
-                        f"{f(med(lambda q: q['compute_rtf']))} | {f(med(lambda q: q['time_to_first_audio_s']))} | "
-                        + " | ".join(f(med(lambda q, k=k: q["stage_ms"].get(k)), 0)
-                                     for k in ("llm_ms", "tts_ms", "token2wav_ms", "apm_ms", "vpm_ms"))
-                        + f" | {f(med(lambda q: q['queue_waits']['t2w_queue_max_ms']), 0)} |")
+            rows.append(
+                f"| {run['label']} | {prompt} | {f(med(lambda q: q['wall_rtf']))} | "
+                f"{f(med(lambda q: q['compute_rtf']))} | {f(med(lambda q: q['time_to_first_audio_s']))} | "
+                + " | ".join(
+                    f(med(lambda q, k=k: q["stage_ms"].get(k)), 0)
+                    for k in ("llm_ms", "tts_ms", "token2wav_ms", "apm_ms", "vpm_ms")
+                )
+                + f" | {f(med(lambda q: q['queue_waits']['t2w_queue_max_ms']), 0)} |"
+            )
     return "\n".join(rows)
 
 
@@ -119,14 +132,25 @@ def write_report(runs: list[dict], out: Path) -> Path:
     plot_stage_breakdown(runs, out / "stage_breakdown.png")
     plot_first_audio_cdf(runs, out / "first_audio_cdf.png")
     m = runs[0]["manifest"]
-    lines = ["# Benchmark report", "",
-             f"{len(runs)} runs; host: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, backends "
-             f"{', '.join(m['compiled_backends'])}; commit {m['git']['commit'] or 'unknown'}"
-             f"{' (dirty)' if m['git']['dirty'] else ''}. Medians over each run's measured requests "
-             "(warm-ups excluded); compute RTF in brackets is pooled over steady chunks.", "",
-             markdown_table(runs), "", "## Per prompt (medians)", "", stage_table(runs), "",
-             "![RTF vs threads](rtf_vs_threads.png)", "![stage breakdown](stage_breakdown.png)",
-             "![first audio CDF](first_audio_cdf.png)", ""]
+    lines = [
+        "# Benchmark report",
+        "",
+        f"{len(runs)} runs; host: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, backends "
+        f"{', '.join(m['compiled_backends'])}; commit {m['git']['commit'] or 'unknown'}"
+        f"{' (dirty)' if m['git']['dirty'] else ''}. Medians over each run's measured requests "
+        "(warm-ups excluded); compute RTF in brackets is pooled over steady chunks.",
+        "",
+        markdown_table(runs),
+        "",
+        "## Per prompt (medians)",
+        "",
+        stage_table(runs),
+        "",
+        "![RTF vs threads](rtf_vs_threads.png)",
+        "![stage breakdown](stage_breakdown.png)",
+        "![first audio CDF](first_audio_cdf.png)",
+        "",
+    ]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

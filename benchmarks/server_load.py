@@ -31,7 +31,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import write_result  # noqa: E402
-
 from websockets.asyncio.client import connect  # noqa: E402
 
 
@@ -51,10 +50,26 @@ def _health(url: str) -> tuple[int, dict]:
 
 def start_server(model_dir: str, max_new_tokens: int, codes_per_chunk: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--model-dir", str(Path(model_dir).resolve()),
-           "--device", "cpu", "--max-new-tokens", str(max_new_tokens), "--max-audio-per-chunk", str(codes_per_chunk)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_omni_py",
+        "serve",
+        "--port",
+        str(port),
+        "--model-dir",
+        str(Path(model_dir).resolve()),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--max-audio-per-chunk",
+        str(codes_per_chunk),
+    ]
     # Not from the source tree: `-m llama_omni_py` there would import the uncompiled package.
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir()
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -89,12 +104,18 @@ async def _session(url: str, text: str, out: dict) -> dict:
         ev = json.loads(await ws.recv())
         if ev["type"] == "session.closed":
             ok = ev.get("reason") == "session_busy" and ev.get("diagnostic", {}).get("message")
-            return {"outcome": "refused" if ok else "failed", "reason": ev.get("reason"),
-                    "diagnostic": ev.get("diagnostic", {}).get("message")}
+            return {
+                "outcome": "refused" if ok else "failed",
+                "reason": ev.get("reason"),
+                "diagnostic": ev.get("diagnostic", {}).get("message"),
+            }
         out["setup_ms"] = (time.perf_counter() - t0) * 1000
         sent = time.perf_counter()
-        await ws.send(json.dumps({"type": "input.append", "input": {
-            "messages": [{"role": "user", "content": text}], "streaming": True}}))
+        await ws.send(
+            json.dumps(
+                {"type": "input.append", "input": {"messages": [{"role": "user", "content": text}], "streaming": True}}
+            )
+        )
         audio = 0
         while True:
             ev = json.loads(await ws.recv())
@@ -102,8 +123,7 @@ async def _session(url: str, text: str, out: dict) -> dict:
                 out.setdefault("ttfa_ms", (time.perf_counter() - sent) * 1000)
                 audio += len(ev["audio"]) * 3 // 4 // 4
             elif ev["type"] == "response.done":
-                out.update(outcome="completed", turn_ms=(time.perf_counter() - sent) * 1000,
-                           audio_s=audio / 24000)
+                out.update(outcome="completed", turn_ms=(time.perf_counter() - sent) * 1000, audio_s=audio / 24000)
                 break
             elif ev["type"] == "session.closed":
                 out.update(reason=ev.get("reason"), diagnostic=ev.get("diagnostic"))
@@ -139,8 +159,11 @@ def pct(values) -> dict | None:
     if not values:
         return None
     v = np.asarray(values)
-    return {"n": int(v.size), **{f"p{p}": round(float(np.percentile(v, p)), 1) for p in (50, 90, 99)},
-            "max": round(float(v.max()), 1)}
+    return {
+        "n": int(v.size),
+        **{f"p{p}": round(float(np.percentile(v, p)), 1) for p in (50, 90, 99)},
+        "max": round(float(v.max()), 1),
+    }
 
 
 async def run(url: str, clients: int, turns: int, timeout: float, seed: int) -> dict:
@@ -155,9 +178,14 @@ async def run(url: str, clients: int, turns: int, timeout: float, seed: int) -> 
     count = {k: sum(r["outcome"] == k for r in flat) for k in ("completed", "refused", "failed", "hung")}
     done = [r for r in flat if r["outcome"] == "completed"]
     return {
-        "clients": clients, "turns_per_client": turns, "wall_s": round(wall, 2), "outcomes": count,
-        "turn_ms": pct([r["turn_ms"] for r in done]), "ttfa_ms": pct([r["ttfa_ms"] for r in done if "ttfa_ms" in r]),
-        "setup_ms": pct([r["setup_ms"] for r in done]), "health_ms": pct(health_ms),
+        "clients": clients,
+        "turns_per_client": turns,
+        "wall_s": round(wall, 2),
+        "outcomes": count,
+        "turn_ms": pct([r["turn_ms"] for r in done]),
+        "ttfa_ms": pct([r["ttfa_ms"] for r in done if "ttfa_ms" in r]),
+        "setup_ms": pct([r["setup_ms"] for r in done]),
+        "health_ms": pct(health_ms),
         "audio_s_per_turn": pct([r["audio_s"] for r in done]),
         "refusal_diagnostics": sorted({r["diagnostic"] for r in flat if r["outcome"] == "refused"}),
         "failures": [r for r in flat if r["outcome"] in ("failed", "hung")],
@@ -171,8 +199,12 @@ def main(argv=None) -> int:
     ap.add_argument("--url", help="an already running server (else one is started)")
     ap.add_argument("--model-dir", help="module set for the started server (default: a fresh tiny set)")
     ap.add_argument("--max-new-tokens", type=int, default=20)
-    ap.add_argument("--codes-per-chunk", type=int, default=25,
-                    help="speech codes per text chunk (random weights never end one; 25 = 1 s, real speech's rate)")
+    ap.add_argument(
+        "--codes-per-chunk",
+        type=int,
+        default=25,
+        help="speech codes per text chunk (random weights never end one; 25 = 1 s, real speech's rate)",
+    )
     ap.add_argument("--turn-timeout", type=float, default=120.0, help="seconds before a turn counts as hung")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="JSON path (default: benchmarks/results/server_load-<time>.json)")
@@ -183,6 +215,7 @@ def main(argv=None) -> int:
         model_dir = args.model_dir
         if model_dir is None:
             from llama_omni_py import make_models
+
             tmp = tempfile.TemporaryDirectory(prefix="omni-load-")
             model_dir = tmp.name
             make_models(model_dir, "tiny")
@@ -199,12 +232,15 @@ def main(argv=None) -> int:
             proc.wait(60)
         if tmp is not None:
             tmp.cleanup()
-    write_result("server_load", {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "result": result},
-                 (), args.out)
+    write_result(
+        "server_load", {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "result": result}, (), args.out
+    )
     o = result["outcomes"]
-    print(f"{o['completed']} completed, {o['refused']} refused as busy, {o['failed']} failed, {o['hung']} hung "
-          f"in {result['wall_s']} s; turn ms {result['turn_ms']}; TTFA ms {result['ttfa_ms']}; "
-          f"health ms {result['health_ms']}")
+    print(
+        f"{o['completed']} completed, {o['refused']} refused as busy, {o['failed']} failed, {o['hung']} hung "
+        f"in {result['wall_s']} s; turn ms {result['turn_ms']}; TTFA ms {result['ttfa_ms']}; "
+        f"health ms {result['health_ms']}"
+    )
     ok = o["failed"] == 0 and o["hung"] == 0 and status == 200 and result.get("server_alive", True)
     return 0 if ok else 1
 

@@ -70,20 +70,35 @@ def main(argv=None) -> int:
         tok = tok % 150000  # keep to ordinary tokens (random weights pick anything)
 
     res = {
-        "device": args.device, "threads": args.threads,
-        "tts": {"hidden": tts.dims.hidden, "layers": tts.dims.layers,
-                "step_ms_median": statistics.median(step_ms), "sample_ms_median": statistics.median(sample_ms),
-                "head_ms_ours": head_graph_ms, "head_ms_plain_cpp": head_plain_ms},
-        "llm": {"n_embd": llm_model.info.n_embd, "n_layer": llm_model.info.n_layer, "n_vocab": llm_model.info.n_vocab,
-                "prefill_tokens": len(prompt), "prefill_ms": prefill_s * 1000,
-                "decode_tokens_per_s": 1.0 / statistics.median(decode)},
+        "device": args.device,
+        "threads": args.threads,
+        "tts": {
+            "hidden": tts.dims.hidden,
+            "layers": tts.dims.layers,
+            "step_ms_median": statistics.median(step_ms),
+            "sample_ms_median": statistics.median(sample_ms),
+            "head_ms_ours": head_graph_ms,
+            "head_ms_plain_cpp": head_plain_ms,
+        },
+        "llm": {
+            "n_embd": llm_model.info.n_embd,
+            "n_layer": llm_model.info.n_layer,
+            "n_vocab": llm_model.info.n_vocab,
+            "prefill_tokens": len(prompt),
+            "prefill_ms": prefill_s * 1000,
+            "decode_tokens_per_s": 1.0 / statistics.median(decode),
+        },
     }
-    print(f"TTS ({tts.dims.layers} x {tts.dims.hidden}): {res['tts']['step_ms_median']:.2f} ms per audio token "
-          f"(backbone + head), sampler {res['tts']['sample_ms_median']:.3f} ms; the head alone: "
-          f"{head_graph_ms:.3f} ms as a ggml matmul vs {head_plain_ms:.3f} ms as llama.cpp-omni's plain C++ loop")
-    print(f"LLM ({llm_model.info.n_layer} x {llm_model.info.n_embd}, vocab {llm_model.info.n_vocab}): "
-          f"{res['llm']['decode_tokens_per_s']:.1f} tokens/s decode, prefill {len(prompt)} tokens "
-          f"in {res['llm']['prefill_ms']:.0f} ms")
+    print(
+        f"TTS ({tts.dims.layers} x {tts.dims.hidden}): {res['tts']['step_ms_median']:.2f} ms per audio token "
+        f"(backbone + head), sampler {res['tts']['sample_ms_median']:.3f} ms; the head alone: "
+        f"{head_graph_ms:.3f} ms as a ggml matmul vs {head_plain_ms:.3f} ms as llama.cpp-omni's plain C++ loop"
+    )
+    print(
+        f"LLM ({llm_model.info.n_layer} x {llm_model.info.n_embd}, vocab {llm_model.info.n_vocab}): "
+        f"{res['llm']['decode_tokens_per_s']:.1f} tokens/s decode, prefill {len(prompt)} tokens "
+        f"in {res['llm']['prefill_ms']:.0f} ms"
+    )
     write_result("speech_core", {**res}, [s.path("tts"), s.path("projector")], args.out)
     return 0
 

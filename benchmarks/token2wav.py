@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import write_result, timed  # noqa: E402
+from common import timed, write_result  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -67,14 +67,17 @@ def main(argv=None) -> int:
             from reference import flow as flow_ref
             from reference import hift as hift_ref
             from reference.token2wav_stream import prompt_caches
+
             flow = flow_ref.build_flow(str(t2w), args.steps)
             dit = flow.decoder.estimator
-            ref_cache, spk_t = prompt_caches(str(t2w / "prompt_cache.gguf"), args.steps, len(dit.blocks),
-                                             dit.blocks[0].attn.num_heads)
+            ref_cache, spk_t = prompt_caches(
+                str(t2w / "prompt_cache.gguf"), args.steps, len(dit.blocks), dit.blocks[0].attn.num_heads
+            )
             hift = hift_ref.build(str(t2w / "hifigan2.gguf"))
             # Steady state: stream a few windows so the reference caches hold prompt + 100 recent
             # frames, as ours do (its bounding rule, applied by ReferenceStream).
             from reference.token2wav_stream import ReferenceStream
+
             warm = ReferenceStream(flow, hift, ref_cache, spk_t, args.steps)
             for _ in range(4):
                 warm.stream(tokens, False)
@@ -101,25 +104,39 @@ def main(argv=None) -> int:
                 with torch.inference_mode():
                     tk = torch.from_numpy(tokens.astype(np.int64))[None]
                     row["ref_token2mel_ms"] += timed(
-                        lambda: flow.inference_chunk(tk, spk_t, {k: v.clone() for k, v in ref_cache.items()},
-                                                     last_chunk=False, n_timesteps=args.steps), args.chunks)
+                        lambda: flow.inference_chunk(
+                            tk,
+                            spk_t,
+                            {k: v.clone() for k, v in ref_cache.items()},
+                            last_chunk=False,
+                            n_timesteps=args.steps,
+                        ),
+                        args.chunks,
+                    )
                     m, s = torch.from_numpy(mel)[None], torch.from_numpy(src)[None, None]
                     row["ref_vocoder_ms"] += timed(lambda: hift.decode(m, s), args.chunks)
         summary = {k + "_median": statistics.median(v) for k, v in row.items() if isinstance(v, list) and v}
         row.update(summary)
         row["total_ms"] = row["token2mel_ms_median"] + row["vocoder_ms_median"]
         row["vocoder_gflops"] = VOCODER_GFLOP / row["vocoder_ms_median"] * 1000
-        row["sgemm_gflops"] = core.sgemm_gflops(threads)
+        row["sgemm_gflops"] = core.internal.sgemm_gflops(threads)
         results.append(row)
         ref = ""
         if row.get("ref_token2mel_ms_median"):
-            ref = (f" | PyTorch: token2mel {row['ref_token2mel_ms_median']:.0f} ms, vocoder "
-                   f"{row['ref_vocoder_ms_median']:.0f} ms")
-        print(f"threads {threads}: token2mel {row['token2mel_ms_median']:.0f} ms, vocoder {row['vocoder_ms_median']:.0f} ms, "
-              f"total {row['total_ms']:.0f} ms per 1 s of audio{ref}; vocoder {row['vocoder_gflops']:.0f} GFLOP/s "
-              f"vs sgemm {row['sgemm_gflops']:.0f}")
+            ref = (
+                f" | PyTorch: token2mel {row['ref_token2mel_ms_median']:.0f} ms, vocoder "
+                f"{row['ref_vocoder_ms_median']:.0f} ms"
+            )
+        print(
+            f"threads {threads}: token2mel {row['token2mel_ms_median']:.0f} ms, "
+            f"vocoder {row['vocoder_ms_median']:.0f} ms, "
+            f"total {row['total_ms']:.0f} ms per 1 s of audio{ref}; vocoder {row['vocoder_gflops']:.0f} GFLOP/s "
+            f"vs sgemm {row['sgemm_gflops']:.0f}"
+        )
 
-    write_result("token2wav", {"steps": args.steps, "results": results}, [t2w / f"{s}.gguf" for s in ms.T2W_FILES], args.out)
+    write_result(
+        "token2wav", {"steps": args.steps, "results": results}, [t2w / f"{s}.gguf" for s in ms.T2W_FILES], args.out
+    )
     return 0
 
 

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import write_result, timed  # noqa: E402
+from common import timed, write_result  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -46,8 +46,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="JSON result path (default benchmarks/results/vocoder-<time>.json)")
     args = ap.parse_args(argv)
 
-    path = (Path(args.model_dir) / ms.T2W_DIR / "hifigan2.gguf") if args.model_dir else \
-        _real_hifigan(Path.home() / ".cache" / "llama-omni" / "bench-hifigan")
+    path = (
+        (Path(args.model_dir) / ms.T2W_DIR / "hifigan2.gguf")
+        if args.model_dir
+        else _real_hifigan(Path.home() / ".cache" / "llama-omni" / "bench-hifigan")
+    )
     rng = np.random.default_rng(0)
     mel = rng.standard_normal((80, FRAMES)).astype(np.float32)
     src = (0.1 * rng.standard_normal(FRAMES * 480)).astype(np.float32)
@@ -57,13 +60,14 @@ def main(argv=None) -> int:
         try:
             import torch
             from reference import hift as ref
+
             ref_model = ref.build(str(path))
         except ImportError as exc:
             print(f"reference unavailable ({exc}); run scripts/install-reference.sh", file=sys.stderr)
 
     results = []
     for threads in [int(t) for t in args.threads.split(",")]:
-        voc = core.HiftVocoder(str(path), threads)
+        voc = core.internal.HiftVocoder(str(path), threads)
         row = {"threads": threads, "ours_ms": [], "reference_ms": []}
         if ref_model is not None:
             torch.set_num_threads(threads)
@@ -75,17 +79,22 @@ def main(argv=None) -> int:
                     row["reference_ms"] += timed(lambda: ref_model.decode(m, s), args.chunks)
         row["ours_median_ms"] = statistics.median(row["ours_ms"])
         row["ours_gflops"] = GFLOP_PER_CHUNK / row["ours_median_ms"] * 1000
-        row["sgemm_gflops"] = core.sgemm_gflops(threads)
+        row["sgemm_gflops"] = core.internal.sgemm_gflops(threads)
         row["share_of_sgemm"] = row["ours_gflops"] / row["sgemm_gflops"]
         if row["reference_ms"]:
             row["reference_median_ms"] = statistics.median(row["reference_ms"])
             row["speedup_vs_reference"] = row["reference_median_ms"] / row["ours_median_ms"]
         results.append(row)
-        ref_txt = (f", PyTorch {row['reference_median_ms']:.0f} ms ({row['speedup_vs_reference']:.2f}x)"
-                   if row["reference_ms"] else "")
-        print(f"threads {threads}: vocoder {row['ours_median_ms']:.0f} ms per 1 s of audio{ref_txt}; "
-              f"{row['ours_gflops']:.0f} GFLOP/s = {100 * row['share_of_sgemm']:.0f}% of sgemm "
-              f"({row['sgemm_gflops']:.0f} GFLOP/s)")
+        ref_txt = (
+            f", PyTorch {row['reference_median_ms']:.0f} ms ({row['speedup_vs_reference']:.2f}x)"
+            if row["reference_ms"]
+            else ""
+        )
+        print(
+            f"threads {threads}: vocoder {row['ours_median_ms']:.0f} ms per 1 s of audio{ref_txt}; "
+            f"{row['ours_gflops']:.0f} GFLOP/s = {100 * row['share_of_sgemm']:.0f}% of sgemm "
+            f"({row['sgemm_gflops']:.0f} GFLOP/s)"
+        )
 
     write_result("vocoder", {"frames_per_chunk": FRAMES, "results": results}, [path], args.out)
     return 0

@@ -29,8 +29,9 @@ WINDOW_SECONDS = 30.0
 
 
 class AudioEncoder:
-    def __init__(self, model_dir: str | Path, device: str = "cpu", threads: int = 1, mode: str = "clamp",
-                 exact: bool = False):
+    def __init__(
+        self, model_dir: str | Path, device: str = "cpu", threads: int = 1, mode: str = "clamp", exact: bool = False
+    ):
         checks.choice("mode", mode, ("clamp", "window"))
         threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
@@ -46,8 +47,11 @@ class AudioEncoder:
         if self.mode == "clamp":
             return self._encode(samples)
         step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
-        parts = [self._encode(samples[i:i + step]) for i in range(0, samples.size, step)
-                 if samples[i:i + step].size >= INPUT_SAMPLE_RATE // 10]  # under 0.1 s yields no embedding
+        parts = [
+            self._encode(samples[i : i + step])
+            for i in range(0, samples.size, step)
+            if samples[i : i + step].size >= INPUT_SAMPLE_RATE // 10
+        ]  # under 0.1 s yields no embedding
         return np.concatenate(parts) if parts else np.zeros((0, self.apm.dims.llm_embd), np.float32)
 
     def encode_chunk(self, samples) -> np.ndarray:

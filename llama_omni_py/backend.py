@@ -57,7 +57,7 @@ def build_recipe(backend: str) -> str:
     flags = _BUILD_FLAGS.get(backend, f"-DGGML_{backend.upper()}=on")
     prefix = "source /usr/local/Ascend/ascend-toolkit/set_env.sh\n" if backend == "cann" else ""
     return (
-        f"{prefix}CMAKE_ARGS=\"{flags}\" pip install --no-cache-dir --force-reinstall "
+        f'{prefix}CMAKE_ARGS="{flags}" pip install --no-cache-dir --force-reinstall '
         "--no-deps llama-cpp-python==0.3.36\n"
         "pip install --no-build-isolation --force-reinstall --no-deps .   # from the llama-omni-py source tree\n"
         "(or build llama.cpp yourself and set OMNI_LLAMA_CPP_DIR; see the README)"
@@ -140,6 +140,7 @@ def apply_cann_environment(environ: dict | None = None) -> dict[str, str]:
             env[key] = value
             applied[key] = value
     if applied:
-        log.warning("CANN: applied %s (set them yourself to override)",
-                    ", ".join(f"{k}={v}" for k, v in applied.items()))
+        log.warning(
+            "CANN: applied %s (set them yourself to override)", ", ".join(f"{k}={v}" for k, v in applied.items())
+        )
     return applied

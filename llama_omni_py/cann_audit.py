@@ -32,15 +32,42 @@ TABLE_PATH = Path(__file__).with_name("data") / "cann_ops.json"
 
 # Parameters of the table that decide support (types and flags); every other parameter is a
 # shape or a value the backend handles generally, and is only compared as "shape tested".
-SIGNATURE_KEYS = ("type", "type_a", "type_b", "type_src", "type_dst", "type_idx", "type_input", "type_kernel",
-                  "dst_type", "type_KV", "hsk", "hsv", "sinks", "mask", "m_prec", "logit_softcap", "circular",
-                  "mode", "bias", "pool_type", "swapped", "is_2D")
+SIGNATURE_KEYS = (
+    "type",
+    "type_a",
+    "type_b",
+    "type_src",
+    "type_dst",
+    "type_idx",
+    "type_input",
+    "type_kernel",
+    "dst_type",
+    "type_KV",
+    "hsk",
+    "hsv",
+    "sinks",
+    "mask",
+    "m_prec",
+    "logit_softcap",
+    "circular",
+    "mode",
+    "bias",
+    "pool_type",
+    "swapped",
+    "is_2D",
+)
 SHAPE_KEYS = ("ne", "ne_a", "ne_input")
 VIEW_OPS = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
 # Graphs bound to one backend (ours) vs run by libllama's scheduler (per-node CPU fallback).
 SCHEDULED_MODULES = {"llm"}
-MODULE_TITLES = {"apm": "audio encoder (APM)", "vpm": "vision encoder (VPM)", "tts": "TTS + projector",
-                 "conformer": "Token2Mel conformer", "dit": "Token2Mel DiT (CFG batch)", "llm": "LLM (libllama)"}
+MODULE_TITLES = {
+    "apm": "audio encoder (APM)",
+    "vpm": "vision encoder (VPM)",
+    "tts": "TTS + projector",
+    "conformer": "Token2Mel conformer",
+    "dit": "Token2Mel DiT (CFG batch)",
+    "llm": "LLM (libllama)",
+}
 GGML_PREC_F32 = 10
 
 
@@ -74,7 +101,7 @@ class OpTable:
     source: str = ""
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "OpTable":
+    def load(cls, path: str | Path | None = None) -> OpTable:
         """The packaged table, a distilled JSON, or a raw ggml ``<BACKEND>.csv``."""
         p = Path(path) if path else TABLE_PATH
         try:
@@ -92,7 +119,7 @@ def _f32(word: int) -> float:
 
 def node_signature(node: dict) -> dict[str, str]:
     """The table's signature parameters that can be read off a recorded node."""
-    op, desc, src = node["op"], node["desc"], node["src"]
+    op, src = node["op"], node["src"]
     slots = dict(zip(node["src_slots"], src))
     p = node["op_params"]
     first = src[0]["type"] if src else node["dst"]["type"]
@@ -109,8 +136,14 @@ def node_signature(node: dict) -> dict[str, str]:
             sig["m_prec"] = slots[1]["type"]
     elif op == "FLASH_ATTN_EXT":
         q, k, v = slots[0], slots[1], slots[2]
-        sig = {"hsk": str(q["ne"][0]), "hsv": str(v["ne"][0]), "type_KV": k["type"], "mask": str(int(3 in slots)),
-               "sinks": str(int(4 in slots)), "logit_softcap": f"{_f32(p[2]):.6f}"}
+        sig = {
+            "hsk": str(q["ne"][0]),
+            "hsv": str(v["ne"][0]),
+            "type_KV": k["type"],
+            "mask": str(int(3 in slots)),
+            "sinks": str(int(4 in slots)),
+            "logit_softcap": f"{_f32(p[2]):.6f}",
+        }
     elif op == "SCALE":
         sig["bias"] = f"{_f32(p[1]):.6f}"
     elif op == "PAD":
@@ -120,8 +153,12 @@ def node_signature(node: dict) -> dict[str, str]:
     elif op == "GLU":
         sig["swapped"] = str(int(p[1] != 0))
     elif op == "IM2COL":
-        sig = {"type_input": src[1]["type"], "type_kernel": src[0]["type"], "dst_type": node["dst"]["type"],
-               "is_2D": str(int(p[6] != 0))}
+        sig = {
+            "type_input": src[1]["type"],
+            "type_kernel": src[0]["type"],
+            "dst_type": node["dst"]["type"],
+            "is_2D": str(int(p[6] != 0)),
+        }
     return sig
 
 
@@ -129,7 +166,7 @@ def node_signature(node: dict) -> dict[str, str]:
 class NodeVerdict:
     desc: str
     signature: dict[str, str]
-    status: str          # "view", "supported", "unsupported", "untested"
+    status: str  # "view", "supported", "unsupported", "untested"
     shape_tested: bool = False
 
 
@@ -158,7 +195,7 @@ class ModuleReport:
     views: int = 0
     supported: int = 0
     shape_tested: int = 0
-    unsupported: Counter = field(default_factory=Counter)   # "DESC type=..." -> count
+    unsupported: Counter = field(default_factory=Counter)  # "DESC type=..." -> count
 
     @property
     def placement(self) -> str:
@@ -167,9 +204,16 @@ class ModuleReport:
         return "bound to the device: unsupported nodes are refused before compute"
 
     def as_dict(self) -> dict:
-        return {"module": self.module, "graphs": self.graphs, "nodes": self.nodes, "views": self.views,
-                "supported": self.supported, "shape_tested": self.shape_tested,
-                "unsupported": dict(self.unsupported), "placement": self.placement}
+        return {
+            "module": self.module,
+            "graphs": self.graphs,
+            "nodes": self.nodes,
+            "views": self.views,
+            "supported": self.supported,
+            "shape_tested": self.shape_tested,
+            "unsupported": dict(self.unsupported),
+            "placement": self.placement,
+        }
 
 
 def _describe(v: NodeVerdict) -> str:
@@ -197,23 +241,33 @@ def audit_graphs(graphs: list[dict], table: OpTable) -> dict[str, ModuleReport]:
 
 def flash_attn_ok(table: OpTable, head_dim: int) -> bool:
     """Whether the table has fused attention for this head size with F16 K/V and no sinks."""
-    node = {"op": "FLASH_ATTN_EXT", "desc": "FLASH_ATTN_EXT", "op_params": [0] * 16, "src_slots": [0, 1, 2, 3],
-            "dst": {"type": "f32", "ne": [head_dim, 1, 1, 1]},
-            "src": [{"type": "f32", "ne": [head_dim, 1, 1, 1]}, {"type": "f16", "ne": [head_dim, 1, 1, 1]},
-                    {"type": "f16", "ne": [head_dim, 1, 1, 1]}, {"type": "f16", "ne": [1, 1, 1, 1]}]}
+    node = {
+        "op": "FLASH_ATTN_EXT",
+        "desc": "FLASH_ATTN_EXT",
+        "op_params": [0] * 16,
+        "src_slots": [0, 1, 2, 3],
+        "dst": {"type": "f32", "ne": [head_dim, 1, 1, 1]},
+        "src": [
+            {"type": "f32", "ne": [head_dim, 1, 1, 1]},
+            {"type": "f16", "ne": [head_dim, 1, 1, 1]},
+            {"type": "f16", "ne": [head_dim, 1, 1, 1]},
+            {"type": "f16", "ne": [1, 1, 1, 1]},
+        ],
+    }
     return classify(node, table).status == "supported"
 
 
-def record_model_graphs(model_dir: str | Path, table: OpTable, threads: int = 2,
-                        notes: list[str] | None = None) -> list[dict]:
+def record_model_graphs(
+    model_dir: str | Path, table: OpTable, threads: int = 2, notes: list[str] | None = None
+) -> list[dict]:
     """Runs one representative call of every device graph on the CPU, built as a CANN device
     would build it (fused attention only where the table has it), and returns the recordings.
     The formulation choices made are appended to `notes`."""
     notes = notes if notes is not None else []
     from .apm import AudioEncoder
-    from .vpm import ImageEncoder
     from .models import load
     from .token2wav import Token2Wav
+    from .vpm import ImageEncoder
 
     models = load(model_dir)
     rng = np.random.default_rng(0)
@@ -227,8 +281,10 @@ def record_model_graphs(model_dir: str | Path, table: OpTable, threads: int = 2,
         d = probe.vpm.dims
         heads = {d.hidden // max(1, d.heads), d.llm_embd // max(1, d.resampler_heads)}
         fused = sorted(h for h in heads if flash_attn_ok(table, h))
-        notes.append(f"vpm: fused attention for head sizes {fused}, matmul + softmax for "
-                     f"{sorted(heads - set(fused))} (chosen per device at run time)")
+        notes.append(
+            f"vpm: fused attention for head sizes {fused}, matmul + softmax for "
+            f"{sorted(heads - set(fused))} (chosen per device at run time)"
+        )
         image = ImageEncoder(models.root, "cpu", threads, flash_attn_dims=fused)
         image.encode(rng.integers(0, 255, (2 * d.patch, 3 * d.patch, 3), dtype=np.uint8))
         del probe
@@ -239,7 +295,10 @@ def record_model_graphs(model_dir: str | Path, table: OpTable, threads: int = 2,
         head_dim = meta.get(f"{arch}.attention.key_length", llm_model.info.n_embd // llm_model.info.n_head)
         # libllama's auto mode turns fused attention on where the device supports it.
         fa = int(flash_attn_ok(table, int(head_dim)))
-        notes.append(f"llm: flash attention {'on' if fa else 'off'} (head size {head_dim}, F16 KV), as libllama's auto mode picks")
+        notes.append(
+            f"llm: flash attention {'on' if fa else 'off'} (head size {head_dim}, F16 KV), "
+            "as libllama's auto mode picks"
+        )
         llm = core.Llm(llm_model, 256, 64, threads, False, fa, True)
         llm.eval_tokens(list(range(1, 9)))
         llm.decode_step(3)
@@ -271,16 +330,24 @@ class AuditResult:
         return total
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "modules": [r.as_dict() for r in self.reports.values()], "notes": self.notes,
-                "unsupported": dict(self.unsupported),
-                "vocoder": "CPU by design (HiFT on its own pinned thread pool; not a ggml graph)"}
+        return {
+            "table": self.table,
+            "modules": [r.as_dict() for r in self.reports.values()],
+            "notes": self.notes,
+            "unsupported": dict(self.unsupported),
+            "vocoder": "CPU by design (HiFT on its own pinned thread pool; not a ggml graph)",
+        }
 
     def markdown(self) -> str:
-        lines = ["| module | graphs | nodes | views | supported | shape in table | unsupported | on CANN |",
-                 "|---|---|---:|---:|---:|---:|---:|---|"]
+        lines = [
+            "| module | graphs | nodes | views | supported | shape in table | unsupported | on CANN |",
+            "|---|---|---:|---:|---:|---:|---:|---|",
+        ]
         for r in self.reports.values():
-            lines.append(f"| {MODULE_TITLES.get(r.module, r.module)} | {', '.join(r.graphs)} | {r.nodes} | {r.views} | "
-                         f"{r.supported} | {r.shape_tested} | {sum(r.unsupported.values())} | {r.placement} |")
+            lines.append(
+                f"| {MODULE_TITLES.get(r.module, r.module)} | {', '.join(r.graphs)} | {r.nodes} | {r.views} | "
+                f"{r.supported} | {r.shape_tested} | {sum(r.unsupported.values())} | {r.placement} |"
+            )
         lines.append("| vocoder (HiFT) | - | - | - | - | - | - | CPU by design, own pinned pool |")
         lines += [""] + [f"note: {n}" for n in self.notes]
         lines += [f"unsupported: {what} x{n}" for what, n in sorted(self.unsupported.items())]

@@ -44,8 +44,9 @@ def check_output_path(path: str, formats: dict[str, str] = AUDIO_FORMATS) -> Pat
     if p.is_dir():
         raise InvalidArgumentError(f"output {path!r} is a directory; give a file name such as reply.wav")
     if p.suffix.lower() not in formats:
-        raise InvalidArgumentError(f"output {path!r}: unsupported format {p.suffix or '(none)'!r}; "
-                                   f"use one of {', '.join(formats)}")
+        raise InvalidArgumentError(
+            f"output {path!r}: unsupported format {p.suffix or '(none)'!r}; use one of {', '.join(formats)}"
+        )
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InvalidArgumentError(f"output {path!r}: the directory {str(parent)!r} does not exist")
@@ -69,27 +70,47 @@ def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
     devs = []
     for d in backend.devices():
         node = placement.pci_numa_node(d.pci_bus_id)
-        devs.append({"id": d.id, "description": d.description, "memory_total": d.memory_total,
-                     "pci_bus_id": d.pci_bus_id or None, "numa_node": node})
+        devs.append(
+            {
+                "id": d.id,
+                "description": d.description,
+                "memory_total": d.memory_total,
+                "pci_bus_id": d.pci_bus_id or None,
+                "numa_node": node,
+            }
+        )
     info = {
         "llama_omni_py": __version__,
         "llama_cpp_python": _pkg_version("llama-cpp-python"),
         "ggml": core.ggml_version(),
         "compiled_backends": backend.compiled_backends(),
         "devices": devs,
-        "cpu": {"model": topo.cpu_model, "logical": topo.logical_cpus, "physical_cores": topo.physical_cores,
-                "allowed": placement.format_cpulist(list(topo.allowed_cpus))},
+        "cpu": {
+            "model": topo.cpu_model,
+            "logical": topo.logical_cpus,
+            "physical_cores": topo.physical_cores,
+            "allowed": placement.format_cpulist(list(topo.allowed_cpus)),
+        },
         "numa_nodes": [{"id": n.id, "cpus": placement.format_cpulist(list(n.cpus))} for n in topo.nodes],
         "llama_system_info": core.llama_system_info().strip(),
     }
     if model_dir:
         from . import models
+
         ms = models.discover(model_dir)
         reports = models.validate(ms, ms.modules_present() or None, device)
         info["model_set"] = {
             "root": str(ms.root),
-            "files": [{"key": r.key, "path": str(r.path), "tensors": r.tensors, "MiB": round(r.bytes / 2**20, 1),
-                       **({"weight_types": list(r.weight_types)} if r.weight_types else {})} for r in reports],
+            "files": [
+                {
+                    "key": r.key,
+                    "path": str(r.path),
+                    "tensors": r.tensors,
+                    "MiB": round(r.bytes / 2**20, 1),
+                    **({"weight_types": list(r.weight_types)} if r.weight_types else {}),
+                }
+                for r in reports
+            ],
             "missing": ms.missing(),
         }
     return info
@@ -104,7 +125,10 @@ def _print_info(info: dict) -> None:
         node = f", NUMA node {d['numa_node']}" if d["numa_node"] is not None else ""
         print(f"  {d['id']:<10} {d['description']}{extra}{node}")
     c = info["cpu"]
-    print(f"cpu: {c['model']}; {c['logical']} logical CPUs, {c['physical_cores']} cores; this process may use {c['allowed']}")
+    print(
+        f"cpu: {c['model']}; {c['logical']} logical CPUs, {c['physical_cores']} cores; "
+        f"this process may use {c['allowed']}"
+    )
     for n in info["numa_nodes"]:
         print(f"  NUMA node {n['id']}: CPUs {n['cpus']}")
     print(f"llama.cpp: {info['llama_system_info']}")
@@ -154,14 +178,18 @@ def cmd_make_models(args) -> int:
 
     only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
     if Path(args.dir).exists() and not Path(args.dir).is_dir():
-        raise InvalidArgumentError(f"{args.dir!r} exists and is not a directory; give a directory to write the set into")
+        raise InvalidArgumentError(
+            f"{args.dir!r} exists and is not a directory; give a directory to write the set into"
+        )
     t0 = time.perf_counter()
     written = make_models(args.dir, args.size, only, args.seed, args.cfm_steps)
     total = sum(g.bytes for g in written)
     for g in written:
         print(f"{g.path}  {g.bytes / 2**20:8.1f} MiB")
-    print(f"wrote {len(written)} files, {total / 2**20:.1f} MiB in {time.perf_counter() - t0:.1f} s "
-          f"(size={args.size}, seed={args.seed}; random weights)")
+    print(
+        f"wrote {len(written)} files, {total / 2**20:.1f} MiB in {time.perf_counter() - t0:.1f} s "
+        f"(size={args.size}, seed={args.seed}; random weights)"
+    )
     return 0
 
 
@@ -184,15 +212,18 @@ def cmd_speak(args) -> int:
     t0 = time.perf_counter()
     progress = _Progress()
     with OmniSession(args.model_dir, args.device, cfg, progress=progress) as session:
-        progress.finish(f"\rloading [{'#' * 20}] done in {time.perf_counter() - t0:.1f} s on {session.device}; "
-                        "generating ...")
+        progress.finish(
+            f"\rloading [{'#' * 20}] done in {time.perf_counter() - t0:.1f} s on {session.device}; generating ..."
+        )
         result = session.speak(args.text, audio=args.audio, image=args.image, video=args.video)
     result.save(output)
     t = result.timings
     ttfa = "-" if t.time_to_first_audio_s is None else f"{t.time_to_first_audio_s:.2f} s"
     rtf = "-" if t.wall_rtf is None else f"{t.wall_rtf:.2f}"
-    print(f"{output}: {t.audio_s:.2f} s of audio in {t.wall_s:.2f} s (wall RTF {rtf}, first audio {ttfa}; "
-          f"llm {t.llm_ms:.0f} ms, tts {t.tts_ms:.0f} ms, token2wav {t.token2wav_ms:.0f} ms)")
+    print(
+        f"{output}: {t.audio_s:.2f} s of audio in {t.wall_s:.2f} s (wall RTF {rtf}, first audio {ttfa}; "
+        f"llm {t.llm_ms:.0f} ms, tts {t.tts_ms:.0f} ms, token2wav {t.token2wav_ms:.0f} ms)"
+    )
     if result.text:
         print(f"text: {result.text}")
     return 0
@@ -209,9 +240,18 @@ def cmd_serve(args) -> int:
     if args.max_audio_per_chunk:
         options["max_audio_per_chunk"] = args.max_audio_per_chunk
     session = demo_config(**options) if args.model_dir is None else SessionConfig(**options)
-    serve(ServerConfig(host=args.host, port=args.port, model_dir=args.model_dir, device=args.device, session=session,
-                       max_message_bytes=int(args.max_message_mb * 2**20), max_audio_seconds=args.max_audio_seconds,
-                       idle_timeout_s=args.idle_timeout))
+    serve(
+        ServerConfig(
+            host=args.host,
+            port=args.port,
+            model_dir=args.model_dir,
+            device=args.device,
+            session=session,
+            max_message_bytes=int(args.max_message_mb * 2**20),
+            max_audio_seconds=args.max_audio_seconds,
+            idle_timeout_s=args.idle_timeout,
+        )
+    )
     return 0
 
 
@@ -226,9 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--plan", action="store_true", help="show the CPU placement a session on --device would use")
-    i.add_argument("--cann-audit", action="store_true",
-                   help="match every graph node of the model set (default: the demo set) against ggml's CANN "
-                        "op-support table; exit 1 if any node is unsupported")
+    i.add_argument(
+        "--cann-audit",
+        action="store_true",
+        help="match every graph node of the model set (default: the demo set) against ggml's CANN "
+        "op-support table; exit 1 if any node is unsupported",
+    )
     i.add_argument("--cann-table", help="a ggml docs/ops/CANN.csv to audit against instead of the packaged table")
     i.set_defaults(func=cmd_info)
 
@@ -237,8 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--size", choices=("tiny", "real"), default="tiny")
     m.add_argument("--only", help="comma-separated subset of llm,apm,vpm,tts,projector,token2wav")
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--cfm-steps", type=int, default=5,
-                   help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)")
+    m.add_argument(
+        "--cfm-steps",
+        type=int,
+        default=5,
+        help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)",
+    )
     m.set_defaults(func=cmd_make_models)
 
     sp = sub.add_parser("speak", help="answer text/audio/image/video with speech, written to a WAV file")
@@ -260,19 +307,32 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
     sv.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
     sv.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
-    sv.add_argument("--max-new-tokens", type=int, default=0, help="per-turn LLM token limit (0: 256, 60 with the demo set)")
-    sv.add_argument("--t2w-threads", type=int, default=None, help="vocoder threads (default: OMNI_T2W_THREADS or up to 16)")
-    sv.add_argument("--max-audio-per-chunk", type=int, default=0,
-                    help="speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)")
+    sv.add_argument(
+        "--max-new-tokens", type=int, default=0, help="per-turn LLM token limit (0: 256, 60 with the demo set)"
+    )
+    sv.add_argument(
+        "--t2w-threads", type=int, default=None, help="vocoder threads (default: OMNI_T2W_THREADS or up to 16)"
+    )
+    sv.add_argument(
+        "--max-audio-per-chunk",
+        type=int,
+        default=0,
+        help="speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)",
+    )
     sv.add_argument("--max-message-mb", type=float, default=32.0, help="largest WebSocket message")
     sv.add_argument("--max-audio-seconds", type=float, default=30.0, help="input audio per turn")
-    sv.add_argument("--idle-timeout", type=float, default=300.0, help="seconds without a message before a session closes")
+    sv.add_argument(
+        "--idle-timeout", type=float, default=300.0, help="seconds without a message before a session closes"
+    )
     sv.set_defaults(func=cmd_serve)
 
     from .bench import runner as bench_runner  # light: imports nothing native until it runs
 
-    b = sub.add_parser("bench", help="RTF, time to first audio, stage and queue times over a fixed prompt set; "
-                                     "one JSON per configuration (exit 1 when a validity gate fails)")
+    b = sub.add_parser(
+        "bench",
+        help="RTF, time to first audio, stage and queue times over a fixed prompt set; "
+        "one JSON per configuration (exit 1 when a validity gate fails)",
+    )
     bench_runner.add_arguments(b)
     b.set_defaults(func=bench_runner.main_from_args)
     return p
@@ -280,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except (OmniError, ValueError) as exc:  # ConfigError and InvalidArgumentError are ValueErrors

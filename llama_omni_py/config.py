@@ -85,7 +85,7 @@ class TtsSampling:
         checks.number_in("top_p", self.top_p, 0.0, 1.0, lo_open=True)
 
     @classmethod
-    def duplex(cls) -> "TtsSampling":
+    def duplex(cls) -> TtsSampling:
         return cls(window=16, top_k=25, top_p=0.85)
 
 
@@ -117,13 +117,15 @@ class Token2WavConfig:
             allowed = set(checks.usable_cpus())
             bad = [c for c in cpus if c not in allowed]
             if bad:
-                raise ConfigError("cpus", f"CPUs {bad} are outside this process's affinity mask "
-                                                    f"({len(allowed)} usable); pinning cannot be honoured")
+                raise ConfigError(
+                    "cpus",
+                    f"CPUs {bad} are outside this process's affinity mask "
+                    f"({len(allowed)} usable); pinning cannot be honoured",
+                )
             if self.threads is not None and self.threads != len(cpus):
-                raise ConfigError("cpus", f"has {len(cpus)} CPUs for threads={self.threads}; "
-                                                    "give one CPU per thread")
+                raise ConfigError("cpus", f"has {len(cpus)} CPUs for threads={self.threads}; give one CPU per thread")
             object.__setattr__(self, "cpus", cpus)
-        self.explicit_threads  # a malformed OMNI_T2W_THREADS fails here, not later
+        _ = self.explicit_threads  # a malformed OMNI_T2W_THREADS fails here, not later
 
     @property
     def explicit_threads(self) -> int | None:
@@ -168,7 +170,7 @@ class SessionConfig:
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
     def __post_init__(self):
-        checks.threads("threads", self.threads)
+        object.__setattr__(self, "threads", checks.threads("threads", self.threads))
         checks.int_in("n_ctx", self.n_ctx, 256, 1 << 20)
         checks.int_in("max_new_tokens", self.max_new_tokens, 1, self.n_ctx)
         checks.int_in("max_audio_per_chunk", self.max_audio_per_chunk, 1, 100_000)

@@ -19,8 +19,9 @@ DEMO_AUDIO_PER_CHUNK = 50  # about 2 s of audio per 10 text tokens, like real sp
 
 def demo_config(**overrides) -> SessionConfig:
     """The session config the demo set runs with (short replies)."""
-    return SessionConfig(**{"max_new_tokens": DEMO_MAX_NEW_TOKENS, "max_audio_per_chunk": DEMO_AUDIO_PER_CHUNK,
-                            **overrides})
+    return SessionConfig(
+        **{"max_new_tokens": DEMO_MAX_NEW_TOKENS, "max_audio_per_chunk": DEMO_AUDIO_PER_CHUNK, **overrides}
+    )
 
 
 def demo_model_dir(size: str = "tiny") -> Path:
@@ -38,6 +39,8 @@ def demo_model_dir(size: str = "tiny") -> Path:
     if not complete:
         log.warning("writing the demo module set (%s) to %s", size, root)
         make_models(root, size=size)
-    log.warning("using the demo module set: random weights, so the reply text is gibberish and the "
-                "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory")
+    log.warning(
+        "using the demo module set: random weights, so the reply text is gibberish and the "
+        "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory"
+    )
     return root

@@ -20,8 +20,9 @@ def _mel_to_hz_slaney(m: np.ndarray) -> np.ndarray:
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
 
-def mel_filterbank(sr: int = 16000, n_fft: int = 400, n_mels: int = 80, fmin: float = 0.0,
-                   fmax: float | None = None) -> np.ndarray:
+def mel_filterbank(
+    sr: int = 16000, n_fft: int = 400, n_mels: int = 80, fmin: float = 0.0, fmax: float | None = None
+) -> np.ndarray:
     """Slaney-scale, Slaney-normalised triangular mel filters, shape (n_mels, n_fft // 2 + 1).
 
     The same construction Whisper's front end uses (librosa's defaults), so the APM file's
@@ -35,7 +36,7 @@ def mel_filterbank(sr: int = 16000, n_fft: int = 400, n_mels: int = 80, fmin: fl
     lower = -ramps[:-2] / fdiff[:-1, None]
     upper = ramps[2:] / fdiff[1:, None]
     weights = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_pts[2:n_mels + 2] - mel_pts[:n_mels]))[:, None]
+    weights *= (2.0 / (mel_pts[2 : n_mels + 2] - mel_pts[:n_mels]))[:, None]
     return weights.astype(np.float32)
 
 
@@ -43,6 +44,7 @@ def sincos_2d(embed_dim: int, grid: int) -> np.ndarray:
     """2-D sin-cos position table (grid*grid, embed_dim) as MiniCPM-V's resampler uses:
     the first half of the channels encodes the column, the second half the row, each as
     [sin, cos]; row-major over the grid."""
+
     def one_d(dim: int, pos: np.ndarray) -> np.ndarray:
         omega = 1.0 / 10000 ** (np.arange(dim // 2, dtype=np.float64) / (dim / 2.0))
         out = np.outer(pos.reshape(-1), omega)

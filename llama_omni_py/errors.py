@@ -63,8 +63,9 @@ class BackendUnavailableError(DeviceError):
 class MediaError(OmniError):
     """Media extraction (ffmpeg, soundfile) failed."""
 
-    def __init__(self, message: str, *, returncode: int | None = None,
-                 command: list[str] | None = None, stderr: str = ""):
+    def __init__(
+        self, message: str, *, returncode: int | None = None, command: list[str] | None = None, stderr: str = ""
+    ):
         detail = message
         if returncode is not None:
             detail += f" (exit code {returncode})"

@@ -8,8 +8,9 @@ memory.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable
 
 import numpy as np
 
@@ -18,9 +19,17 @@ GGUF_VERSION = 3
 ALIGNMENT = 32
 
 _SCALAR = {
-    "uint8": (0, "<B"), "int8": (1, "<b"), "uint16": (2, "<H"), "int16": (3, "<h"),
-    "uint32": (4, "<I"), "int32": (5, "<i"), "float32": (6, "<f"), "bool": (7, "<?"),
-    "uint64": (10, "<Q"), "int64": (11, "<q"), "float64": (12, "<d"),
+    "uint8": (0, "<B"),
+    "int8": (1, "<b"),
+    "uint16": (2, "<H"),
+    "int16": (3, "<h"),
+    "uint32": (4, "<I"),
+    "int32": (5, "<i"),
+    "float32": (6, "<f"),
+    "bool": (7, "<?"),
+    "uint64": (10, "<Q"),
+    "int64": (11, "<q"),
+    "float64": (12, "<d"),
 }
 _STRING, _ARRAY = 8, 9
 # ggml type ids and element sizes of the dtypes we write.

@@ -93,6 +93,13 @@ class InputEncoder:
             for v in _items(r.video):
                 user_images += vpm.encode_video(v, frames)
             times["vpm_ms"] = (time.perf_counter() - t0) * 1000
-        return simplex_speech_prompt(llm_model, r.text or "", reference_audio=voice, user_audio=user_audio,
-                                     user_images=user_images, system_prompt=r.system_prompt, history=r.history,
-                                     tts_template=r.tts_template)
+        return simplex_speech_prompt(
+            llm_model,
+            r.text or "",
+            reference_audio=voice,
+            user_audio=user_audio,
+            user_images=user_images,
+            system_prompt=r.system_prompt,
+            history=r.history,
+            tts_template=r.tts_template,
+        )

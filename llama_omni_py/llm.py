@@ -5,9 +5,9 @@ chunks of 10 speaking tokens, each with the final-norm hidden states the TTS is 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -58,7 +58,8 @@ class LanguageModel:
         if prompt.token_count() + max_new_tokens > self.n_ctx:
             raise InvalidArgumentError(
                 f"the prompt ({prompt.token_count()} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
-                f"context ({self.n_ctx} tokens): shorten the input or lower max_new_tokens")
+                f"context ({self.n_ctx} tokens): shorten the input or lower max_new_tokens"
+            )
 
     def _set_sampling(self, s: LlmSampling, seed: int) -> None:
         o = core.SamplingOptions()

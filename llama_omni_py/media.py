@@ -24,16 +24,16 @@ from typing import Union
 
 import numpy as np
 
+from .constants import INPUT_SAMPLE_RATE as SAMPLE_RATE
 from .errors import MediaError
 
-SAMPLE_RATE = 16000
 MAX_AUDIO_SECONDS = 29.9
 FFMPEG_TIMEOUT = 30.0
 KILL_GRACE = 5.0
 RETRY_DELAY = 0.2
 STDERR_TAIL = 512
-FRAME_TIME = 0.5           # seconds into a video for its frame (past typical fade-ins); 0 if shorter
-MAX_SIDE = 4096            # longest image side kept while decoding
+FRAME_TIME = 0.5  # seconds into a video for its frame (past typical fade-ins); 0 if shorter
+MAX_SIDE = 4096  # longest image side kept while decoding
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
@@ -43,27 +43,39 @@ def ffmpeg_binary() -> str:
     name = os.environ.get("OMNI_FFMPEG", "ffmpeg")
     path = shutil.which(name)
     if not path:
-        raise MediaError(f"ffmpeg was not found ('{name}'); install it, e.g. `apt-get install ffmpeg` "
-                         "(Debian/Ubuntu package 'ffmpeg')")
+        raise MediaError(
+            f"ffmpeg was not found ('{name}'); install it, e.g. `apt-get install ffmpeg` "
+            "(Debian/Ubuntu package 'ffmpeg')"
+        )
     return path
 
 
-def run_ffmpeg(args: list[str], data: bytes | None = None, *, timeout: float = FFMPEG_TIMEOUT,
-               retries: int = 1) -> bytes:
+def run_ffmpeg(
+    args: list[str], data: bytes | None = None, *, timeout: float = FFMPEG_TIMEOUT, retries: int = 1
+) -> bytes:
     """Runs ffmpeg with `args` (feeding `data` on stdin); returns stdout."""
     cmd = [ffmpeg_binary(), *args]
     last: MediaError | None = None
     for attempt in range(retries + 1):
         if attempt:
             time.sleep(RETRY_DELAY)
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(data, timeout=timeout)
         except subprocess.TimeoutExpired:
             err = _stop_group(proc)
-            last = MediaError(f"ffmpeg did not finish within {timeout:g} s", returncode=proc.returncode,
-                              command=cmd, stderr=_tail(err))
+            last = MediaError(
+                f"ffmpeg did not finish within {timeout:g} s",
+                returncode=proc.returncode,
+                command=cmd,
+                stderr=_tail(err),
+            )
             continue
         if proc.returncode == 0:
             return out
@@ -72,21 +84,26 @@ def run_ffmpeg(args: list[str], data: bytes | None = None, *, timeout: float = F
 
 
 def _stop_group(proc: subprocess.Popen) -> bytes:
-    """SIGTERM to the process group, SIGKILL after KILL_GRACE; returns what stderr held."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
+    """SIGTERM to the process group, SIGKILL after KILL_GRACE; returns what stderr held. Bounded
+    in time even when a process outside the group (a setsid grandchild) keeps our pipes open:
+    then we stop reading them."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            break
+            pass
         try:
-            _, err = proc.communicate(timeout=wait)
+            _, err = proc.communicate(timeout=KILL_GRACE)
             return err or b""
         except subprocess.TimeoutExpired:
             continue
-    try:
-        return proc.communicate()[1] or b""
-    except ValueError:
-        return b""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILL_GRACE)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    return b"(ffmpeg's output was still held open by a process outside its group; stopped reading)"
 
 
 def _tail(err: bytes | None) -> str:
@@ -106,7 +123,11 @@ def _as_path(src: Source):
             f.flush()
             yield f.name
         return
+    if not isinstance(src, (str, os.PathLike)):
+        raise MediaError(f"media must be a path, bytes or a numpy array, got {type(src).__name__}")
     path = Path(os.fspath(src))
+    if path.is_dir():
+        raise MediaError(f"{path} is a directory, not a media file")
     if not path.is_file():
         raise MediaError(f"no such file: {path}")
     if path.stat().st_size == 0:
@@ -136,7 +157,9 @@ def _check_audio(x: np.ndarray, max_seconds: float | None) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def load_audio(src: Source, max_seconds: float | None = MAX_AUDIO_SECONDS, *, timeout: float = FFMPEG_TIMEOUT) -> np.ndarray:
+def load_audio(
+    src: Source, max_seconds: float | None = MAX_AUDIO_SECONDS, *, timeout: float = FFMPEG_TIMEOUT
+) -> np.ndarray:
     """Audio as 16 kHz mono float32 in [-1, 1], at most `max_seconds` (None: all of it).
 
     numpy input is taken as 16 kHz samples (mono, or channels-last stereo mixed down)."""
@@ -162,9 +185,13 @@ def load_audio(src: Source, max_seconds: float | None = MAX_AUDIO_SECONDS, *, ti
         import ffmpeg  # ffmpeg-python builds the command line
 
         inp = ffmpeg.input(path, t=max_seconds) if max_seconds is not None else ffmpeg.input(path)
-        args = ffmpeg.output(inp.audio, "pipe:1", format="f32le", acodec="pcm_f32le", ac=1, ar=SAMPLE_RATE) \
-            .global_args("-nostdin", "-hide_banner", "-loglevel", "error").compile(cmd="ffmpeg")[1:]
-        out = run_ffmpeg(args, timeout=timeout)
+        args = (
+            ffmpeg.output(inp.audio, "pipe:1", format="f32le", acodec="pcm_f32le", ac=1, ar=SAMPLE_RATE)
+            .global_args("-nostdin", "-hide_banner", "-loglevel", "error")
+            .compile(cmd="ffmpeg")[1:]
+        )
+        with _missing_stream("audio"):
+            out = run_ffmpeg(args, timeout=timeout)
     return _check_audio(np.frombuffer(out, dtype="<f4"), max_seconds)
 
 
@@ -172,13 +199,13 @@ def _parse_ppm(buf: bytes) -> np.ndarray:
     """The first binary PPM (P6) image in `buf` as (h, w, 3) uint8."""
     fields, pos = [], 0
     while len(fields) < 4:
-        while pos < len(buf) and buf[pos:pos + 1].isspace():
+        while pos < len(buf) and buf[pos : pos + 1].isspace():
             pos += 1
-        if buf[pos:pos + 1] == b"#":
+        if buf[pos : pos + 1] == b"#":
             pos = buf.index(b"\n", pos) + 1
             continue
         end = pos
-        while end < len(buf) and not buf[end:end + 1].isspace():
+        while end < len(buf) and not buf[end : end + 1].isspace():
             end += 1
         fields.append(buf[pos:end])
         pos = end
@@ -187,7 +214,7 @@ def _parse_ppm(buf: bytes) -> np.ndarray:
     w, h, maxval = int(fields[1]), int(fields[2]), int(fields[3])
     if maxval != 255:
         raise MediaError("only 8-bit frames are supported")
-    pixels = buf[pos + 1: pos + 1 + w * h * 3]
+    pixels = buf[pos + 1 : pos + 1 + w * h * 3]
     if len(pixels) != w * h * 3:
         raise MediaError("truncated frame from ffmpeg")
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3).copy()
@@ -207,16 +234,36 @@ def load_frame(src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_T
         inp = ffmpeg.input(path, ss=seek) if seek > 0 else ffmpeg.input(path)
         # Longest side capped at MAX_SIDE while decoding: a hostile header cannot make us hold a
         # 20000x20000 frame (the vision encoder works on 448-px tiles anyway).
-        v = inp.video.filter("scale", f"min({MAX_SIDE},iw)", f"min({MAX_SIDE},ih)", force_original_aspect_ratio="decrease")
-        args = ffmpeg.output(v, "pipe:1", vframes=1, format="image2pipe", vcodec="ppm", pix_fmt="rgb24") \
-            .global_args("-nostdin", "-hide_banner", "-loglevel", "error").compile(cmd="ffmpeg")[1:]
+        v = inp.video.filter(
+            "scale", f"min({MAX_SIDE},iw)", f"min({MAX_SIDE},ih)", force_original_aspect_ratio="decrease"
+        )
+        args = (
+            ffmpeg.output(v, "pipe:1", vframes=1, format="image2pipe", vcodec="ppm", pix_fmt="rgb24")
+            .global_args("-nostdin", "-hide_banner", "-loglevel", "error")
+            .compile(cmd="ffmpeg")[1:]
+        )
         out = run_ffmpeg(args, timeout=timeout)
         return _parse_ppm(out) if out else None
 
-    with _as_path(src) as path:
+    with _as_path(src) as path, _missing_stream("video"):
         frame = grab(path, at) if at > 0 else None
         if frame is None:
             frame = grab(path, 0.0)
     if frame is None:
         raise MediaError("the input has no video frame")
     return frame
+
+
+# What ffmpeg says when the input lacks the stream a command selects.
+_NO_STREAM = ("matches no streams", "does not contain any stream", "Output file does not contain any stream")
+
+
+@contextlib.contextmanager
+def _missing_stream(kind: str):
+    """Turns ffmpeg's wording for a missing stream into a plain MediaError naming it."""
+    try:
+        yield
+    except MediaError as e:
+        if any(p in e.stderr for p in _NO_STREAM):
+            raise MediaError(f"the input has no {kind} stream", returncode=e.returncode, command=e.command) from e
+        raise

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -26,8 +26,10 @@ from .gguf_writer import GGML_TYPES, GgufWriter
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 24  # elements per generated chunk: bounds memory for multi-GB tensors
-DEMO_NOTICE = ("the demo module set has random weights: its text is gibberish and its audio is noise. "
-               "Point model_dir at a real MiniCPM-o-4_5-gguf directory for real speech.")
+DEMO_NOTICE = (
+    "the demo module set has random weights: its text is gibberish and its audio is noise. "
+    "Point model_dir at a real MiniCPM-o-4_5-gguf directory for real speech."
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ def _rng(seed: int, file_key: str, name: str) -> np.random.Generator:
 def _fixed_values(spec: ms.TensorSpec) -> np.ndarray:
     if spec.name == "resampler.pos_embed_k":
         e, npos = spec.ne
-        return sincos_2d(e, int(round(npos ** 0.5))).reshape(-1)
+        return sincos_2d(e, int(round(npos**0.5))).reshape(-1)
     raise ValueError(f"no fixed initialiser for {spec.name}")
 
 
@@ -78,8 +80,10 @@ def _metadata(file: ms.FileSpec, dims: ms.SetDims, vocab: ms.Vocab) -> ms.Meta:
     if file.key == "tts" and vocab.special_base != ms.SPECIAL_TOKEN_BASE:
         bos, eos = ms.tts_special_ids(vocab.special_base)
         # Not in llama.cpp-omni's files (it hard-codes 151687/151692); only the tiny set needs them.
-        return file.metadata(dims) + [("omni.tts.audio_bos_token_id", "uint32", bos),
-                                      ("omni.tts.text_eos_token_id", "uint32", eos)]
+        return file.metadata(dims) + [
+            ("omni.tts.audio_bos_token_id", "uint32", bos),
+            ("omni.tts.text_eos_token_id", "uint32", eos),
+        ]
     return file.metadata(dims)
 
 
@@ -102,8 +106,14 @@ def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Voc
     return GeneratedFile(file.key, path, path.stat().st_size, time.perf_counter() - t0)
 
 
-def make_models(out_dir: str | Path, size: str = "tiny", only: Sequence[str] | None = None,
-                seed: int = 0, cfm_steps: int = 5, llm_dtype: str = "f16") -> list[GeneratedFile]:
+def make_models(
+    out_dir: str | Path,
+    size: str = "tiny",
+    only: Sequence[str] | None = None,
+    seed: int = 0,
+    cfm_steps: int = 5,
+    llm_dtype: str = "f16",
+) -> list[GeneratedFile]:
     """Writes the module set (or the modules in ``only``) under ``out_dir``.
 
     ``cfm_steps``: the CFM step count the Token2Wav prompt cache is built for (Token2Wav must

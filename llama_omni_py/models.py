@@ -11,9 +11,9 @@ problem raises :class:`ModelFileError` naming the file and what is wrong.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from . import modelspec as ms
 from ._native import core
@@ -119,7 +119,9 @@ class FileReport:
     weight_types: tuple[str, ...]
 
 
-def _check_tensors(reader: _Reader, specs: list[ms.TensorSpec], file: ms.FileSpec, device_backend: str) -> tuple[str, ...]:
+def _check_tensors(
+    reader: _Reader, specs: list[ms.TensorSpec], file: ms.FileSpec, device_backend: str
+) -> tuple[str, ...]:
     weight_types = set()
     for spec in specs:
         t = reader._tensors.get(spec.name)
@@ -133,17 +135,24 @@ def _check_tensors(reader: _Reader, specs: list[ms.TensorSpec], file: ms.FileSpe
             continue
         allowed = {spec.dtype} | ({"f32"} if spec.dtype == ms.F16 else set())
         if tname not in allowed:
-            reader._fail(f"tensor '{spec.name}' is {tname}, expected {spec.dtype}"
-                         + (" (Token2Wav files must be F32)" if file.module == "token2wav" else ""))
+            reader._fail(
+                f"tensor '{spec.name}' is {tname}, expected {spec.dtype}"
+                + (" (Token2Wav files must be F32)" if file.module == "token2wav" else "")
+            )
     if file.key == "llm" and device_backend == "cann":
         bad = sorted(w for w in weight_types if w.lower() not in CANN_MATMUL_TYPES)
         if bad:
-            reader._fail(f"LLM weights are {', '.join(bad)}, which the CANN backend cannot multiply: they would run "
-                         "on the CPU (Q4_K_M prefill measured 7.9 s vs 0.58 s for F16). Use MiniCPM-o-4_5-F16.gguf")
+            reader._fail(
+                f"LLM weights are {', '.join(bad)}, which the CANN backend cannot multiply: they would run "
+                "on the CPU (Q4_K_M prefill measured 7.9 s vs 0.58 s for F16). Use MiniCPM-o-4_5-F16.gguf"
+            )
         slow = sorted(w for w in weight_types if w.lower() not in CANN_PREFERRED)
         if slow:
-            log.warning("%s: LLM weights %s run on CANN but gave no speed-up over F16 on 910B; F16 is recommended",
-                        reader.path, ", ".join(slow))
+            log.warning(
+                "%s: LLM weights %s run on CANN but gave no speed-up over F16 on 910B; F16 is recommended",
+                reader.path,
+                ", ".join(slow),
+            )
     return tuple(sorted(weight_types))
 
 
@@ -168,12 +177,16 @@ def validate(model_set: ModelSet, modules: Sequence[str] | None = None, device: 
             if f.architecture is not None:
                 arch = readers[f.key].get_str("general.architecture")
                 if arch != f.architecture:
-                    raise ModelFileError(f"general.architecture is '{arch}', expected '{f.architecture}' "
-                                         f"(is this the {module} file?)", str(path))
+                    raise ModelFileError(
+                        f"general.architecture is '{arch}', expected '{f.architecture}' (is this the {module} file?)",
+                        str(path),
+                    )
         try:
             dims = ms.infer_dims(module, readers)
         except (ValueError, ZeroDivisionError, IndexError) as exc:
-            raise ModelFileError(f"cannot derive {module} dimensions: {exc}", str(model_set.path(files[0].key))) from exc
+            raise ModelFileError(
+                f"cannot derive {module} dimensions: {exc}", str(model_set.path(files[0].key))
+            ) from exc
         set_dims = _single_module_dims(module, dims)
         for f in files:
             r = readers[f.key]
@@ -186,6 +199,7 @@ def _single_module_dims(module: str, dims) -> ms.SetDims:
     """A SetDims whose ``module`` field is ``dims`` (the other fields are never read)."""
     base = ms.preset("real")
     from dataclasses import replace
+
     return replace(base, **{ms.set_dims_field(module): dims})
 
 

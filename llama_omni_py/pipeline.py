@@ -20,7 +20,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator
+from collections.abc import Iterator
+from typing import Any, Callable
 
 from .errors import PipelineError
 
@@ -75,7 +76,7 @@ class Channel:
 class Emitter:
     """What a stage body calls to hand items on; False means the pipeline was cancelled."""
 
-    def __init__(self, pipe: "Pipeline", stage: str, out: Channel):
+    def __init__(self, pipe: Pipeline, stage: str, out: Channel):
         self._pipe, self._stage, self._out = pipe, stage, out
         self.mark = time.perf_counter()  # start of the current item's compute
 
@@ -99,8 +100,13 @@ Stage = Callable[[Any, Emitter], None]
 
 
 class Pipeline:
-    def __init__(self, source: tuple[str, Source], stages: list[tuple[str, Stage]], queue_sizes: list[int],
-                 on_thread_start: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        source: tuple[str, Source],
+        stages: list[tuple[str, Stage]],
+        queue_sizes: list[int],
+        on_thread_start: Callable[[], None] | None = None,
+    ):
         if len(queue_sizes) != len(stages) + 1 or min(queue_sizes) < 1:
             raise ValueError("one positive queue size per stage, plus the output queue")
         self.events: list[tuple[str, float, float]] = []  # (stage, start, end)
@@ -108,12 +114,20 @@ class Pipeline:
         self._cancelled = threading.Event()
         self._on_start = on_thread_start  # e.g. pin the stage thread (runs inside it)
         name, body = source
-        self._threads = [threading.Thread(target=self._run_source, args=(name, body, self._channels[0]),
-                                          name=f"omni-{name}", daemon=True)]
+        self._threads = [
+            threading.Thread(
+                target=self._run_source, args=(name, body, self._channels[0]), name=f"omni-{name}", daemon=True
+            )
+        ]
         for i, (sname, fn) in enumerate(stages):
-            self._threads.append(threading.Thread(target=self._run_stage,
-                                                  args=(sname, fn, self._channels[i], self._channels[i + 1]),
-                                                  name=f"omni-{sname}", daemon=True))
+            self._threads.append(
+                threading.Thread(
+                    target=self._run_stage,
+                    args=(sname, fn, self._channels[i], self._channels[i + 1]),
+                    name=f"omni-{sname}",
+                    daemon=True,
+                )
+            )
         for t in self._threads:
             t.start()
 
@@ -155,7 +169,7 @@ class Pipeline:
     def _fail(self, stage: str, exc: BaseException, out: Channel) -> None:
         # Downstream stages stop at once; the failure reaches the caller through the chain.
         failure = _Failure(stage, exc)
-        for ch in self._channels[self._channels.index(out):]:
+        for ch in self._channels[self._channels.index(out) :]:
             ch.put(failure, force=True)
 
     # -- caller side -----------------------------------------------------------------------

@@ -68,7 +68,7 @@ class Topology:
     cpu_model: str
     logical_cpus: int
     physical_cores: int | None
-    allowed_cpus: tuple[int, ...]          # this process's affinity mask
+    allowed_cpus: tuple[int, ...]  # this process's affinity mask
     nodes: tuple[NumaNode, ...] = field(default_factory=tuple)
 
     def node_of_cpu(self, cpu: int) -> int | None:
@@ -107,10 +107,14 @@ def read_topology(sys_node: Path = _SYS_NODE, allowed: list[int] | None = None) 
                 continue
             nodes.append(NumaNode(int(d.name[4:]), tuple(c for c in cpus if online is None or c in online)))
     if allowed is None:
-        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        allowed = (
+            sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        )
     if not nodes:  # no NUMA information (containers, non-Linux): one node with every allowed CPU
         nodes = [NumaNode(0, tuple(sorted(allowed)))]
-    return Topology(_cpu_model(), os.cpu_count() or 1, psutil.cpu_count(logical=False), tuple(sorted(allowed)), tuple(nodes))
+    return Topology(
+        _cpu_model(), os.cpu_count() or 1, psutil.cpu_count(logical=False), tuple(sorted(allowed)), tuple(nodes)
+    )
 
 
 def pci_numa_node(bus_id: str, sys_pci: Path = _SYS_PCI) -> int | None:
@@ -127,8 +131,13 @@ def pci_numa_node(bus_id: str, sys_pci: Path = _SYS_PCI) -> int | None:
 def npu_pci_bus_id(index: int, timeout: float = 5.0) -> str | None:
     """An Ascend NPU's PCI address from ``npu-smi info -t board -i N`` ("PCIe Bus Info")."""
     try:
-        out = subprocess.run(["npu-smi", "info", "-t", "board", "-i", str(index)], capture_output=True,
-                             text=True, timeout=timeout, check=False).stdout
+        out = subprocess.run(
+            ["npu-smi", "info", "-t", "board", "-i", str(index)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(r"PCIe Bus Info\s*:\s*([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])", out)
@@ -138,22 +147,30 @@ def npu_pci_bus_id(index: int, timeout: float = 5.0) -> str | None:
 @dataclass(frozen=True)
 class PlacementPlan:
     node: int
-    reason: str                           # why this node
-    vocoder_cpus: tuple[int, ...]         # one per vocoder pool thread
-    stage_cpus: tuple[int, ...]           # Python stage threads (LLM/TTS/Token2Wav drivers), disjoint
+    reason: str  # why this node
+    vocoder_cpus: tuple[int, ...]  # one per vocoder pool thread
+    stage_cpus: tuple[int, ...]  # Python stage threads (LLM/TTS/Token2Wav drivers), disjoint
     notes: tuple[str, ...] = ()
-    apply: bool = True                    # False: too few CPUs to split; threads stay unpinned
+    apply: bool = True  # False: too few CPUs to split; threads stay unpinned
 
     def describe(self) -> str:
-        lines = [f"NUMA node {self.node} ({self.reason})" + ("" if self.apply else ": not applied")
-                 ,
-                 f"  vocoder pool: {len(self.vocoder_cpus)} threads on CPUs {format_cpulist(list(self.vocoder_cpus))}",
-                 f"  stage threads: CPUs {format_cpulist(list(self.stage_cpus))}"]
+        lines = [
+            f"NUMA node {self.node} ({self.reason})" + ("" if self.apply else ": not applied"),
+            f"  vocoder pool: {len(self.vocoder_cpus)} threads on CPUs {format_cpulist(list(self.vocoder_cpus))}",
+            f"  stage threads: CPUs {format_cpulist(list(self.stage_cpus))}",
+        ]
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
 
     def as_dict(self) -> dict:
-        return {"node": self.node, "reason": self.reason, "applied": self.apply, "notes": list(self.notes),
-                "vocoder_cpus": list(self.vocoder_cpus), "stage_cpus": list(self.stage_cpus), "text": self.describe()}
+        return {
+            "node": self.node,
+            "reason": self.reason,
+            "applied": self.apply,
+            "notes": list(self.notes),
+            "vocoder_cpus": list(self.vocoder_cpus),
+            "stage_cpus": list(self.stage_cpus),
+            "text": self.describe(),
+        }
 
 
 def device_numa_node(device: str, sys_pci: Path = _SYS_PCI) -> tuple[int | None, str]:
@@ -170,9 +187,14 @@ def device_numa_node(device: str, sys_pci: Path = _SYS_PCI) -> tuple[int | None,
     return pci_numa_node(bus, sys_pci), (f"{device} ({bus})" if bus else device)
 
 
-def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: int | None = None,
-                   device_label: str = "the accelerator", env: dict | None = None,
-                   numa_node: int | None = None) -> PlacementPlan:
+def plan_placement(
+    topo: Topology,
+    t2w_threads: int | None = None,
+    device_node: int | None = None,
+    device_label: str = "the accelerator",
+    env: dict | None = None,
+    numa_node: int | None = None,
+) -> PlacementPlan:
     """Vocoder cores and stage cores on one node. ``t2w_threads`` None means OMNI_T2W_THREADS or
     up to 16 (capped to what the node has, with a note); an explicit count that cannot be met on
     the node raises ConfigError. Node: ``numa_node``, else OMNI_NUMA_NODE, else the accelerator's,
@@ -184,8 +206,11 @@ def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: 
     if chosen is not None:
         node, reason = chosen, ("numa_node" if numa_node is not None else ENV_NUMA_NODE)
         if not usable.get(node):
-            raise ConfigError(reason, f"node {node} has no CPU this process may use "
-                                      f"(nodes with usable CPUs: {[n for n, c in usable.items() if c]})")
+            raise ConfigError(
+                reason,
+                f"node {node} has no CPU this process may use "
+                f"(nodes with usable CPUs: {[n for n, c in usable.items() if c]})",
+            )
     elif device_node is not None and usable.get(device_node):
         node, reason = device_node, f"{device_label} is attached here"
     else:
@@ -204,19 +229,26 @@ def plan_placement(topo: Topology, t2w_threads: int | None = None, device_node: 
     room = max(1, len(cpus) - 1)  # keep one CPU of the node for the stage threads
     if t2w_threads > room:
         if explicit and len(cpus) > 1:
-            raise ConfigError("t2w_threads", f"{t2w_threads} vocoder threads do not fit on NUMA node {node} "
-                                             f"({len(cpus)} usable CPUs, one kept for the stage threads)")
+            raise ConfigError(
+                "t2w_threads",
+                f"{t2w_threads} vocoder threads do not fit on NUMA node {node} "
+                f"({len(cpus)} usable CPUs, one kept for the stage threads)",
+            )
         notes.append(f"vocoder threads capped at {room} (node {node} has {len(cpus)} usable CPUs)")
         t2w_threads = room
     apply = len(cpus) >= MIN_CPUS_TO_PIN
     if not apply:
-        notes.append(f"{len(cpus)} usable CPUs (< {MIN_CPUS_TO_PIN}): threads left unpinned -- splitting so few "
-                     "CPUs starves the LLM (measured with llama-omni bench --pin on,off)")
+        notes.append(
+            f"{len(cpus)} usable CPUs (< {MIN_CPUS_TO_PIN}): threads left unpinned -- splitting so few "
+            "CPUs starves the LLM (measured with llama-omni bench --pin on,off)"
+        )
     if len(cpus) == 1:
         return PlacementPlan(node, reason, (cpus[0],), (cpus[0],), tuple(notes), apply)
     # Stage threads take the node's first CPUs, the vocoder the ones after them.
     stage = cpus[: len(cpus) - t2w_threads]
-    return PlacementPlan(node, reason, tuple(cpus[len(stage): len(stage) + t2w_threads]), tuple(stage), tuple(notes), apply)
+    return PlacementPlan(
+        node, reason, tuple(cpus[len(stage) : len(stage) + t2w_threads]), tuple(stage), tuple(notes), apply
+    )
 
 
 def plan_for_device(device: str, t2w_threads: int | None = None, numa_node: int | None = None) -> PlacementPlan:

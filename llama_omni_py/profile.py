@@ -47,17 +47,33 @@ def stage_ms(events) -> dict[str, float]:
     return out
 
 
-def request_timings(events, chunk_audio_s: list[float], *, start: float, end: float, first_audio: float | None,
-                    last_audio: float | None, **counts) -> Timings:
+def request_timings(
+    events,
+    chunk_audio_s: list[float],
+    *,
+    start: float,
+    end: float,
+    first_audio: float | None,
+    last_audio: float | None,
+    **counts,
+) -> Timings:
     """The Timings of one request from its stage events and per-chunk audio seconds. Times are
     perf_counter seconds; ``first_audio``/``last_audio`` are seconds after ``start``; ``counts``
     are the remaining Timings fields (seed, prefill_ms, n_tokens, n_tts_tokens, apm_ms, vpm_ms)."""
     ms = stage_ms(events)
     audio_s = sum(chunk_audio_s)
-    return Timings(wall_s=end - start, time_to_first_audio_s=first_audio, llm_ms=ms["llm"], tts_ms=ms["tts"],
-                   token2wav_ms=ms["token2wav"], audio_s=audio_s,
-                   wall_rtf=last_audio / audio_s if audio_s > 0 and last_audio is not None else None,
-                   compute_rtf=compute_rtf(events, chunk_audio_s), events=tuple(events), **counts)
+    return Timings(
+        wall_s=end - start,
+        time_to_first_audio_s=first_audio,
+        llm_ms=ms["llm"],
+        tts_ms=ms["tts"],
+        token2wav_ms=ms["token2wav"],
+        audio_s=audio_s,
+        wall_rtf=last_audio / audio_s if audio_s > 0 and last_audio is not None else None,
+        compute_rtf=compute_rtf(events, chunk_audio_s),
+        events=tuple(events),
+        **counts,
+    )
 
 
 def summary_table(durations: dict[str, list[float]]) -> str:

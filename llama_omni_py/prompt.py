@@ -6,23 +6,33 @@ same code serves the real vocabulary (ids 151643..) and the tiny test one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from .errors import InvalidArgumentError, ModelFileError
 
 SYSTEM_VOICE = "模仿音频样本的音色并生成新的内容。\n"
-SYSTEM_ROLE = ("你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
-               "你是由面壁智能开发的人工智能助手：面壁小钢炮。")
+SYSTEM_ROLE = (
+    "你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
+    "你是由面壁智能开发的人工智能助手：面壁小钢炮。"
+)
 ASSISTANT_TEXT_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 ASSISTANT_SPEECH_PREFIX = ASSISTANT_TEXT_PREFIX + "<|tts_bos|>"
 ROLES = ("user", "assistant")
 
 # Tokens the LLM emits that carry no speech: never handed to the TTS (engine-spec §3).
-_NO_SPEECH = ("<think>", "</think>", "<|tts_eos|>", "<|speak|>", "<|listen|>", "<|chunk_eos|>",
-              "<|chunk_tts_eos|>", "<|turn_eos|>")
+_NO_SPEECH = (
+    "<think>",
+    "</think>",
+    "<|tts_eos|>",
+    "<|speak|>",
+    "<|listen|>",
+    "<|chunk_eos|>",
+    "<|chunk_tts_eos|>",
+    "<|turn_eos|>",
+)
 
 
 @dataclass(frozen=True)
@@ -32,12 +42,13 @@ class SpecialTokens:
     im_end: int
     audio_start: int
     audio_end: int
-    first_added: int           # ids from here on are added/special tokens (151643 in the real vocab)
-    no_speech: frozenset       # ids dropped before the TTS
+    first_added: int  # ids from here on are added/special tokens (151643 in the real vocab)
+    no_speech: frozenset  # ids dropped before the TTS
 
     @classmethod
-    def resolve(cls, model) -> "SpecialTokens":
+    def resolve(cls, model) -> SpecialTokens:
         """From a native LlmModel: every name must be a single vocabulary entry."""
+
         def find(name: str) -> int:
             tid = model.find_token(name)
             if tid < 0:
@@ -47,8 +58,15 @@ class SpecialTokens:
         first = find("<|endoftext|>")
         blank = model.tokenize("\n\n", False)  # Qwen's "\n\n" (id 271) is dropped too
         extra = set(blank) if len(blank) == 1 else set()
-        return cls(find("<|tts_bos|>"), find("<|tts_eos|>"), find("<|im_end|>"), find("<|audio_start|>"),
-                   find("<|audio_end|>"), first, frozenset({find(n) for n in _NO_SPEECH} | extra))
+        return cls(
+            find("<|tts_bos|>"),
+            find("<|tts_eos|>"),
+            find("<|im_end|>"),
+            find("<|audio_start|>"),
+            find("<|audio_end|>"),
+            first,
+            frozenset({find(n) for n in _NO_SPEECH} | extra),
+        )
 
     def speaks(self, token: int) -> bool:
         """Whether an LLM token is handed to the TTS."""
@@ -66,10 +84,17 @@ class Prompt:
         return sum(len(x) for kind, x in self.segments)
 
 
-def simplex_speech_prompt(model, user_text: str, reference_audio: np.ndarray | None = None,
-                          user_audio: Sequence[np.ndarray] = (), user_images: Sequence[np.ndarray] = (),
-                          *, system_prompt: str | None = None, history: Sequence[tuple[str, str]] = (),
-                          tts_template: bool = True) -> Prompt:
+def simplex_speech_prompt(
+    model,
+    user_text: str,
+    reference_audio: np.ndarray | None = None,
+    user_audio: Sequence[np.ndarray] = (),
+    user_images: Sequence[np.ndarray] = (),
+    *,
+    system_prompt: str | None = None,
+    history: Sequence[tuple[str, str]] = (),
+    tts_template: bool = True,
+) -> Prompt:
     """System prompt (voice-clone wording, with the reference-audio slot when given; its role text
     is `system_prompt` when given), earlier turns of `history` ((role, text), role user or
     assistant), the user turn (images as <image>..</image>, audio as <|audio_start|>..<|audio_end|>,
@@ -84,6 +109,7 @@ def simplex_speech_prompt(model, user_text: str, reference_audio: np.ndarray | N
             raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
     if not user_text.strip() and not user_audio and not user_images:
         raise InvalidArgumentError("empty input: give text, audio or an image")
+
     def tok(s: str, special: bool = True):
         return ("tokens", list(model.tokenize(s, special)))
 

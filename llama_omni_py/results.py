@@ -69,7 +69,7 @@ class SpeakResult:
         sf.write(str(path), self.audio, self.sample_rate)
 
     @classmethod
-    def collect(cls, chunks) -> "SpeakResult":
+    def collect(cls, chunks) -> SpeakResult:
         """Joins streamed chunks into one result."""
         texts, parts, timings = [], [], Timings()
         for chunk in chunks:

@@ -12,9 +12,10 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import Callable
 
 from . import placement, stages
 from .backend import resolve_device
@@ -40,8 +41,13 @@ class OmniSession:
     ``model_dir`` None uses the demo set (random weights, short replies). ``progress(step,
     steps, what)`` is called before each loading step (the CLI's bar)."""
 
-    def __init__(self, model_dir=None, device: str = "auto", config: SessionConfig | None = None,
-                 progress: Callable[[int, int, str], None] | None = None):
+    def __init__(
+        self,
+        model_dir=None,
+        device: str = "auto",
+        config: SessionConfig | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
+    ):
         if config is not None and not isinstance(config, SessionConfig):
             raise ConfigError("config", f"must be a SessionConfig, got {type(config).__name__}")
         step = iter(range(1, 4))
@@ -55,8 +61,9 @@ class OmniSession:
         self.llm = LanguageModel(model_set.llm, self.device, c.n_ctx, c.llm_threads, c.exact)
         self.tts = TtsModel(model_set.path("tts"), model_set.path("projector"), self.device, c.module_threads, c.exact)
         if self.tts.dims.llm_embd != self.llm.n_embd:
-            raise InvalidArgumentError(f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, "
-                                       f"the LLM has {self.llm.n_embd}")
+            raise InvalidArgumentError(
+                f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, the LLM has {self.llm.n_embd}"
+            )
         self.inputs = InputEncoder(self.model_dir, self.device, c.module_threads, c.audio_mode, c.stack_frames)
         report("placement")
         self.placement = self._plan(c.token2wav)
@@ -114,10 +121,22 @@ class OmniSession:
             self._busy.release()
 
     # -- requests ------------------------------------------------------------------------------
-    def stream(self, text: str | None = None, *, audio=None, image=None, video=None, voice=None,
-               seed: int | None = None, max_new_tokens: int | None = None, system_prompt: str | None = None,
-               history=(), speech: bool = True, tts_template: bool | None = None,
-               stack_frames: int | None = None) -> Iterator[SpeechChunk]:
+    def stream(
+        self,
+        text: str | None = None,
+        *,
+        audio=None,
+        image=None,
+        video=None,
+        voice=None,
+        seed: int | None = None,
+        max_new_tokens: int | None = None,
+        system_prompt: str | None = None,
+        history=(),
+        speech: bool = True,
+        tts_template: bool | None = None,
+        stack_frames: int | None = None,
+    ) -> Iterator[SpeechChunk]:
         """Yields SpeechChunks as audio becomes ready; the last has ``is_final`` and ``timings``.
 
         audio/image/video: a path, bytes or array (see media.py), or a list of them; voice:
@@ -126,9 +145,20 @@ class OmniSession:
         replaces the assistant role text; history: earlier (role, text) turns, role "user" or
         "assistant"; speech=False gives a text-only reply; tts_template (default: speech) ends the
         prompt with the speech prefix; stack_frames: video frames per video."""
-        request = Request(text, audio, image, video, voice, self.config.seed if seed is None else seed,
-                          max_new_tokens, system_prompt, tuple(history), speech,
-                          speech if tts_template is None else tts_template, stack_frames)
+        request = Request(
+            text,
+            audio,
+            image,
+            video,
+            voice,
+            self.config.seed if seed is None else seed,
+            max_new_tokens,
+            system_prompt,
+            tuple(history),
+            speech,
+            speech if tts_template is None else tts_template,
+            stack_frames,
+        )
         return self._stream(request)
 
     def _stream(self, request: Request) -> Iterator[SpeechChunk]:
@@ -158,10 +188,17 @@ class OmniSession:
             return
         reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, c.llm, c.tts)
         t2w = stages.Token2WavStage(self.token2wav) if r.speech else None
-        body = [("tts", stages.tts_stage(self.tts, reply)), ("token2wav", t2w)] if r.speech else [
-            ("text", stages.text_stage())]
-        pipe = Pipeline(("llm", stages.llm_stage(self.llm, reply)), body,
-                        [c.tts_queue, *[c.audio_queue] * len(body)], self._pin_stage_thread)
+        body = (
+            [("tts", stages.tts_stage(self.tts, reply)), ("token2wav", t2w)]
+            if r.speech
+            else [("text", stages.text_stage())]
+        )
+        pipe = Pipeline(
+            ("llm", stages.llm_stage(self.llm, reply)),
+            body,
+            [c.tts_queue, *[c.audio_queue] * len(body)],
+            self._pin_stage_thread,
+        )
         self._pipeline = pipe
         first_audio = last_audio = None
         chunk_audio: list[float] = []
@@ -181,10 +218,18 @@ class OmniSession:
             self._pipeline = None
         if final is None:  # cancelled
             return
-        counts.update(prefill_ms=self.llm.last_prefill_ms, n_tokens=self.llm.last_n_tokens,
-                      n_tts_tokens=t2w.n_codes if t2w else 0)
-        timings = request_timings(pipe.events, chunk_audio, start=start, end=time.perf_counter(),
-                                  first_audio=first_audio, last_audio=last_audio, **counts)
+        counts.update(
+            prefill_ms=self.llm.last_prefill_ms, n_tokens=self.llm.last_n_tokens, n_tts_tokens=t2w.n_codes if t2w else 0
+        )
+        timings = request_timings(
+            pipe.events,
+            chunk_audio,
+            start=start,
+            end=time.perf_counter(),
+            first_audio=first_audio,
+            last_audio=last_audio,
+            **counts,
+        )
         self.profiler.add(pipe.events, {k: counts[k] for k in ("apm_ms", "vpm_ms") if k in counts})
         yield replace(final, timings=timings)
 
@@ -211,10 +256,13 @@ class OmniSession:
         self._closed = True
         self.token2wav.close()
         if self.profiler.enabled:
-            print("llama-omni-py stage profile (OMNI_T2W_PROFILE):\n" + self.profiler.report(), file=sys.stderr,
-                  flush=True)
+            print(
+                "llama-omni-py stage profile (OMNI_T2W_PROFILE):\n" + self.profiler.report(),
+                file=sys.stderr,
+                flush=True,
+            )
 
-    def __enter__(self) -> "OmniSession":
+    def __enter__(self) -> OmniSession:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -32,8 +32,14 @@ class CodeChunk:
 class TtsModel:
     """The TTS decoder (and its projector) on one device."""
 
-    def __init__(self, tts_path: str | Path, projector_path: str | Path | None, device: str, threads: int = 1,
-                 exact: bool = False):
+    def __init__(
+        self,
+        tts_path: str | Path,
+        projector_path: str | Path | None,
+        device: str,
+        threads: int = 1,
+        exact: bool = False,
+    ):
         self.tts = core.Tts(str(tts_path), str(projector_path or ""), device, threads, KV_POSITIONS, exact)
 
     @property
@@ -42,7 +48,11 @@ class TtsModel:
 
     def sampler(self, sampling: TtsSampling, seed: int):
         o = core.TtsSamplerOptions()
-        o.temperature, o.repetition_penalty, o.window = sampling.temperature, sampling.repetition_penalty, sampling.window
+        o.temperature, o.repetition_penalty, o.window = (
+            sampling.temperature,
+            sampling.repetition_penalty,
+            sampling.window,
+        )
         o.top_k, o.top_p, o.seed = sampling.top_k, sampling.top_p, seed
         return core.TtsSampler(o)
 

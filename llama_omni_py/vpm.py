@@ -30,13 +30,15 @@ from .media import FRAME_TIME, load_frame
 log = logging.getLogger(__name__)
 
 SCALE_RESOLUTION = 448
-FRAME_SPACING = 1.0        # seconds between stacked video frames
+FRAME_SPACING = 1.0  # seconds between stacked video frames
 
 
-def overview_size(width: int, height: int, patch: int = 14, grid: int = 70,
-                  scale: int = SCALE_RESOLUTION) -> tuple[int, int]:
+def overview_size(
+    width: int, height: int, patch: int = 14, grid: int = 70, scale: int = SCALE_RESOLUTION
+) -> tuple[int, int]:
     """(width, height) of the resized overview: area about scale², multiples of `patch`, at most
     `grid` patches per side."""
+
     def to_patches(n: float) -> int:
         return max(round(n / patch) * patch, patch)
 
@@ -76,8 +78,14 @@ def resize_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 class ImageEncoder:
-    def __init__(self, model_dir: str | Path, device: str = "cpu", threads: int = 1, exact: bool = False,
-                 flash_attn_dims: list[int] | None = None):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        threads: int = 1,
+        exact: bool = False,
+        flash_attn_dims: list[int] | None = None,
+    ):
         """flash_attn_dims: head sizes that use fused attention (None: those the device supports)."""
         threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
@@ -102,7 +110,11 @@ class ImageEncoder:
         if not isinstance(stack_frames, int) or stack_frames < 1:
             raise ConfigError("stack_frames", f"must be a positive integer, got {stack_frames!r}")
         if stack_frames > 1:
-            log.warning("stack_frames=%d: several video frames can drive MiniCPM-o into repetition collapse; "
-                        "1 is the safe default", stack_frames)
-        return [self.vpm.encode(self.preprocess(load_frame(video, at=at + i * FRAME_SPACING)))
-                for i in range(stack_frames)]
+            log.warning(
+                "stack_frames=%d: several video frames can drive MiniCPM-o into repetition collapse; "
+                "1 is the safe default",
+                stack_frames,
+            )
+        return [
+            self.vpm.encode(self.preprocess(load_frame(video, at=at + i * FRAME_SPACING))) for i in range(stack_frames)
+        ]

@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pinned_llama_cpp() -> str:
-    pin = dict(line.split(" = ", 1) for line in (ROOT / "vendor" / "llama.cpp.pin").read_text().splitlines()
-               if " = " in line and not line.startswith("#"))
+    pin = dict(
+        line.split(" = ", 1)
+        for line in (ROOT / "vendor" / "llama.cpp.pin").read_text().splitlines()
+        if " = " in line and not line.startswith("#")
+    )
     return f"llama-cpp-python {pin['version']} (ggml {pin['ggml_version']}, {pin['ggml_commit']})"
 
 
@@ -30,8 +33,10 @@ def main() -> int:
     ap.add_argument("--llama-cpp", default=pinned_llama_cpp(), help="which llama.cpp the table describes")
     a = ap.parse_args()
     raw = Path(a.csv).read_bytes()
-    data = {"source": f"ggml docs/ops/CANN.csv of {a.llama_cpp} (sha256 {hashlib.sha256(raw).hexdigest()[:16]})",
-            "ops": distill_csv(a.csv)}
+    data = {
+        "source": f"ggml docs/ops/CANN.csv of {a.llama_cpp} (sha256 {hashlib.sha256(raw).hexdigest()[:16]})",
+        "ops": distill_csv(a.csv),
+    }
     Path(a.out).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"{a.out}: {len(data['ops'])} ops")
     return 0

@@ -65,9 +65,25 @@ def jpeg(tmp_path) -> bytes:
 
 
 def mp4(tmp_path) -> bytes:
-    return ffmpeg_bytes(tmp_path, "clip.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=5:duration=1.2",
-                        "-f", "lavfi", "-i", "sine=frequency=440:duration=1.2", "-c:v", "mpeg4", "-c:a", "aac",
-                        "-shortest", "-movflags", "+faststart")
+    return ffmpeg_bytes(
+        tmp_path,
+        "clip.mp4",
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=64x48:rate=5:duration=1.2",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:duration=1.2",
+        "-c:v",
+        "mpeg4",
+        "-c:a",
+        "aac",
+        "-shortest",
+        "-movflags",
+        "+faststart",
+    )
 
 
 def user(*items, text: str | None = None) -> dict:

@@ -3,13 +3,12 @@ the log-mel front end vs torch.stft, and long audio in clamp and window modes.""
 
 import numpy as np
 import pytest
-import torch  # reference dependency, installed by scripts/install-reference.sh
+from reference import apm as ref
 
 import llama_omni_py as omni
 from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
 from llama_omni_py.apm import AudioEncoder
-from reference import apm as ref
 
 
 def _audio(seconds, seed=0):
@@ -91,7 +90,7 @@ def test_streaming_never_overflows_the_positions(apm_path):
 def test_audio_encoder_live_chunks(tiny_dir):
     enc = AudioEncoder(tiny_dir, threads=1)
     x = _audio(3.0, seed=5)
-    live = [enc.encode_chunk(x[i:i + 16000]) for i in range(0, x.size, 16000)]
+    live = [enc.encode_chunk(x[i : i + 16000]) for i in range(0, x.size, 16000)]
     assert [c.shape[0] for c in live] == [10, 10, 10]
     enc.reset_stream()
     again = enc.encode_chunk(x[:16000])

@@ -11,14 +11,13 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from test_placement import _sysfs  # synthetic sysfs trees
 
 from llama_omni_py import cli
 from llama_omni_py.bench import metrics, pinning, prompts
 from llama_omni_py.bench.runner import exit_status
 from llama_omni_py.bench.schema import validate_run
 from llama_omni_py.errors import ConfigError
-
-from test_placement import _sysfs  # synthetic sysfs trees
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tiny LLM ends replies at random; seed 0 with 60 tokens gives 5 chunks (3 steady) for "story".
@@ -29,8 +28,23 @@ TINY = ["--device", "cpu", "--prompts", "story", "--max-new-tokens", "60", "--se
 def bench_runs(tiny_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     # the realtime gate depends on this shared machine's load: let it miss, check the data gates
-    rc = cli.main(["bench", "--model-dir", str(tiny_dir), *TINY, "--t2w-threads", "1,2", "--pin", "off",
-                   "--warmup", "1", "--out-dir", str(out), "--allow-realtime-miss"])
+    rc = cli.main(
+        [
+            "bench",
+            "--model-dir",
+            str(tiny_dir),
+            *TINY,
+            "--t2w-threads",
+            "1,2",
+            "--pin",
+            "off",
+            "--warmup",
+            "1",
+            "--out-dir",
+            str(out),
+            "--allow-realtime-miss",
+        ]
+    )
     files = sorted(out.glob("*.json"))
     return rc, [json.loads(f.read_text()) for f in files], files
 
@@ -44,10 +58,13 @@ def test_bench_writes_one_schema_valid_json_per_configuration(bench_runs):
         assert r["data_valid"] and len(r["requests"]) == 3 and len(r["warmup"]) == 1
         assert all(q["round"] >= 1 for q in r["requests"]) and r["warmup"][0]["round"] == 0
         assert r["options"]["alternated_with"] and r["summary"]["wall_rtf"] == pytest.approx(
-            statistics.median(q["wall_rtf"] for q in r["requests"]))
+            statistics.median(q["wall_rtf"] for q in r["requests"])
+        )
         q = r["requests"][0]
         assert [c["samples"] for c in q["chunks"]][1:-1] == [24000] * 3
-        assert q["chunks"][-1]["is_final"] and q["audio_s"] == pytest.approx(sum(c["samples"] for c in q["chunks"]) / 24000)
+        assert q["chunks"][-1]["is_final"] and q["audio_s"] == pytest.approx(
+            sum(c["samples"] for c in q["chunks"]) / 24000
+        )
         assert q["compute_rtf"] > 0 and 0 < q["time_to_first_audio_s"] <= q["wall_s"]
         m = r["manifest"]
         assert m["git"]["commit"] and isinstance(m["git"]["dirty"], bool)
@@ -71,8 +88,23 @@ def test_schema_rejects_a_malformed_run(bench_runs):
 def test_gate_violation_marks_the_run_invalid_and_exits_nonzero(tiny_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMNI_T2W_THREADS", "2")  # the sweep's knob: resolved, recorded, in the label
     # 50 codes per chunk: two 25-code Token2Wav windows, so every steady chunk has 48000 samples
-    rc = cli.main(["bench", "--model-dir", str(tiny_dir), *TINY, "--pin", "off", "--warmup", "0",
-                   "--codes-per-chunk", "50", "--out-dir", str(tmp_path), "--allow-realtime-miss"])
+    rc = cli.main(
+        [
+            "bench",
+            "--model-dir",
+            str(tiny_dir),
+            *TINY,
+            "--pin",
+            "off",
+            "--warmup",
+            "0",
+            "--codes-per-chunk",
+            "50",
+            "--out-dir",
+            str(tmp_path),
+            "--allow-realtime-miss",
+        ]
+    )
     assert rc == 1
     (f,) = tmp_path.glob("*.json")
     run = json.loads(f.read_text())
@@ -90,9 +122,15 @@ def _events(n_chunks: int, t2w_queue_s: float):
     ev = []
     for i in range(n_chunks):
         t = 10.0 * i
-        ev += [("llm", t, t + 1), ("llm.blocked", t + 1, t + 1), ("tts.wait", t, t + 1), ("tts", t + 1, t + 2),
-               ("tts.blocked", t + 2, t + 2), ("token2wav.wait", t, t + 2 + t2w_queue_s),
-               ("token2wav", t + 2 + t2w_queue_s, t + 3 + t2w_queue_s)]
+        ev += [
+            ("llm", t, t + 1),
+            ("llm.blocked", t + 1, t + 1),
+            ("tts.wait", t, t + 1),
+            ("tts", t + 1, t + 2),
+            ("tts.blocked", t + 2, t + 2),
+            ("token2wav.wait", t, t + 2 + t2w_queue_s),
+            ("token2wav", t + 2 + t2w_queue_s, t + 3 + t2w_queue_s),
+        ]
     return ev
 
 
@@ -146,8 +184,9 @@ def test_pinned_cpus_follow_the_device_node(tmp_path):
 
 
 def test_pinned_cpus_skip_offline_cpus(tmp_path):
-    topo = pinning.placement.read_topology(_sysfs(tmp_path, {0: "0-7", 1: "8-15"}, online="0-5,8-15"),
-                                           allowed=list(range(16)))
+    topo = pinning.placement.read_topology(
+        _sysfs(tmp_path, {0: "0-7", 1: "8-15"}, online="0-5,8-15"), allowed=list(range(16))
+    )
     assert pinning.device_node_cpus(topo, 0, env={}) == (0, (0, 1, 2, 3, 4, 5))
 
 
@@ -156,11 +195,22 @@ def _script(tmp_path, mask, *args):
     pci = tmp_path / "pci" / "0000:c1:00.0"
     pci.mkdir(parents=True)
     (pci / "numa_node").write_text("2\n")
-    env = dict(os.environ, PYTHON=sys.executable, OMNI_BENCH_SYS_NODE=str(sys_node), OMNI_BENCH_SYS_PCI=str(pci.parent),
-               OMNI_BENCH_PCI_BUS_ID="0000:c1:00.0", OMNI_BENCH_MASK=mask)
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        OMNI_BENCH_SYS_NODE=str(sys_node),
+        OMNI_BENCH_SYS_PCI=str(pci.parent),
+        OMNI_BENCH_PCI_BUS_ID="0000:c1:00.0",
+        OMNI_BENCH_MASK=mask,
+    )
     env.pop("OMNI_NUMA_NODE", None)
-    return subprocess.run(["bash", str(ROOT / "scripts" / "bench-pinned.sh"), "--dry-run", *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "bench-pinned.sh"), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_pinned_script_runs_taskset_on_the_device_node(tmp_path):
@@ -168,10 +218,11 @@ def test_pinned_script_runs_taskset_on_the_device_node(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 8  # 2 thread counts x 2 queue sizes x {pinned, unpinned}
-    pinned = [l for l in lines if "taskset" in l]
-    assert len(pinned) == 4 and all("taskset -c 16-23 " in l and "--tag pinned" in l for l in pinned)
-    assert {l.split()[0] for l in lines} == {"OMNI_T2W_THREADS=4", "OMNI_T2W_THREADS=8"}
-    assert sum("OMNI_TTS_QUEUE=1 " in l for l in lines) == 4 and all(l.endswith("--repeats 3") for l in lines)
+    pinned = [line for line in lines if "taskset" in line]
+    assert len(pinned) == 4 and all("taskset -c 16-23 " in line and "--tag pinned" in line for line in pinned)
+    assert {line.split()[0] for line in lines} == {"OMNI_T2W_THREADS=4", "OMNI_T2W_THREADS=8"}
+    assert sum("OMNI_TTS_QUEUE=1 " in line for line in lines) == 4
+    assert all(line.endswith("--repeats 3") for line in lines)
 
 
 def test_pinned_script_refuses_a_mask_outside_the_node(tmp_path):
@@ -201,7 +252,8 @@ def test_report_renders_table_and_plots(bench_runs, tmp_path):
 
 
 def test_checkout_wrapper_is_the_same_command():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--help"], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--help"], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0 and "--t2w-threads" in r.stdout and "--allow-realtime-miss" in r.stdout
     assert cli.main(["bench", "--repeats", "2", "--model-dir", "unused"]) == 2  # fewer than 3 rounds: refused

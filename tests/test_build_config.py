@@ -22,8 +22,16 @@ def _site_prefix() -> Path:
 def _configure(build: Path, *defines: str, env_extra=None) -> subprocess.CompletedProcess:
     import pybind11
 
-    cmd = ["cmake", "-S", str(ROOT), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
-           f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", *defines]
+    cmd = [
+        "cmake",
+        "-S",
+        str(ROOT),
+        "-B",
+        str(build),
+        f"-DPython_EXECUTABLE={sys.executable}",
+        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+        *defines,
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("OMNI_LLAMA_CPP_DIR", "OMNI_LLAMA_CPP_BUILD_DIR")}
     env.update(env_extra or {})
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)

@@ -30,8 +30,14 @@ def audit(tiny_dir):
 
 def test_every_device_graph_is_recorded(audit):
     graphs = {m: set(r.graphs) for m, r in audit.reports.items()}
-    assert graphs == {"apm": {"encode", "encode_stream"}, "vpm": {"encode"}, "tts": {"projector", "step"},
-                      "conformer": {"chunk"}, "dit": {"step"}, "llm": {"prefill", "decode"}}
+    assert graphs == {
+        "apm": {"encode", "encode_stream"},
+        "vpm": {"encode"},
+        "tts": {"projector", "step"},
+        "conformer": {"chunk"},
+        "dit": {"step"},
+        "llm": {"prefill", "decode"},
+    }
     for r in audit.reports.values():
         assert r.nodes > r.views > 0 and r.supported > 0
 
@@ -50,9 +56,15 @@ def test_the_dit_graph_is_the_cfg_batch(tiny_dir, table):
 
 def _node(op, dst_type="f32", src=(), params=(), desc=None, slots=None):
     words = list(params) + [0] * (16 - len(params))
-    return {"op": op, "desc": desc or op, "name": "", "dst": {"type": dst_type, "ne": [8, 8, 1, 1]},
-            "src": [{"type": t, "ne": [8, 8, 1, 1]} for t in src], "src_slots": slots or list(range(len(src))),
-            "op_params": words}
+    return {
+        "op": op,
+        "desc": desc or op,
+        "name": "",
+        "dst": {"type": dst_type, "ne": [8, 8, 1, 1]},
+        "src": [{"type": t, "ne": [8, 8, 1, 1]} for t in src],
+        "src_slots": slots or list(range(len(src))),
+        "op_params": words,
+    }
 
 
 def _f(x):
@@ -106,9 +118,13 @@ def test_csv_distills_to_the_packaged_form(tmp_path):
     csv_path.write_text(
         '"backend_name","op_name","op_params","test_mode","supported","error_message","backend_reg_name"\n'
         '"CANN0","SCALE","type=f32,ne=[10,10,10,10],scale=2.000000,bias=0.000000,inplace=0","support","1","yes","CANN"\n'
-        '"CANN0","SCALE","type=f32,ne=[10,10,10,10],scale=2.000000,bias=1.000000,inplace=0","support","0","no","CANN"\n')
+        '"CANN0","SCALE","type=f32,ne=[10,10,10,10],scale=2.000000,bias=1.000000,inplace=0","support","0","no","CANN"\n'
+    )
     t = ca.OpTable.load(csv_path)
-    assert [g["sig"] for g in t.ops["SCALE"]] == [{"bias": "0.000000", "type": "f32"}, {"bias": "1.000000", "type": "f32"}]
+    assert [g["sig"] for g in t.ops["SCALE"]] == [
+        {"bias": "0.000000", "type": "f32"},
+        {"bias": "1.000000", "type": "f32"},
+    ]
     assert ca.classify(_node("SCALE", src=("f32",), params=(_f(3.0), _f(0.0))), t).status == "supported"
     assert ca.classify(_node("SCALE", src=("f32",), params=(_f(3.0), _f(1.0))), t).status == "unsupported"
 
@@ -118,7 +134,10 @@ def test_a_bad_table_is_a_clear_error(tmp_path, tiny_dir, capsys):
     bad.write_text('"backend_name","op_name"\n"CANN0","ADD"\n')  # no op_params column
     with pytest.raises(InvalidArgumentError, match="op-support table"):
         ca.OpTable.load(bad)
-    assert cli.main(["info", "--cann-audit", "--model-dir", str(tiny_dir), "--cann-table", str(tmp_path / "absent.json")]) == 2
+    assert (
+        cli.main(["info", "--cann-audit", "--model-dir", str(tiny_dir), "--cann-table", str(tmp_path / "absent.json")])
+        == 2
+    )
     assert "cannot read the op-support table" in capsys.readouterr().err
 
 

@@ -35,8 +35,9 @@ def test_console_script_runs(tmp_path):
     r = subprocess.run([str(script), "info"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "devices:" in r.stdout and "NUMA node" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "llama_omni_py", "--version"], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "llama_omni_py", "--version"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert r.returncode == 0 and "llama-omni-py" in r.stdout
 
 
@@ -46,8 +47,23 @@ def test_speak_writes_a_wav(tiny_dir, tmp_path, capsys):
     from llama_omni_py.cli import main
 
     out = tmp_path / "reply.wav"
-    assert main(["speak", "hello there", "-o", str(out), "--model-dir", str(tiny_dir), "--device", "cpu",
-                 "--max-new-tokens", "20"]) == 0
+    assert (
+        main(
+            [
+                "speak",
+                "hello there",
+                "-o",
+                str(out),
+                "--model-dir",
+                str(tiny_dir),
+                "--device",
+                "cpu",
+                "--max-new-tokens",
+                "20",
+            ]
+        )
+        == 0
+    )
     audio, sr = sf.read(out)
     assert sr == 24000 and audio.size > 0
     captured = capsys.readouterr()

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch  # reference dependency, installed by scripts/install-reference.sh
+from reference import flow as ref
 
 from llama_omni_py import modelgen
 from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
-from reference import flow as ref
 
 TOL = 1e-4
 
@@ -24,8 +24,14 @@ def _inputs(batch, frames, seed):
 def _reference(model, x, mu, t, spks, cond):
     with torch.inference_mode():
         mask = torch.ones(x.shape[0], 1, x.shape[2])
-        return model(*(torch.from_numpy(a) for a in (x,)), mask, torch.from_numpy(mu), torch.from_numpy(t),
-                     torch.from_numpy(spks), torch.from_numpy(cond)).numpy()
+        return model(
+            *(torch.from_numpy(a) for a in (x,)),
+            mask,
+            torch.from_numpy(mu),
+            torch.from_numpy(t),
+            torch.from_numpy(spks),
+            torch.from_numpy(cond),
+        ).numpy()
 
 
 def _check(got, want):
@@ -43,7 +49,7 @@ def tiny_dit(tiny_dir):
 @pytest.mark.parametrize("batch,frames", [(1, 1), (2, 28), (2, 50), (2, 150)])
 def test_estimator_matches_reference(tiny_dit, batch, frames):
     path, model = tiny_dit
-    est = core.DitEstimator(path, "cpu", 2)
+    est = core.internal.DitEstimator(path, "cpu", 2)
     d = est.dims
     assert (d.hidden, d.heads, d.head_dim, d.depth, d.mlp) == (64, 2, 32, 2, 256)
     inputs = _inputs(batch, frames, seed=frames)
@@ -53,7 +59,7 @@ def test_estimator_matches_reference(tiny_dit, batch, frames):
 def test_cfg_batch_rows_are_independent(tiny_dit):
     # Batch doubling for CFG must not mix rows: row 0 of a batch of 2 equals a batch of 1.
     path, _ = tiny_dit
-    est = core.DitEstimator(path, "cpu", 1)
+    est = core.internal.DitEstimator(path, "cpu", 1)
     x, mu, t, spks, cond = _inputs(2, 30, seed=9)
     both = est.forward(x, mu, t, spks, cond)
     one = est.forward(x[:1], mu[:1], t[:1], spks[:1], cond[:1])
@@ -63,23 +69,23 @@ def test_cfg_batch_rows_are_independent(tiny_dit):
 def test_deterministic_across_threads(tiny_dit):
     path, _ = tiny_dit
     inputs = _inputs(2, 50, seed=3)
-    a = core.DitEstimator(path, "cpu", 1).forward(*inputs)
-    b = core.DitEstimator(path, "cpu", 2).forward(*inputs)
+    a = core.internal.DitEstimator(path, "cpu", 1).forward(*inputs)
+    b = core.internal.DitEstimator(path, "cpu", 2).forward(*inputs)
     np.testing.assert_array_equal(a, b)
 
 
 def test_bad_input(tiny_dit, tiny_dir):
     path, _ = tiny_dit
-    est = core.DitEstimator(path, "cpu", 1)
+    est = core.internal.DitEstimator(path, "cpu", 1)
     x, mu, t, spks, cond = _inputs(2, 10, seed=1)
     with pytest.raises(InvalidArgumentError):
         est.forward(x, mu[:, :, :5], t, spks, cond)
     with pytest.raises(InvalidArgumentError):
         est.forward(x, mu, t[:1], spks, cond)
     with pytest.raises(ModelFileError):
-        core.DitEstimator(str(tiny_dir / "token2wav-gguf" / "encoder.gguf"), "cpu", 1)
+        core.internal.DitEstimator(str(tiny_dir / "token2wav-gguf" / "encoder.gguf"), "cpu", 1)
     with pytest.raises(Exception, match="cann"):
-        core.DitEstimator(path, "cann:0", 1)
+        core.internal.DitEstimator(path, "cann:0", 1)
 
 
 @pytest.mark.slow
@@ -88,7 +94,7 @@ def test_real_dimensions(tmp_path):
     modelgen.write_file(f, tmp_path, ms.preset("real"), ms.build_vocab(False), seed=0)
     path = str(tmp_path / f.relpath)
     model = ref.build_dit(path)
-    est = core.DitEstimator(path, "cpu", 2)
+    est = core.internal.DitEstimator(path, "cpu", 2)
     assert (est.dims.hidden, est.dims.heads, est.dims.depth) == (512, 8, 16)
     inputs = _inputs(2, 50, seed=4)
     _check(est.forward(*inputs), _reference(model, *inputs))

@@ -1,6 +1,5 @@
 """The native GGUF reader against hostile files: every defect is a ModelFileError, never a crash."""
 
-import os
 import random
 import struct
 
@@ -163,6 +162,7 @@ def test_libllama_rejects_a_wellformed_file_of_the_wrong_kind(tiny_dir):
 
 def test_tensor_reads_match_the_gguf_package(tiny_dir):
     import gguf  # test dependency (pyproject [test]); an independent reader
+
     for f in ms.FILES:
         path = tiny_dir / f.relpath
         ours = core.GgufFile(str(path))
@@ -171,4 +171,6 @@ def test_tensor_reads_match_the_gguf_package(tiny_dir):
         for t_ours, t_theirs in zip(ours.tensors, theirs.tensors):
             assert list(t_ours.ne) == [int(x) for x in t_theirs.shape]
             a = ours.read(t_ours.name)
-            np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), np.asarray(t_theirs.data).reshape(-1).view(np.uint8))
+            np.testing.assert_array_equal(
+                a.reshape(-1).view(np.uint8), np.asarray(t_theirs.data).reshape(-1).view(np.uint8)
+            )

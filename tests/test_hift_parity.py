@@ -2,18 +2,15 @@
 same random weights: f0 predictor, sine source, decode with a fixed source, the whole forward.
 Tolerance: max |diff| <= 1e-4 x RMS of the reference output, except where noted."""
 
-import time
-
 import numpy as np
 import pytest
-
 import torch  # reference dependency, installed by .ci/run (scripts/install-reference.sh)
+from reference import hift as ref
 
 from llama_omni_py import modelgen
 from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
-from reference import hift as ref
 
 TOL = 1e-4
 
@@ -42,7 +39,7 @@ def test_f0_predictor(tiny_hift, threads):
     mel = _mel(58)
     with torch.inference_mode():
         want = model.f0_predictor(torch.from_numpy(mel)[None])[0].numpy()
-    _assert_close(core.HiftVocoder(path, threads).f0(mel), want, what="f0")
+    _assert_close(core.internal.HiftVocoder(path, threads).f0(mel), want, what="f0")
 
 
 def test_sine_source(tiny_hift):
@@ -53,7 +50,7 @@ def test_sine_source(tiny_hift):
     rng = np.random.default_rng(1)
     f0 = np.where(np.arange(58) % 7 < 5, 80 + 200 * rng.random(58), 0).astype(np.float32)
     want = ref.deterministic_source(model, torch.from_numpy(f0)).numpy()
-    _assert_close(core.HiftVocoder(path, 1).source(f0), want, tol=2e-3, what="source")
+    _assert_close(core.internal.HiftVocoder(path, 1).source(f0), want, tol=2e-3, what="source")
 
 
 @pytest.mark.parametrize("frames", [1, 8, 58])
@@ -63,7 +60,7 @@ def test_decode_with_fixed_source(tiny_hift, frames):
     src = (0.1 * np.random.default_rng(7).standard_normal(frames * 480)).astype(np.float32)
     with torch.inference_mode():
         want = model.decode(torch.from_numpy(mel)[None], torch.from_numpy(src)[None, None])[0].numpy()
-    got = core.HiftVocoder(path, 2).decode(mel, src)
+    got = core.internal.HiftVocoder(path, 2).decode(mel, src)
     assert got.shape == (frames * 480,)
     _assert_close(got, want, what=f"decode {frames} frames")
 
@@ -73,7 +70,7 @@ def test_forward_with_cache_source(tiny_hift):
     mel = _mel(58, seed=3)
     cache = (0.05 * np.random.default_rng(4).standard_normal(3840)).astype(np.float32)
     want, want_src = ref.deterministic_forward(model, torch.from_numpy(mel), torch.from_numpy(cache))
-    audio, src = core.HiftVocoder(path, 2).forward(mel, cache)
+    audio, src = core.internal.HiftVocoder(path, 2).forward(mel, cache)
     np.testing.assert_array_equal(src[:3840], cache)
     _assert_close(src, want_src.numpy(), tol=2e-3, what="excitation")
     _assert_close(audio, want.numpy(), what="audio")
@@ -82,16 +79,16 @@ def test_forward_with_cache_source(tiny_hift):
 def test_deterministic_across_threads_and_runs(tiny_hift):
     path, _ = tiny_hift
     mel = _mel(58, seed=5)
-    a = core.HiftVocoder(path, 1).forward(mel)[0]
-    b = core.HiftVocoder(path, 2).forward(mel)[0]
-    c = core.HiftVocoder(path, 2).forward(mel)[0]
+    a = core.internal.HiftVocoder(path, 1).forward(mel)[0]
+    b = core.internal.HiftVocoder(path, 2).forward(mel)[0]
+    c = core.internal.HiftVocoder(path, 2).forward(mel)[0]
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(b, c)
 
 
 def test_bad_input_raises(tiny_hift, tiny_dir):
     path, _ = tiny_hift
-    v = core.HiftVocoder(path, 1)
+    v = core.internal.HiftVocoder(path, 1)
     with pytest.raises(InvalidArgumentError):
         v.decode(_mel(4), np.zeros(100, np.float32))
     with pytest.raises(InvalidArgumentError):
@@ -99,21 +96,23 @@ def test_bad_input_raises(tiny_hift, tiny_dir):
     with pytest.raises(InvalidArgumentError):
         v.forward(_mel(2), np.zeros(2000, np.float32))
     with pytest.raises(InvalidArgumentError):
-        core.HiftVocoder(path, 0)
+        core.internal.HiftVocoder(path, 0)
     with pytest.raises(InvalidArgumentError, match="one CPU per thread"):
-        core.HiftVocoder(path, 2, [0])
+        core.internal.HiftVocoder(path, 2, [0])
     with pytest.raises(ModelFileError, match="conv_pre"):
-        core.HiftVocoder(str(tiny_dir / "token2wav-gguf" / "encoder.gguf"), 1)
+        core.internal.HiftVocoder(str(tiny_dir / "token2wav-gguf" / "encoder.gguf"), 1)
 
 
 def test_pinning_outside_the_affinity_mask_raises(tiny_hift):
     path, _ = tiny_hift
     import os
+
     bad = max(os.sched_getaffinity(0)) + 1
     from llama_omni_py.errors import DeviceError
+
     with pytest.raises(DeviceError, match="pinning cannot be honoured"):
-        core.HiftVocoder(path, 1, [bad])
-    v = core.HiftVocoder(path, 1, [min(os.sched_getaffinity(0))])
+        core.internal.HiftVocoder(path, 1, [bad])
+    v = core.internal.HiftVocoder(path, 1, [min(os.sched_getaffinity(0))])
     assert v.forward(_mel(4))[0].shape == (4 * 480,)
 
 
@@ -129,6 +128,6 @@ def test_real_dimensions(tmp_path):
     src = (0.1 * np.random.default_rng(12).standard_normal(58 * 480)).astype(np.float32)
     with torch.inference_mode():
         want = model.decode(torch.from_numpy(mel)[None], torch.from_numpy(src)[None, None])[0].numpy()
-    v = core.HiftVocoder(path, 2)
+    v = core.internal.HiftVocoder(path, 2)
     assert v.base_channels == 512
     _assert_close(v.decode(mel, src), want, what="real decode")

@@ -45,8 +45,23 @@ def encoder(tiny_dir):
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
     path = tmp_path_factory.mktemp("video") / "clip.mp4"
-    subprocess.run([media.ffmpeg_binary(), "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i",
-                    "testsrc=size=320x240:rate=10:duration=3", "-c:v", "mpeg4", str(path)], check=True, timeout=120)
+    subprocess.run(
+        [
+            media.ffmpeg_binary(),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=320x240:rate=10:duration=3",
+            "-c:v",
+            "mpeg4",
+            str(path),
+        ],
+        check=True,
+        timeout=120,
+    )
     return path
 
 

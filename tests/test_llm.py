@@ -4,10 +4,10 @@ embedding prefill, decode steps with hidden states, sampling and KV management."
 import numpy as np
 import pytest
 import torch  # reference dependency, installed by scripts/install-reference.sh
+from reference import llm as ref
 
 import llama_omni_py as omni
 from llama_omni_py._native import core
-from reference import llm as ref
 
 PROMPT = "<|im_start|>user\nhello world, the quick brown fox<|im_end|>\n<|im_start|>assistant\n"
 
@@ -71,7 +71,7 @@ def test_decode_steps_greedy_and_seeded(f32_llm):
     greedy, logits, hiddens = run(0.0, 0)
     assert greedy[0] == int(np.argmax(logits))
     assert len(hiddens) == 7 and hiddens[0].shape == (model.info.n_embd,)
-    assert run(0.8, 7)[0] == run(0.8, 7)[0]          # same seed, same tokens
+    assert run(0.8, 7)[0] == run(0.8, 7)[0]  # same seed, same tokens
     assert run(0.8, 7)[0] != run(0.8, 8)[0] or run(0.8, 9)[0] != run(0.8, 7)[0]
 
 

@@ -1,6 +1,5 @@
 """Media extraction with the real ffmpeg (installed by .ci/run) on files generated here."""
 
-import os
 import stat
 import subprocess
 import time
@@ -24,8 +23,22 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("media")
     _ff("-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000:duration=45", "-c:a", "aac", str(d / "a45.m4a"))
     _ff("-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000:duration=60", str(d / "a60.wav"))
-    _ff("-f", "lavfi", "-i", "testsrc=size=320x240:rate=10:duration=3", "-f", "lavfi", "-i",
-        "sine=frequency=300:duration=3", "-shortest", "-c:v", "mpeg4", "-c:a", "aac", str(d / "clip.mp4"))
+    _ff(
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=320x240:rate=10:duration=3",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=300:duration=3",
+        "-shortest",
+        "-c:v",
+        "mpeg4",
+        "-c:a",
+        "aac",
+        str(d / "clip.mp4"),
+    )
     _ff("-f", "lavfi", "-i", "testsrc=size=64x48", "-frames:v", "1", str(d / "img.png"))
     return d
 
@@ -36,8 +49,8 @@ def _freq(x, sr=16000):
 
 
 def test_clamp_to_29_9_seconds_through_ffmpeg_and_soundfile(files):
-    mp3 = media.load_audio(files / "a45.m4a")   # AAC: decoded by ffmpeg (libsndfile cannot)
-    wav = media.load_audio(files / "a60.wav")   # decoded by soundfile
+    mp3 = media.load_audio(files / "a45.m4a")  # AAC: decoded by ffmpeg (libsndfile cannot)
+    wav = media.load_audio(files / "a60.wav")  # decoded by soundfile
     for x in (mp3, wav):
         assert x.dtype == np.float32 and abs(x.size - 29.9 * 16000) <= 160  # +-1 mel frame (10 ms)
         assert abs(_freq(x[:16000]) - 440) < 3
@@ -45,8 +58,9 @@ def test_clamp_to_29_9_seconds_through_ffmpeg_and_soundfile(files):
     assert full.size == 60 * 16000
 
 
-@pytest.mark.parametrize("subtype,sr,channels", [("PCM_U8", 16000, 1), ("PCM_24", 16000, 1), ("PCM_16", 44100, 2),
-                                                  ("FLOAT", 8000, 1)])
+@pytest.mark.parametrize(
+    "subtype,sr,channels", [("PCM_U8", 16000, 1), ("PCM_24", 16000, 1), ("PCM_16", 44100, 2), ("FLOAT", 8000, 1)]
+)
 def test_wav_formats_convert(tmp_path, subtype, sr, channels):
     t = np.arange(int(sr * 1.5)) / sr
     x = 0.5 * np.sin(2 * np.pi * 440 * t)
@@ -105,8 +119,12 @@ def test_huge_image_header_is_bounded(tmp_path):
     def chunk(kind, body):
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)) + \
-        chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + chunk(b"IEND", b"")
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 100))
+        + chunk(b"IEND", b"")
+    )
     with pytest.raises(omni.MediaError):
         media.load_frame(png)
 
@@ -142,8 +160,9 @@ def test_hanging_ffmpeg_is_killed_with_its_group(tmp_path, monkeypatch):
 
 def test_failure_once_then_retry_succeeds(tmp_path, monkeypatch):
     marker = tmp_path / "failed-once"
-    fake = _fake_ffmpeg(tmp_path, f'if [ ! -e {marker} ]; then touch {marker}; echo boom >&2; exit 1; fi\n'
-                                  f'exec {FFMPEG} "$@"\n')
+    fake = _fake_ffmpeg(
+        tmp_path, f'if [ ! -e {marker} ]; then touch {marker}; echo boom >&2; exit 1; fi\nexec {FFMPEG} "$@"\n'
+    )
     monkeypatch.setenv("OMNI_FFMPEG", fake)
     _ff("-f", "lavfi", "-i", "sine=duration=1", "-c:a", "aac", str(tmp_path / "a.m4a"))
     x = media.load_audio(tmp_path / "a.m4a")

@@ -81,8 +81,8 @@ def test_resampler_position_table_is_sincos(tiny_dir):
     p = g.read("resampler.pos_embed_k")  # (4900, E)
     e = p.shape[1]
     assert p.shape[0] == 70 * 70
-    np.testing.assert_allclose(p[0, : e // 4], 0.0, atol=1e-6)      # sin(0)
-    np.testing.assert_allclose(p[0, e // 4: e // 2], 1.0, atol=1e-6)  # cos(0)
+    np.testing.assert_allclose(p[0, : e // 4], 0.0, atol=1e-6)  # sin(0)
+    np.testing.assert_allclose(p[0, e // 4 : e // 2], 1.0, atol=1e-6)  # cos(0)
     assert np.abs(p).max() <= 1.0 + 1e-6
 
 
@@ -101,7 +101,7 @@ def test_llm_loads_in_libllama_with_special_tokens_by_name(tiny_dir):
     ids = m.tokenize(text, True)
     assert ids[0] == vocab.special_id("<|im_start|>")
     assert m.detokenize(ids) == text
-    assert len(m.tokenize("the speech", False)) < len("the speech".encode())  # merges apply
+    assert len(m.tokenize("the speech", False)) < len(b"the speech")  # merges apply
     with pytest.raises(omni.InvalidArgumentError):
         m.token_text(info.n_vocab)
 
@@ -127,6 +127,7 @@ def test_full_size_vocabulary_has_specials_at_real_ids():
 
 # ---- real dimensions, checked against the reference state dicts without writing GBs ----
 
+
 def _state_dict(name):
     return json.loads((DATA / name).read_text())
 
@@ -141,9 +142,9 @@ def test_real_token2wav_table_matches_reference_state_dicts():
     expected = {"token2wav.encoder": {}, "token2wav.flow_matching": {}, "token2wav.flow_extra": {}}
     for k, shape in flow.items():
         if k.startswith("encoder."):
-            expected["token2wav.encoder"][k[len("encoder."):]] = _torch_to_ne(shape)
+            expected["token2wav.encoder"][k[len("encoder.") :]] = _torch_to_ne(shape)
         elif k.startswith("decoder.estimator."):
-            expected["token2wav.flow_matching"][k[len("decoder."):]] = _torch_to_ne(shape)
+            expected["token2wav.flow_matching"][k[len("decoder.") :]] = _torch_to_ne(shape)
         else:
             expected["token2wav.flow_extra"][k] = _torch_to_ne(shape)
     hift = {}

@@ -83,8 +83,10 @@ def test_k_quant_llm_is_refused_for_cann_only(tiny_copy):
 def test_shape_mismatch_is_named(tiny_copy, tmp_path):
     # A TTS file whose head_code is the wrong way round (numpy (6562, hidden) instead of (hidden, 6562)).
     from llama_omni_py.gguf_writer import GgufWriter
+
     src = omni.discover(tiny_copy)
     from llama_omni_py._native import core
+
     g = core.GgufFile(str(src.path("tts")))
     w = GgufWriter(tiny_copy / ms.TTS_FILE)
     for k in g.keys:

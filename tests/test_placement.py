@@ -4,7 +4,9 @@ import llama_omni_py as omni
 from llama_omni_py import placement
 
 
-@pytest.mark.parametrize("text,cpus", [("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]), ("5", [5]), ("", []), ("2,1,1", [1, 2])])
+@pytest.mark.parametrize(
+    "text,cpus", [("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]), ("5", [5]), ("", []), ("2,1,1", [1, 2])]
+)
 def test_cpulist_round_trip(text, cpus):
     assert placement.parse_cpulist(text) == cpus
     assert placement.parse_cpulist(placement.format_cpulist(cpus)) == cpus

@@ -11,8 +11,12 @@ def _events():
     ev = []
     for i in range(4):
         base = i * 10.0
-        ev += [("llm", base, base + 0.1 + (1.0 if i == 0 else 0)), ("tts", base, base + 0.2),
-               ("token2wav", base, base + 0.3), ("tts.wait", base, base + 0.05)]
+        ev += [
+            ("llm", base, base + 0.1 + (1.0 if i == 0 else 0)),
+            ("tts", base, base + 0.2),
+            ("token2wav", base, base + 0.3),
+            ("tts.wait", base, base + 0.05),
+        ]
     return ev
 
 
@@ -28,13 +32,17 @@ def test_summary_table_lists_every_stage():
     table = p.report()
     for name in ("llm", "tts", "token2wav", "tts.wait", "apm_ms"):
         assert name in table
-    assert "1100.0" in table.splitlines()[[l.split()[0] for l in table.splitlines()].index("llm")]  # max
+    rows = table.splitlines()
+    assert "1100.0" in rows[[row.split()[0] for row in rows].index("llm")]  # max
 
 
 def test_session_profile_at_close(tiny_dir, monkeypatch, capsys):
     monkeypatch.setenv("OMNI_T2W_PROFILE", "1")
-    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=30,
-                                                             token2wav=omni.Token2WavConfig(threads=1)))
+    s = omni.OmniSession(
+        tiny_dir,
+        "cpu",
+        omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=30, token2wav=omni.Token2WavConfig(threads=1)),
+    )
     r = s.speak("hello there, how are you today?", seed=0)
     t = r.timings
     assert t.audio_s == pytest.approx(r.audio.size / 24000)

@@ -43,6 +43,7 @@ def test_streaming_speech_turn_matches_non_streaming(server):
             streamed = await c.turn([user(text="hello there, how are you?")])
             whole = await c.turn([user(text="hello there, how are you?")], streaming=False)
             return c.session_id, streamed, whole
+
     sid, streamed, whole = run(go())
     _check_envelope(streamed, sid)
     deltas, done = streamed[:-1], streamed[-1]
@@ -63,8 +64,15 @@ def test_streaming_speech_turn_matches_non_streaming(server):
 
 
 def test_audio_and_image_input(server, tmp_path):
-    events = run(_media_turn(server, [
-        {"type": "audio", "data": b64(tone(1.0))}, {"type": "image", "data": base64.b64encode(jpeg(tmp_path)).decode()}]))
+    events = run(
+        _media_turn(
+            server,
+            [
+                {"type": "audio", "data": b64(tone(1.0))},
+                {"type": "image", "data": base64.b64encode(jpeg(tmp_path)).decode()},
+            ],
+        )
+    )
     m = events[-1]["metrics"]
     assert m["cost_apm_ms"] > 0 and m["cost_vpm_ms"] > 0 and m["audio_ms"] > 0
 
@@ -76,8 +84,11 @@ async def _media_turn(server, items, text="what is this?"):
 
 
 def test_video_input(server, tmp_path):
-    events = run(_media_turn(server, [{"type": "video", "data": base64.b64encode(mp4(tmp_path)).decode(),
-                                       "stack_frames": 1}], text=None))
+    events = run(
+        _media_turn(
+            server, [{"type": "video", "data": base64.b64encode(mp4(tmp_path)).decode(), "stack_frames": 1}], text=None
+        )
+    )
     m = events[-1]["metrics"]
     assert m["cost_vpm_ms"] > 0 and m["cost_apm_ms"] > 0  # the frame, and the clip's audio track
     assert any(e.get("kind") == "audio" for e in events)
@@ -88,10 +99,15 @@ def test_two_turns_with_history_and_system_prompt(server):
         async with Client.open(server.url) as c:
             await c.init(system_prompt="You are terse.")
             first = await c.turn([user(text="hello")])
-            history = [{"role": "system", "content": "Be brief."}, user(text="hello"),
-                       {"role": "assistant", "content": first[-1]["text"]}, user(text="and again?")]
+            history = [
+                {"role": "system", "content": "Be brief."},
+                user(text="hello"),
+                {"role": "assistant", "content": first[-1]["text"]},
+                user(text="and again?"),
+            ]
             second = await c.turn(history, generation={"max_new_tokens": 3})
             return first, second
+
     first, second = run(go())
     assert first[-1]["response_id"].endswith("_resp_0") and second[-1]["response_id"].endswith("_resp_1")
     assert second[-1]["metrics"]["n_tokens"] <= 3
@@ -110,11 +126,13 @@ def test_http_close_then_404(server):
         async with Client.open(server.url) as c:
             await c.init()
             await c.turn([user(text="hi")])
-            status, body = await asyncio.to_thread(http, f"{server.url}/sessions/{c.session_id}/close", "POST",
-                                                   b'{"reason": "done"}')
+            status, body = await asyncio.to_thread(
+                http, f"{server.url}/sessions/{c.session_id}/close", "POST", b'{"reason": "done"}'
+            )
             ev = await c.closed()
             again = await asyncio.to_thread(http, f"{server.url}/sessions/{c.session_id}/close", "POST", b"{}")
             return c.session_id, status, body, ev, again
+
     sid, status, body, ev, again = run(go())
     assert status == 200 and body == {"ok": True, "session_id": sid, "closed": True}
     assert ev["reason"] == "client_closed" and ev["session_id"] == sid
@@ -129,6 +147,7 @@ def test_ws_close_message(server):
             await c.init()
             await c.send({"type": "session.close", "reason": "bye"})
             return await c.closed()
+
     assert run(go())["reason"] == "client_closed"
 
 
@@ -137,8 +156,10 @@ def test_close_body_split_across_packets(server):
     sid = "not-a-session"
     body = b'{"reason": "x"}'
     with socket.create_connection(("127.0.0.1", server.server.port), timeout=10) as s:
-        s.sendall(f"POST /sessions/{sid}/close HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {len(body)}\r\n\r\n".encode())
+        s.sendall(
+            f"POST /sessions/{sid}/close HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
         time.sleep(0.2)
         s.sendall(body)
         reply = s.recv(4096).decode()
@@ -173,6 +194,7 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
             async with Client.open(s.url) as c:
                 await c.send({"type": "session.init", "payload": {"mode": "turn_based"}})
                 return await c.closed()
+
         assert run(refused())["reason"] == "engine_loading"
         gate.set()
         assert s.wait_ready() == "ready"
@@ -182,6 +204,7 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
 
     def broken(*a, **k):
         raise RuntimeError("no models here")
+
     with running_server(tiny_dir, engine=Engine(cfg, factory=broken), wait=False) as s:
         assert s.wait_ready() == "failed"
         status, h = http(s.url + "/health")
@@ -191,6 +214,7 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
             async with Client.open(s.url) as c:
                 await c.send({"type": "session.init", "payload": {"mode": "turn_based"}})
                 return await c.closed()
+
         ev = run(init_fails())
         assert ev["reason"] == "omni_init_failed" and "no models here" in ev["diagnostic"]["message"]
         assert http(s.url + "/health")[0] == 503  # still serving
@@ -198,8 +222,15 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
 
 def test_config_errors_name_the_field():
     from llama_omni_py import ConfigError
-    for field, value in (("port", 70000), ("max_message_bytes", 10), ("idle_timeout_s", 0), ("max_new_tokens", 0),
-                         ("ping_interval_s", -1.0), ("max_pending_inputs", -1)):
+
+    for field, value in (
+        ("port", 70000),
+        ("max_message_bytes", 10),
+        ("idle_timeout_s", 0),
+        ("max_new_tokens", 0),
+        ("ping_interval_s", -1.0),
+        ("max_pending_inputs", -1),
+    ):
         with pytest.raises(ConfigError, match=field):
             ServerConfig(**{field: value})
 
@@ -212,10 +243,29 @@ def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--model-dir",
-                             str(tiny_dir), "--device", "cpu", "--max-new-tokens", "8", "--max-audio-per-chunk", "25",
-                             "--t2w-threads", "1"], stderr=subprocess.PIPE, text=True,
-                            cwd=tiny_dir)  # not the source tree, whose package is uncompiled
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_omni_py",
+            "serve",
+            "--port",
+            str(port),
+            "--model-dir",
+            str(tiny_dir),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "8",
+            "--max-audio-per-chunk",
+            "25",
+            "--t2w-threads",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tiny_dir,
+    )  # not the source tree, whose package is uncompiled
     url = f"http://127.0.0.1:{port}"
     try:
         seen, deadline = set(), time.monotonic() + 60

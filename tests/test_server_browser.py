@@ -17,18 +17,31 @@ def _chrome():
     driver = shutil.which("chromedriver")
     if not (binary and driver):
         # A missing browser fails the test (never a skip that reads as a pass); .ci/run installs both.
-        pytest.fail("needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver "
-                    "(.ci/run does this)")
+        pytest.fail(
+            "needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (.ci/run does this)"
+        )
     from selenium import webdriver  # in the test extra
+
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not go online; the paths are given
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-default-apps", "--mute-audio",
-                 "--autoplay-policy=no-user-gesture-required", "--window-size=1000,800"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-default-apps",
+        "--mute-audio",
+        "--autoplay-policy=no-user-gesture-required",
+        "--window-size=1000,800",
+    ):
         opts.add_argument(flag)
     from selenium.webdriver.chrome.service import Service
+
     return webdriver.Chrome(service=Service(driver), options=opts)
 
 
@@ -60,8 +73,11 @@ def test_page_streams_and_decodes_audio(tiny_dir):
             # the server closes the session: the page shows the reason and reconnects
             browser.execute_script("window.omniStats.sessionId = null;")
             import urllib.request
-            urllib.request.urlopen(urllib.request.Request(
-                f"{server.url}/sessions/{stats['sessionId']}/close", data=b"{}", method="POST"), timeout=30)
+
+            urllib.request.urlopen(
+                urllib.request.Request(f"{server.url}/sessions/{stats['sessionId']}/close", data=b"{}", method="POST"),
+                timeout=30,
+            )
             closed = _wait(browser, "return window.omniStats.closed")
             _wait(browser, "return window.omniStats.sessionId")  # a fresh session after the reconnect
             diagnostic = browser.find_element("id", "closed").text

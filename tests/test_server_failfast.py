@@ -47,8 +47,11 @@ CASES = {
     "no_type": ([{"payload": {}}], "invalid_json", False),
     "full_duplex": ([{"type": "session.init", "payload": {"mode": "full_duplex"}}], "mode_unsupported", False),
     "bad_mode": ([{"type": "session.init", "payload": {"mode": "half"}}], "invalid_mode", False),
-    "bad_voice": ([{"type": "session.init", "payload": {"mode": "turn_based", "voice": {"ref_audio": "!!"}}}],
-                  "voice_audio_decode_failed", False),
+    "bad_voice": (
+        [{"type": "session.init", "payload": {"mode": "turn_based", "voice": {"ref_audio": "!!"}}}],
+        "voice_audio_decode_failed",
+        False,
+    ),
     "second_init": ([INIT], "duplicate_init", True),
     "unknown_type": ([{"type": "response.create"}], "unexpected_message_type", True),
     "duplex_input": ([{"type": "input.append", "input": {"audio": b64(tone(0.5))}}], "mode_mismatch", True),
@@ -60,21 +63,50 @@ CASES = {
     "bad_streaming": ([push([user(text="hi")], streaming="yes")], "invalid_input", True),
     "bad_max_tokens": ([push([user(text="hi")], generation={"max_new_tokens": 0})], "invalid_input", True),
     "audio_not_base64": ([push([user({"type": "audio", "data": "@@@@"})])], "invalid_audio", True),
-    "audio_odd_bytes": ([push([user({"type": "audio", "data": base64.b64encode(b"abcde").decode()})])],
-                        "invalid_audio", True),
-    "audio_wav": ([push([user({"type": "audio", "data": base64.b64encode(b"RIFF" + b"\0" * 40).decode()})])],
-                  "invalid_audio", True),
-    "audio_int16": ([push([user({"type": "audio", "data": base64.b64encode(
-        (tone(1.0) * 32767).astype(np.int16).tobytes()).decode()})])], "invalid_audio", True),
+    "audio_odd_bytes": (
+        [push([user({"type": "audio", "data": base64.b64encode(b"abcde").decode()})])],
+        "invalid_audio",
+        True,
+    ),
+    "audio_wav": (
+        [push([user({"type": "audio", "data": base64.b64encode(b"RIFF" + b"\0" * 40).decode()})])],
+        "invalid_audio",
+        True,
+    ),
+    "audio_int16": (
+        [
+            push(
+                [
+                    user(
+                        {
+                            "type": "audio",
+                            "data": base64.b64encode((tone(1.0) * 32767).astype(np.int16).tobytes()).decode(),
+                        }
+                    )
+                ]
+            )
+        ],
+        "invalid_audio",
+        True,
+    ),
     "audio_too_short": ([push([user({"type": "audio", "data": b64(tone(0.05))})])], "invalid_audio", True),
     "audio_nan": ([push([user({"type": "audio", "data": b64(np.full(160, np.nan))})])], "invalid_audio", True),
     "audio_too_long": ([push([user({"type": "audio", "data": b64(tone(2.5))})])], "audio_too_long", True),
-    "image_not_jpeg": ([push([user({"type": "image", "data": base64.b64encode(b"GIF89a....").decode()})])],
-                       "invalid_media", True),
-    "video_not_mp4": ([push([user({"type": "video", "data": base64.b64encode(b"\x1aE\xdf\xa3webm").decode()})])],
-                      "invalid_media", True),
-    "video_undecodable": ([push([user({"type": "video", "data": base64.b64encode(MP4_HEAD).decode()})])],
-                          "video_decode_failed", True),
+    "image_not_jpeg": (
+        [push([user({"type": "image", "data": base64.b64encode(b"GIF89a....").decode()})])],
+        "invalid_media",
+        True,
+    ),
+    "video_not_mp4": (
+        [push([user({"type": "video", "data": base64.b64encode(b"\x1aE\xdf\xa3webm").decode()})])],
+        "invalid_media",
+        True,
+    ),
+    "video_undecodable": (
+        [push([user({"type": "video", "data": base64.b64encode(MP4_HEAD).decode()})])],
+        "video_decode_failed",
+        True,
+    ),
 }
 
 
@@ -89,6 +121,7 @@ def test_violation_closes_with_a_diagnostic(server, name):
             for m in sent:
                 await c.send(m)
             return await c.closed()
+
     ev = run(go())
     assert ev["reason"] == reason, ev
     assert ev["diagnostic"]["message"] and "server_send_ts" in ev
@@ -104,6 +137,7 @@ def test_second_concurrent_session_is_refused_and_the_first_keeps_working(server
                 refused = await second.closed()
             done = await first.turn([user(text="still here?")])
             return refused, done
+
     refused, done = run(go())
     assert refused["reason"] == "session_busy" and "one session" in refused["diagnostic"]["message"]
     assert done[-1]["type"] == "response.done"
@@ -115,6 +149,7 @@ def test_engine_error_closes_the_session(server, monkeypatch):
 
     def broken(*a, **k):
         raise RuntimeError("boom")
+
     monkeypatch.setattr(tts, "speak", broken)
 
     async def go():
@@ -126,6 +161,7 @@ def test_engine_error_closes_the_session(server, monkeypatch):
                 if ev["type"] == "session.closed":
                     await c.assert_socket_closed()
                     return ev
+
     ev = run(go())
     assert ev["reason"] == "engine_error" and "tts stage failed: RuntimeError: boom" in ev["diagnostic"]["message"]
     monkeypatch.undo()
@@ -140,6 +176,7 @@ def test_oversized_message_closes_with_1009(server):
                 await c.send("x" * (2 << 20))
                 await asyncio.wait_for(c.ws.recv(), 30)
             return info.value
+
     closed = run(go())
     assert closed.rcvd is not None and closed.rcvd.code == 1009, repr(closed)
     still_serving(server)
@@ -153,6 +190,7 @@ def _slow_llm(monkeypatch, server, pause=0.4):
         for chunk in real(*a, **k):
             time.sleep(pause)
             yield chunk
+
     monkeypatch.setattr(llm, "chunks", paced)
 
 
@@ -167,6 +205,7 @@ def test_disconnect_mid_response_frees_the_engine(server, monkeypatch):
             h = await asyncio.to_thread(http, server.url + "/health")  # answers during the turn
             c.ws.transport.abort()  # the client vanishes mid-response
             return h
+
     status, h = run(go())
     assert status == 200 and h["busy"] is True and h["session_active"] is True
     t0 = time.monotonic()
@@ -194,6 +233,7 @@ def test_inputs_beyond_the_queue_limit_close_the_session(server, monkeypatch):
                 if ev["type"] == "session.closed":
                     await c.assert_socket_closed()
                     return ev
+
     assert run(go())["reason"] == "input_overflow"
     monkeypatch.undo()
     still_serving(server)
@@ -201,6 +241,7 @@ def test_inputs_beyond_the_queue_limit_close_the_session(server, monkeypatch):
 
 def test_idle_session_times_out(tiny_dir):
     with running_server(tiny_dir, idle_timeout_s=0.5, init_timeout_s=0.5, warmup=False) as s:
+
         async def go():
             async with Client.open(s.url) as c:
                 await c.init()
@@ -208,6 +249,7 @@ def test_idle_session_times_out(tiny_dir):
             async with Client.open(s.url) as c:  # nothing sent at all
                 silent = await c.closed()
             return idle, silent
+
         idle, silent = run(go())
         assert idle["reason"] == silent["reason"] == "idle_timeout"
         assert http(s.url + "/health")[1]["session_active"] is False
@@ -215,6 +257,7 @@ def test_idle_session_times_out(tiny_dir):
 
 def test_keepalive_pings_are_configured(tiny_dir):
     with running_server(tiny_dir, ping_interval_s=0.2, ping_timeout_s=5.0, warmup=False) as s:
+
         async def go():
             async with Client.open(s.url, ping_interval=None) as c:
                 await c.init()
@@ -223,5 +266,6 @@ def test_keepalive_pings_are_configured(tiny_dir):
                 await c.send({"type": "session.close"})
                 await c.closed()
                 return latency
+
         latency = run(go())
         assert len(latency) == 1 and latency[0] > 0  # a pong was measured (0 until the first one)

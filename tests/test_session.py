@@ -44,6 +44,7 @@ def test_speak_matches_the_sequential_path(session, tmp_path):
     assert np.array_equal(session.speak(TEXT, seed=5).audio, r.audio)  # same seed, same audio
     r.save(tmp_path / "out.wav")
     import soundfile as sf
+
     back, sr = sf.read(tmp_path / "out.wav", dtype="float32")
     assert sr == 24000 and back.shape == r.audio.shape
     assert r.timings.audio_s == pytest.approx(r.audio.size / 24000) and r.timings.wall_rtf > 0
@@ -55,14 +56,17 @@ def test_stream_overlaps_the_llm(tiny_dir, monkeypatch):
     # the TTS a real reply's length per chunk (25 codes), so the test shows the stages
     # overlapping rather than the LLM racing ahead.
     import time
-    session = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=25,
-                                                                   threads=1, token2wav=_t2w()))
+
+    session = omni.OmniSession(
+        tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=25, threads=1, token2wav=_t2w())
+    )
     real = session.llm.chunks
 
     def paced(*a, **k):
         for chunk in real(*a, **k):
             time.sleep(0.3)
             yield chunk
+
     monkeypatch.setattr(session.llm, "chunks", paced)
     chunks = list(session.stream(TEXT, seed=1))
     assert len(chunks) >= 2 and chunks[-1].is_final and not any(c.is_final for c in chunks[:-1])
@@ -88,6 +92,7 @@ def test_cancel_stops_within_a_chunk(session):
 def test_stage_error_is_named(session, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("boom")
+
     monkeypatch.setattr(session.tts, "speak", broken)
     with pytest.raises(omni.PipelineError, match="tts stage failed: RuntimeError: boom") as info:
         session.speak(TEXT)
@@ -97,8 +102,9 @@ def test_stage_error_is_named(session, monkeypatch):
 
 def test_audio_and_image_input(session):
     t = np.arange(16000) / 16000
-    r = session.speak(audio=(0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32),
-                      image=np.full((32, 48, 3), 90, np.uint8), seed=3)
+    r = session.speak(
+        audio=(0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32), image=np.full((32, 48, 3), 90, np.uint8), seed=3
+    )
     assert r.audio.size > 0 and r.timings.apm_ms > 0 and r.timings.vpm_ms > 0
 
 
@@ -123,11 +129,13 @@ def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
     import os
 
     from llama_omni_py import placement
+
     mask = sorted(os.sched_getaffinity(0))
     if len(mask) < placement.MIN_CPUS_TO_PIN:  # emulate a roomier node inside our own mask
         monkeypatch.setattr(placement, "MIN_CPUS_TO_PIN", 2 if len(mask) >= 2 else 1)
-    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=20, max_audio_per_chunk=25,
-                                                             token2wav=_t2w()))
+    s = omni.OmniSession(
+        tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=20, max_audio_per_chunk=25, token2wav=_t2w())
+    )
     plan = s.placement
     assert plan is not None and s.token2wav.threads == len(plan.vocoder_cpus) == 1
     if len(mask) > 1:
@@ -138,6 +146,7 @@ def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
     def spy(*a, **k):
         seen.append(os.sched_getaffinity(0))
         yield from real(*a, **k)
+
     monkeypatch.setattr(s.llm, "chunks", spy)
     s.speak(TEXT, seed=0)
     s.close()
@@ -147,6 +156,7 @@ def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
 
 def test_small_hosts_stay_unpinned(tmp_path):
     from llama_omni_py import placement
+
     (tmp_path / "node0").mkdir()
     (tmp_path / "node0" / "cpulist").write_text("0-1\n")
     plan = placement.plan_placement(placement.read_topology(tmp_path, allowed=[0, 1]), env={})
@@ -158,6 +168,7 @@ def test_async_stream_matches_speak(session):
 
     async def collect():
         return [c async for c in session.astream(TEXT, seed=5)]
+
     chunks = asyncio.run(collect())
     assert chunks[-1].is_final
     assert np.array_equal(np.concatenate([c.audio for c in chunks]), session.speak(TEXT, seed=5).audio)

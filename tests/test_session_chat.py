@@ -12,8 +12,9 @@ TEXT = "hello there, how are you today?"
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(max_new_tokens=30, max_audio_per_chunk=25, threads=1,
-                             token2wav=omni.Token2WavConfig(threads=1))
+    cfg = omni.SessionConfig(
+        max_new_tokens=30, max_audio_per_chunk=25, threads=1, token2wav=omni.Token2WavConfig(threads=1)
+    )
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s
 
@@ -30,9 +31,9 @@ def test_prompt_history_system_and_template(session):
     own = simplex_speech_prompt(m, TEXT, system_prompt="You are terse.")
     b, c = _tokens(base), _tokens(chat)
     answer = m.tokenize("first answer", False)
-    assert len(c) > len(b) and any(c[i:i + len(answer)] == answer for i in range(len(c)))
-    assert _tokens(plain)[-len(m.tokenize(ASSISTANT_TEXT_PREFIX, True)):] == m.tokenize(ASSISTANT_TEXT_PREFIX, True)
-    assert b[-len(m.tokenize(ASSISTANT_SPEECH_PREFIX, True)):] == m.tokenize(ASSISTANT_SPEECH_PREFIX, True)
+    assert len(c) > len(b) and any(c[i : i + len(answer)] == answer for i in range(len(c)))
+    assert _tokens(plain)[-len(m.tokenize(ASSISTANT_TEXT_PREFIX, True)) :] == m.tokenize(ASSISTANT_TEXT_PREFIX, True)
+    assert b[-len(m.tokenize(ASSISTANT_SPEECH_PREFIX, True)) :] == m.tokenize(ASSISTANT_SPEECH_PREFIX, True)
     assert _tokens(own) != b
     # client text never becomes control tokens
     sneaky = _tokens(simplex_speech_prompt(m, TEXT, system_prompt="<|im_end|>"))
@@ -82,6 +83,7 @@ def test_cancel_while_inputs_encode(session, monkeypatch):
     def slow(img):
         session.cancel()  # arrives while the inputs are being encoded
         return real(img)
+
     monkeypatch.setattr(vpm, "encode", slow)
     assert list(session.stream(TEXT, image=np.full((32, 48, 3), 90, np.uint8))) == []
     monkeypatch.setattr(vpm, "encode", real)

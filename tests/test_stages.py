@@ -29,8 +29,14 @@ class Core:
     max_audio: int = 20
 
     def reply(self, text, seed=0, prompt=None):
-        return stages.Reply(prompt or simplex_speech_prompt(self.llm.model, text), seed, self.max_new_tokens,
-                            self.max_audio, LlmSampling(), TtsSampling())
+        return stages.Reply(
+            prompt or simplex_speech_prompt(self.llm.model, text),
+            seed,
+            self.max_new_tokens,
+            self.max_audio,
+            LlmSampling(),
+            TtsSampling(),
+        )
 
     def generate(self, text, seed=0, prompt=None):
         """CodeChunks of one reply."""
@@ -47,7 +53,9 @@ class Core:
 
 def load_core(tiny_dir, threads=1) -> Core:
     s = discover(tiny_dir)
-    return Core(LanguageModel(s.llm, "cpu", 4096, threads), TtsModel(s.path("tts"), s.path("projector"), "cpu", threads))
+    return Core(
+        LanguageModel(s.llm, "cpu", 4096, threads), TtsModel(s.path("tts"), s.path("projector"), "cpu", threads)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +144,9 @@ def test_media_slots_wrap_embeddings(core_small):
     kinds = [kind for kind, _ in prompt.segments]
     embeds = [i for i, k in enumerate(kinds) if k == "embeddings"]
     assert [prompt.segments[i][1][0, 0] for i in embeds] == [3, 1, 2]  # reference audio, image, user audio
-    for i, (start, end) in zip(embeds, [("<|audio_start|>", "<|audio_end|>"), ("<image>", "</image>"),
-                                        ("<|audio_start|>", "<|audio_end|>")]):
+    for i, (start, end) in zip(
+        embeds, [("<|audio_start|>", "<|audio_end|>"), ("<image>", "</image>"), ("<|audio_start|>", "<|audio_end|>")]
+    ):
         assert prompt.segments[i - 1][1][-1] == model.find_token(start)
         assert prompt.segments[i + 1][1][0] == model.find_token(end)
     assert prompt.token_count() == sum(len(x) for _, x in prompt.segments)

@@ -2,14 +2,12 @@
 
 import numpy as np
 import pytest
-import torch  # reference dependency, installed by scripts/install-reference.sh
-
-from llama_omni_py._native import core
-from llama_omni_py.errors import InvalidArgumentError, ModelFileError
 from reference import flow as flow_ref
 from reference import hift as hift_ref
 from reference.token2wav_stream import ReferenceStream, prompt_caches, stream_all
 
+from llama_omni_py._native import core
+from llama_omni_py.errors import InvalidArgumentError, ModelFileError
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +27,7 @@ def test_stream_matches_reference(t2w_dir):
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 6561, 25 * 5 + 11).astype(np.int32)
     ours = core.Token2Wav(t2w_dir, "cpu", 5, 2, temperature=0.0)
-    got = [ours.push(tokens[i:i + 25]) for i in range(0, 125, 25)]
+    got = [ours.push(tokens[i : i + 25]) for i in range(0, 125, 25)]
     got.append(ours.push(tokens[125:], final=True))
 
     want = stream_all(_reference(t2w_dir), tokens)
@@ -82,6 +80,7 @@ def test_bad_input(t2w_dir):
 
 def test_nan_in_prompt_cache_is_refused(t2w_dir, tmp_path):
     import shutil
+
     from llama_omni_py.gguf_writer import GgufWriter
 
     d = tmp_path / "t2w"

@@ -4,11 +4,11 @@ with the projector and head in torch, on the same random weights; and the simple
 import numpy as np
 import pytest
 import torch  # reference dependency, installed by scripts/install-reference.sh
+from reference import tts as ref
 
 import llama_omni_py as omni
 from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
-from reference import tts as ref
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_conditions_and_logits_match_reference(paths):
     assert cond.shape[0] == len(toks) + 1  # + audio_bos
     want = reference.logits(torch.from_numpy(rows)).numpy()
     n = cond.shape[0]
-    got = [tts.forward(rows[:n])] + [tts.forward(rows[i:i + 1]) for i in range(n, rows.shape[0])]  # KV carried over
+    got = [tts.forward(rows[:n])] + [tts.forward(rows[i : i + 1]) for i in range(n, rows.shape[0])]  # KV carried over
     for i, g in enumerate(got):
         w = want[n - 1 + i]
         assert np.abs(g - w).max() <= 1e-3 * np.abs(w).max(), i

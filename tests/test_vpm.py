@@ -3,12 +3,11 @@ in torch, on the tiny random set; the NaViT position buckets; bad pixel input.""
 
 import numpy as np
 import pytest
-import torch  # reference dependency, installed by scripts/install-reference.sh
+from reference import vpm as ref
 
 import llama_omni_py as omni
 from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
-from reference import vpm as ref
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +60,9 @@ def test_bad_pixels_raise_typed_errors(pair, shape):
 def test_agrees_with_upstream_libmtmd(tiny_dir):
     # llama.cpp's own MiniCPM-V path loads the same file; on a 448 x 448 image (no resize, no
     # slices) both must give the same 64 embeddings, up to F16 weights on both sides.
-    from llama_omni_py.vpm import ImageEncoder
     from reference.mtmd import UpstreamVision
+
+    from llama_omni_py.vpm import ImageEncoder
 
     image = (np.random.default_rng(3).random((448, 448, 3)) * 255).astype(np.uint8)
     upstream = UpstreamVision(str(next(tiny_dir.glob(ms.LLM_FILE_GLOB))), str(tiny_dir / ms.VPM_FILE))

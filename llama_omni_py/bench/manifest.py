@@ -15,15 +15,22 @@ from importlib import metadata
 from pathlib import Path
 
 # Knobs that change speed; every OMNI_* variable is recorded as well.
-ENV_KNOBS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GGML_CANN_WEIGHT_NZ", "GGML_CANN_ACL_GRAPH",
-             "ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+ENV_KNOBS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "GGML_CANN_WEIGHT_NZ",
+    "GGML_CANN_ACL_GRAPH",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+)
 HEAD_BYTES = 1 << 20  # "head" checksums hash the first MiB: a 6 GB set hashes in milliseconds
 
 
 def _git(*args: str, cwd: Path | None = None) -> str | None:
     try:
-        r = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                           cwd=cwd or Path(__file__).resolve().parent)
+        r = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, cwd=cwd or Path(__file__).resolve().parent
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return r.stdout.strip() if r.returncode == 0 else None
@@ -53,8 +60,14 @@ def file_sha256(path: str | Path, limit: int | None = None) -> str:
 
 def model_checksums(files, full: bool = False) -> dict:
     """{path: {bytes, sha256, hashed}}; ``hashed`` is "full" or "head" (the first MiB only)."""
-    return {str(p): {"bytes": Path(p).stat().st_size, "sha256": file_sha256(p, None if full else HEAD_BYTES),
-                     "hashed": "full" if full else "head"} for p in files}
+    return {
+        str(p): {
+            "bytes": Path(p).stat().st_size,
+            "sha256": file_sha256(p, None if full else HEAD_BYTES),
+            "hashed": "full" if full else "head",
+        }
+        for p in files
+    }
 
 
 def env_knobs(environ=None) -> dict[str, str]:
@@ -86,12 +99,21 @@ def manifest(model_files=(), full_hash: bool = True) -> dict:
     return {
         "git": git_state(),
         "python": platform.python_version(),
-        "packages": {p: _version(p) for p in ("llama-omni-py", "llama-cpp-python", "numpy", "torch", "scipy-openblas32")},
+        "packages": {
+            p: _version(p) for p in ("llama-omni-py", "llama-cpp-python", "numpy", "torch", "scipy-openblas32")
+        },
         "ggml": core.ggml_version(),
-        "blas": core.blas_description(),
+        "blas": core.internal.blas_description(),
         "compiled_backends": backend.compiled_backends(),
-        "devices": [{"id": d.id, "description": d.description, "pci_bus_id": d.pci_bus_id or None,
-                     "numa_node": placement.pci_numa_node(d.pci_bus_id)} for d in backend.devices()],
+        "devices": [
+            {
+                "id": d.id,
+                "description": d.description,
+                "pci_bus_id": d.pci_bus_id or None,
+                "numa_node": placement.pci_numa_node(d.pci_bus_id),
+            }
+            for d in backend.devices()
+        ],
         "cpu_model": topo.cpu_model,
         "logical_cpus": topo.logical_cpus,
         "physical_cores": topo.physical_cores,

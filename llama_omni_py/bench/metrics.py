@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import profile
+from ..constants import OUTPUT_SAMPLE_RATE
 
-STEADY_SAMPLES = 24000
+STEADY_SAMPLES = OUTPUT_SAMPLE_RATE  # one Token2Wav window: 25 codes
 T2W_QUEUE_LIMIT_MS = 1000.0
 DATA_GATES = ("no_dropped_input", "steady_chunk_samples")
 REALTIME_GATES = ("t2w_queue_wait",)
@@ -24,6 +25,7 @@ REALTIME_GATES = ("t2w_queue_wait",)
 class Chunk:
     """What the caller saw of one SpeechChunk: its sample count, when it arrived (seconds after
     the request started) and whether it was the final flush."""
+
     samples: int
     t_s: float
     is_final: bool
@@ -53,13 +55,21 @@ def gates(chunks: list[Chunk], durations: dict, t2w_queue_ms: list[float], media
     bad = [i + 1 for i, c in enumerate(steady) if c.samples != STEADY_SAMPLES]
     worst = max(t2w_queue_ms, default=0.0)
     return {
-        "no_dropped_input": _gate(not dropped, f"chunks received {n}, items per stage {counts}, last final "
-                                               f"{bool(n) and chunks[-1].is_final}, media not encoded {missing_media}"),
-        "steady_chunk_samples": _gate(steady and not bad, f"{len(steady)} steady chunks; not {STEADY_SAMPLES} "
-                                                          f"samples: chunks {bad}" if bad or not steady else
-                                      f"{len(steady)} steady chunks of {STEADY_SAMPLES} samples"),
-        "t2w_queue_wait": _gate(worst < T2W_QUEUE_LIMIT_MS, f"longest Token2Wav queue wait {worst:.0f} ms "
-                                                            f"(limit {T2W_QUEUE_LIMIT_MS:.0f} ms)"),
+        "no_dropped_input": _gate(
+            not dropped,
+            f"chunks received {n}, items per stage {counts}, last final "
+            f"{bool(n) and chunks[-1].is_final}, media not encoded {missing_media}",
+        ),
+        "steady_chunk_samples": _gate(
+            steady and not bad,
+            f"{len(steady)} steady chunks; not {STEADY_SAMPLES} samples: chunks {bad}"
+            if bad or not steady
+            else f"{len(steady)} steady chunks of {STEADY_SAMPLES} samples",
+        ),
+        "t2w_queue_wait": _gate(
+            worst < T2W_QUEUE_LIMIT_MS,
+            f"longest Token2Wav queue wait {worst:.0f} ms (limit {T2W_QUEUE_LIMIT_MS:.0f} ms)",
+        ),
     }
 
 
@@ -68,12 +78,22 @@ def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, medi
     d = profile.stage_durations(events)
     t2w_q = queue_residence_ms(events, "tts", "token2wav")
     tts_q = queue_residence_ms(events, "llm", "tts")
-    per_chunk = [{"samples": c.samples, "t_s": c.t_s, "is_final": c.is_final,
-                  **{f"{s}_ms": (d[s][i] if i < len(d.get(s, [])) else None) for s in profile.COMPUTE_STAGES},
-                  "tts_queue_ms": tts_q[i] if i < len(tts_q) else None,
-                  "t2w_queue_ms": t2w_q[i] if i < len(t2w_q) else None} for i, c in enumerate(chunks)]
-    stage_waits = {name: {"total_ms": sum(v), "max_ms": max(v, default=0.0)}
-                   for name, v in sorted(d.items()) if name.endswith((".wait", ".blocked"))}
+    per_chunk = [
+        {
+            "samples": c.samples,
+            "t_s": c.t_s,
+            "is_final": c.is_final,
+            **{f"{s}_ms": (d[s][i] if i < len(d.get(s, [])) else None) for s in profile.COMPUTE_STAGES},
+            "tts_queue_ms": tts_q[i] if i < len(tts_q) else None,
+            "t2w_queue_ms": t2w_q[i] if i < len(t2w_q) else None,
+        }
+        for i, c in enumerate(chunks)
+    ]
+    stage_waits = {
+        name: {"total_ms": sum(v), "max_ms": max(v, default=0.0)}
+        for name, v in sorted(d.items())
+        if name.endswith((".wait", ".blocked"))
+    }
     g = gates(chunks, d, t2w_q, media)
     return {
         "prompt": prompt,
@@ -83,8 +103,11 @@ def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, medi
         "compute_rtf": timings.get("compute_rtf"),
         "time_to_first_audio_s": timings.get("time_to_first_audio_s"),
         "stage_ms": {k: timings[k] for k in ("llm_ms", "tts_ms", "token2wav_ms", "apm_ms", "vpm_ms") if k in timings},
-        "queue_waits": {"tts_queue_max_ms": max(tts_q, default=0.0), "t2w_queue_max_ms": max(t2w_q, default=0.0),
-                        "stages": stage_waits},
+        "queue_waits": {
+            "tts_queue_max_ms": max(tts_q, default=0.0),
+            "t2w_queue_max_ms": max(t2w_q, default=0.0),
+            "stages": stage_waits,
+        },
         "chunks": per_chunk,
         "gates": g,
         "data_valid": all(g[k]["ok"] for k in DATA_GATES),

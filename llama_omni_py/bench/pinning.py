@@ -26,21 +26,23 @@ REFUSED = 3  # exit status when the mask is outside the node
 @dataclass(frozen=True)
 class PinDecision:
     node: int
-    node_cpus: tuple[int, ...]     # the node's online CPUs
-    cpus: tuple[int, ...]          # what taskset -c gets
+    node_cpus: tuple[int, ...]  # the node's online CPUs
+    cpus: tuple[int, ...]  # what taskset -c gets
     note: str
 
 
-def device_node_cpus(topo: placement.Topology, device_node: int | None, label: str = "the device",
-                     env: dict | None = None) -> tuple[int, tuple[int, ...]]:
+def device_node_cpus(
+    topo: placement.Topology, device_node: int | None, label: str = "the device", env: dict | None = None
+) -> tuple[int, tuple[int, ...]]:
     """(node, its online CPUs) for the device, chosen by the placement plan: OMNI_NUMA_NODE, else
     the device's node, else the node with the most CPUs this process may use. A known node is
     taken whatever the current mask (the mask is checked afterwards, by ``decide``)."""
     env = os.environ if env is None else env
     every = tuple(sorted({c for n in topo.nodes for c in n.cpus}))
     known = device_node is not None or "OMNI_NUMA_NODE" in env
-    plan = placement.plan_placement(dataclasses.replace(topo, allowed_cpus=every) if known else topo, 1,
-                                    device_node, label, env)
+    plan = placement.plan_placement(
+        dataclasses.replace(topo, allowed_cpus=every) if known else topo, 1, device_node, label, env
+    )
     node = next(n for n in topo.nodes if n.id == plan.node)
     return node.id, node.cpus
 
@@ -55,15 +57,23 @@ def decide(node: int, node_cpus, mask, force: bool = False) -> PinDecision:
     if n <= m:
         return PinDecision(node, tuple(sorted(n)), tuple(sorted(n)), f"pinned to NUMA node {node}")
     if m <= n:
-        return PinDecision(node, tuple(sorted(n)), tuple(sorted(m)),
-                           f"the current mask {fmt(m)} is inside NUMA node {node}: kept")
+        return PinDecision(
+            node, tuple(sorted(n)), tuple(sorted(m)), f"the current mask {fmt(m)} is inside NUMA node {node}: kept"
+        )
     if not force:
-        raise ConfigError("affinity", f"the current CPU affinity mask {fmt(m)} lies outside NUMA node {node} "
-                                      f"(CPUs {fmt(n)}) of the device; run from a shell whose mask covers the node, "
-                                      "or pass --force")
+        raise ConfigError(
+            "affinity",
+            f"the current CPU affinity mask {fmt(m)} lies outside NUMA node {node} "
+            f"(CPUs {fmt(n)}) of the device; run from a shell whose mask covers the node, "
+            "or pass --force",
+        )
     both = n & m
-    return PinDecision(node, tuple(sorted(n)), tuple(sorted(both or m)),
-                       f"forced: mask {fmt(m)} outside NUMA node {node}; running on {fmt(both or m)}")
+    return PinDecision(
+        node,
+        tuple(sorted(n)),
+        tuple(sorted(both or m)),
+        f"forced: mask {fmt(m)} outside NUMA node {node}; running on {fmt(both or m)}",
+    )
 
 
 def _device_node(device: str, sys_pci: Path, bus_id: str | None) -> tuple[int | None, str]:

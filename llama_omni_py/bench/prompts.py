@@ -4,13 +4,13 @@ same bytes reach the encoders on every host (a linear chirp and a gradient/check
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
+from ..constants import INPUT_SAMPLE_RATE
 from ..errors import ConfigError
 
-AUDIO_RATE = 16000
+AUDIO_RATE = INPUT_SAMPLE_RATE
 
 
 def chirp(seconds: float = 2.0, f0: float = 200.0, f1: float = 2000.0, amplitude: float = 0.3) -> np.ndarray:
@@ -20,7 +20,7 @@ def chirp(seconds: float = 2.0, f0: float = 200.0, f1: float = 2000.0, amplitude
     fade = min(len(x) // 2, AUDIO_RATE // 100)
     ramp = np.linspace(0.0, 1.0, fade)
     x[:fade] *= ramp
-    x[len(x) - fade:] *= ramp[::-1]
+    x[len(x) - fade :] *= ramp[::-1]
     return x.astype(np.float32)
 
 
@@ -36,8 +36,8 @@ def pattern_image(size: int = 448) -> np.ndarray:
 @dataclass(frozen=True)
 class BenchPrompt:
     name: str
-    text: Optional[str]
-    kind: str                       # "text", "audio" or "image": which input it exercises
+    text: str | None
+    kind: str  # "text", "audio" or "image": which input it exercises
 
     def inputs(self) -> dict:
         """Keyword arguments for ``OmniSession.stream``."""
@@ -51,7 +51,7 @@ class BenchPrompt:
 PROMPTS = {
     "story": BenchPrompt("story", "Please tell me a short story about a lighthouse keeper and a storm.", "text"),
     "weather": BenchPrompt("weather", "What should I wear today if it is cold and raining?", "text"),
-    "audio": BenchPrompt("audio", None, "audio"),            # a spoken question: the 2 s chirp alone
+    "audio": BenchPrompt("audio", None, "audio"),  # a spoken question: the 2 s chirp alone
     "image": BenchPrompt("image", "What is in this picture?", "image"),
 }
 DEFAULT_PROMPTS = ("story", "audio", "image")

@@ -25,6 +25,7 @@ MIN_REPEATS = 3
 @dataclass(frozen=True)
 class RunConfig:
     """One configuration under test; None keeps the session's default (and its env override)."""
+
     t2w_threads: int | None = None
     tts_queue: int | None = None
     pin: bool | None = None
@@ -44,20 +45,20 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    model_dir: str | None = None          # None: the real-dimension random set in the user cache
+    model_dir: str | None = None  # None: the real-dimension random set in the user cache
     device: str = "auto"
     configs: tuple[RunConfig, ...] = (RunConfig(),)
     prompts: tuple[str, ...] = prompts.DEFAULT_PROMPTS
     repeats: int = MIN_REPEATS
     warmup: int = 1
     max_new_tokens: int = 30
-    codes_per_chunk: int = 25              # random weights never end a chunk: cut it at 1 s of audio
+    codes_per_chunk: int = 25  # random weights never end a chunk: cut it at 1 s of audio
     threads: int | None = None
     seed: int = 0
     out_dir: str = "bench-results"
     full_hash: bool = False
     allow_realtime_miss: bool = False
-    tag: str = ""                          # label prefix (bench-pinned.sh: pinned / unpinned)
+    tag: str = ""  # label prefix (bench-pinned.sh: pinned / unpinned)
 
     def __post_init__(self):
         if not isinstance(self.repeats, int) or self.repeats < MIN_REPEATS:
@@ -82,8 +83,13 @@ def measure(session, prompt: prompts.BenchPrompt, seed: int) -> dict:
         chunks.append(metrics.Chunk(int(ch.audio.size), time.perf_counter() - start, bool(ch.is_final)))
         timings = ch.timings or timings
     t = timings.as_dict() if timings is not None else {}
-    media = {"audio": t.get("apm_ms", 0) > 0} if prompt.kind == "audio" else \
-        {"image": t.get("vpm_ms", 0) > 0} if prompt.kind == "image" else {}
+    media = (
+        {"audio": t.get("apm_ms", 0) > 0}
+        if prompt.kind == "audio"
+        else {"image": t.get("vpm_ms", 0) > 0}
+        if prompt.kind == "image"
+        else {}
+    )
     return metrics.request_record(prompt.name, chunks, timings.events if timings else (), t, media)
 
 
@@ -95,9 +101,18 @@ class _Sessions:
         from ..config import SessionConfig, Token2WavConfig
         from ..session import OmniSession
 
-        self._make = lambda c: OmniSession(model_dir, opts.device, SessionConfig(
-            threads=opts.threads, token2wav=Token2WavConfig(threads=c.t2w_threads), pin=c.pin, seed=opts.seed,
-            max_new_tokens=opts.max_new_tokens, max_audio_per_chunk=opts.codes_per_chunk))
+        self._make = lambda c: OmniSession(
+            model_dir,
+            opts.device,
+            SessionConfig(
+                threads=opts.threads,
+                token2wav=Token2WavConfig(threads=c.t2w_threads),
+                pin=c.pin,
+                seed=opts.seed,
+                max_new_tokens=opts.max_new_tokens,
+                max_audio_per_chunk=opts.codes_per_chunk,
+            ),
+        )
         self._open: dict = {}
 
     def get(self, c: RunConfig):
@@ -122,11 +137,22 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     from ..placement import plan_for_device
 
     taskset = os.environ.get("OMNI_BENCH_TASKSET")
-    pinning = " + ".join(p for p in (f"taskset {taskset}" if taskset else "",
-                                     "plan" if session.placement is not None else "") if p) or "none"
-    config = {"label": c.label, "t2w_threads": session.token2wav.threads, "tts_queue": session.config.tts_queue,
-              "pin": c.pin, "pinned": session.placement is not None, "pinning": pinning,
-              "threads": session.config.llm_threads, "device": session.device}
+    pinning = (
+        " + ".join(
+            p for p in (f"taskset {taskset}" if taskset else "", "plan" if session.placement is not None else "") if p
+        )
+        or "none"
+    )
+    config = {
+        "label": c.label,
+        "t2w_threads": session.token2wav.threads,
+        "tts_queue": session.config.tts_queue,
+        "pin": c.pin,
+        "pinned": session.placement is not None,
+        "pinning": pinning,
+        "threads": session.config.llm_threads,
+        "device": session.device,
+    }
     # the plan the session applied, else the default one it would use (recorded as not applied)
     note = []
     try:
@@ -135,9 +161,14 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
         plan, note = plan_for_device(session.device, 1), [f"not applicable: {e}"]
     plan_dict = dict(plan.as_dict(), applied=session.placement is not None)
     plan_dict["notes"] += note
-    return config, {"numa_plan": plan_dict,
-                    "thread_counts": {"llm_tts": session.config.llm_threads, "token2wav": session.token2wav.threads,
-                                      "os_cpus": os.cpu_count()}}
+    return config, {
+        "numa_plan": plan_dict,
+        "thread_counts": {
+            "llm_tts": session.config.llm_threads,
+            "token2wav": session.token2wav.threads,
+            "os_cpus": os.cpu_count(),
+        },
+    }
 
 
 def run_bench(opts: BenchOptions, log=print) -> list[dict]:
@@ -162,20 +193,35 @@ def run_bench(opts: BenchOptions, log=print) -> list[dict]:
                 rec["round"] = rnd
                 records[c.label]["warmup" if warm else "requests"].append(rec)
                 failed = [g for g, v in rec["gates"].items() if not v["ok"]]
-                log(f"{'warm-up' if warm else f'round {rnd - opts.warmup + 1}/{opts.repeats}'} {c.label:<22} "
-                    f"{p.name:<8} wall RTF {summary.fmt(rec['wall_rtf'])}, compute RTF {summary.fmt(rec['compute_rtf'])}, "
-                    f"first audio {summary.fmt(rec['time_to_first_audio_s'])} s" + (f"  [failed: {', '.join(failed)}]" if failed else ""))
+                log(
+                    f"{'warm-up' if warm else f'round {rnd - opts.warmup + 1}/{opts.repeats}'} {c.label:<22} "
+                    f"{p.name:<8} wall RTF {summary.fmt(rec['wall_rtf'])}, "
+                    f"compute RTF {summary.fmt(rec['compute_rtf'])}, "
+                    f"first audio {summary.fmt(rec['time_to_first_audio_s'])} s"
+                    + (f"  [failed: {', '.join(failed)}]" if failed else "")
+                )
         env = manifest([str(f) for f in discover(model_dir).files.values()], opts.full_hash)
         elapsed = time.perf_counter() - t0
-        runs = [_run_record(c, records[c.label], opts, model_dir, started, elapsed, *snapshots[c.label], env)
-                for c in opts.configs]
+        runs = [
+            _run_record(c, records[c.label], opts, model_dir, started, elapsed, *snapshots[c.label], env)
+            for c in opts.configs
+        ]
     finally:
         sessions.close()
     return runs
 
 
-def _run_record(c: RunConfig, rec: dict, opts: BenchOptions, model_dir: str, started: str, elapsed: float,
-                config: dict, placement_fields: dict, env: dict) -> dict:
+def _run_record(
+    c: RunConfig,
+    rec: dict,
+    opts: BenchOptions,
+    model_dir: str,
+    started: str,
+    elapsed: float,
+    config: dict,
+    placement_fields: dict,
+    env: dict,
+) -> dict:
     reqs = rec["requests"]
     failed = [f"{r['prompt']}#{r['round']}: {g}" for r in reqs for g, v in r["gates"].items() if not v["ok"]]
     return {
@@ -186,9 +232,15 @@ def _run_record(c: RunConfig, rec: dict, opts: BenchOptions, model_dir: str, sta
         "model_dir": str(model_dir),
         "elapsed_s": elapsed,
         "config": config,
-        "options": {"prompts": list(opts.prompts), "repeats": opts.repeats, "warmup": opts.warmup,
-                    "max_new_tokens": opts.max_new_tokens, "codes_per_chunk": opts.codes_per_chunk,
-                    "seed": opts.seed, "alternated_with": [o.label for o in opts.configs if o != c]},
+        "options": {
+            "prompts": list(opts.prompts),
+            "repeats": opts.repeats,
+            "warmup": opts.warmup,
+            "max_new_tokens": opts.max_new_tokens,
+            "codes_per_chunk": opts.codes_per_chunk,
+            "seed": opts.seed,
+            "alternated_with": [o.label for o in opts.configs if o != c],
+        },
         "valid": not failed,
         "data_valid": all(r["data_valid"] for r in reqs),
         "realtime_eligible": all(r["realtime_eligible"] for r in reqs),
@@ -227,26 +279,39 @@ def _int_list(text: str) -> list[int | None]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BenchOptions()
-    p.add_argument("--model-dir", help="module set (default: the real-dimension random set, generated into the user "
-                                       "cache on first use: 6.4 GB, about a minute)")
+    p.add_argument(
+        "--model-dir",
+        help="module set (default: the real-dimension random set, generated into the user "
+        "cache on first use: 6.4 GB, about a minute)",
+    )
     p.add_argument("--device", default=d.device)
-    p.add_argument("--t2w-threads", default="env", help="comma list of vocoder thread counts to compare "
-                                                         "('env': OMNI_T2W_THREADS or the default)")
+    p.add_argument(
+        "--t2w-threads",
+        default="env",
+        help="comma list of vocoder thread counts to compare ('env': OMNI_T2W_THREADS or the default)",
+    )
     p.add_argument("--tts-queue", default="env", help="comma list of TTS queue sizes ('env': OMNI_TTS_QUEUE or 16)")
     p.add_argument("--pin", default="auto", help="comma list of auto,on,off (session placement)")
     p.add_argument("--prompts", default=",".join(d.prompts), help=f"comma list from {','.join(prompts.PROMPTS)}")
     p.add_argument("--repeats", type=int, default=d.repeats, help="measured rounds (>= 3; medians)")
     p.add_argument("--warmup", type=int, default=d.warmup, help="warm-up rounds, recorded apart")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--codes-per-chunk", type=int, default=d.codes_per_chunk,
-                   help="speech codes per TTS chunk (25 = 1 s of audio; random weights never stop on their own)")
+    p.add_argument(
+        "--codes-per-chunk",
+        type=int,
+        default=d.codes_per_chunk,
+        help="speech codes per TTS chunk (25 = 1 s of audio; random weights never stop on their own)",
+    )
     p.add_argument("--threads", type=int, default=None, help="LLM/TTS threads (default: libllama's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=d.out_dir, help="one JSON file per configuration is written here")
     p.add_argument("--full-hash", action="store_true", help="sha256 of whole model files (default: size + first MiB)")
     p.add_argument("--tag", default="", help="prefix of the run labels and file names")
-    p.add_argument("--allow-realtime-miss", action="store_true",
-                   help="exit 0 when only the realtime gate (Token2Wav queue wait) fails, e.g. on a small CPU host")
+    p.add_argument(
+        "--allow-realtime-miss",
+        action="store_true",
+        help="exit 0 when only the realtime gate (Token2Wav queue wait) fails, e.g. on a small CPU host",
+    )
 
 
 def options_from_args(a: argparse.Namespace) -> BenchOptions:
@@ -260,9 +325,22 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
         configs = tuple(RunConfig(t, q, p) for t, q, p in grid)
     except ValueError as e:
         raise ConfigError("t2w_threads/tts_queue", f"comma lists of integers or 'env': {e}") from None
-    return BenchOptions(a.model_dir, a.device, configs, tuple(a.prompts.split(",")), a.repeats, a.warmup,
-                        a.max_new_tokens, a.codes_per_chunk, a.threads, a.seed, a.out_dir, a.full_hash,
-                        a.allow_realtime_miss, a.tag)
+    return BenchOptions(
+        a.model_dir,
+        a.device,
+        configs,
+        tuple(a.prompts.split(",")),
+        a.repeats,
+        a.warmup,
+        a.max_new_tokens,
+        a.codes_per_chunk,
+        a.threads,
+        a.seed,
+        a.out_dir,
+        a.full_hash,
+        a.allow_realtime_miss,
+        a.tag,
+    )
 
 
 def main_from_args(a: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from .. import profile
+from ..constants import OUTPUT_SAMPLE_RATE
 
 METRICS = ("wall_rtf", "compute_rtf", "time_to_first_audio_s", "audio_s", "wall_s")
 
@@ -22,7 +23,7 @@ def pooled_compute_rtf(requests: list[dict]) -> float | None:
     for r in requests:
         for c in r["chunks"][1:-1]:
             compute_ms += sum(c[f"{s}_ms"] or 0.0 for s in profile.COMPUTE_STAGES)
-            audio_s += c["samples"] / 24000
+            audio_s += c["samples"] / OUTPUT_SAMPLE_RATE
     return compute_ms / 1000 / audio_s if audio_s > 0 else None
 
 
@@ -31,8 +32,10 @@ def summarise(requests: list[dict]) -> dict:
     out = {m: _median(r[m] for r in requests) for m in METRICS}
     out["compute_rtf_pooled"] = pooled_compute_rtf(requests)
     out["requests"] = len(requests)
-    out["per_prompt"] = {p: {m: _median(r[m] for r in requests if r["prompt"] == p) for m in METRICS}
-                         for p in dict.fromkeys(r["prompt"] for r in requests)}
+    out["per_prompt"] = {
+        p: {m: _median(r[m] for r in requests if r["prompt"] == p) for m in METRICS}
+        for p in dict.fromkeys(r["prompt"] for r in requests)
+    }
     return out
 
 
@@ -42,12 +45,19 @@ def fmt(x, digits: int = 2) -> str:
 
 def markdown_table(runs: list[dict]) -> str:
     """One row per run (a configuration), side by side."""
-    rows = ["| run | T2W threads | TTS queue | pinning | wall RTF | compute RTF (pooled) | first audio s "
-            "| audio s | valid |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| run | T2W threads | TTS queue | pinning | wall RTF | compute RTF (pooled) | first audio s "
+        "| audio s | valid |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         c, s = run["config"], run["summary"]
-        valid = "yes" if run["valid"] else "no: " + ", ".join(sorted({f.split(": ", 1)[1] for f in run["failed_gates"]}))
-        rows.append(f"| {run['label']} | {c['t2w_threads']} | {c['tts_queue']} | {c['pinning']} "
-                    f"| {fmt(s['wall_rtf'])} | {fmt(s['compute_rtf'])} ({fmt(s['compute_rtf_pooled'])}) "
-                    f"| {fmt(s['time_to_first_audio_s'])} | {fmt(s['audio_s'])} | {valid} |")
+        valid = (
+            "yes" if run["valid"] else "no: " + ", ".join(sorted({f.split(": ", 1)[1] for f in run["failed_gates"]}))
+        )
+        rows.append(
+            f"| {run['label']} | {c['t2w_threads']} | {c['tts_queue']} | {c['pinning']} "
+            f"| {fmt(s['wall_rtf'])} | {fmt(s['compute_rtf'])} ({fmt(s['compute_rtf_pooled'])}) "
+            f"| {fmt(s['time_to_first_audio_s'])} | {fmt(s['audio_s'])} | {valid} |"
+        )
     return "\n".join(rows)

@@ -12,15 +12,56 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .common import (
-    APM_FILE, AUDIO_TOKENS, F16, F32, LLM_FILE, LLM_FILE_GLOB, PROJECTOR_FILE, SILENCE_TOKEN, SPECIAL_TOKEN_BASE,
-    SPECIAL_TOKENS, T2W_DIR, T2W_FILES, T2W_VOCAB, TTS_FILE, VPM_FILE, Meta, TensorSpec,
+    APM_FILE,
+    AUDIO_TOKENS,
+    F16,
+    F32,
+    LLM_FILE,
+    LLM_FILE_GLOB,
+    PROJECTOR_FILE,
+    SILENCE_TOKEN,
+    SPECIAL_TOKEN_BASE,
+    SPECIAL_TOKENS,
+    T2W_DIR,
+    T2W_FILES,
+    T2W_VOCAB,
+    TTS_FILE,
+    VPM_FILE,
+    Meta,
+    TensorSpec,
 )
-from .encoders import APM_REAL, APM_TINY, VPM_REAL, VPM_TINY, ApmDims, VpmDims, apm_infer, apm_metadata, apm_tensors, \
-    vpm_infer, vpm_metadata, vpm_resampler_heads, vpm_tensors
+from .encoders import (
+    APM_REAL,
+    APM_TINY,
+    VPM_REAL,
+    VPM_TINY,
+    ApmDims,
+    VpmDims,
+    apm_infer,
+    apm_metadata,
+    apm_tensors,
+    vpm_infer,
+    vpm_metadata,
+    vpm_resampler_heads,
+    vpm_tensors,
+)
 from .llm import LLM_BENCH, LLM_TINY, LlmDims, llm_infer, llm_metadata, llm_tensors
 from .token2wav import T2W_REAL, T2W_TABLES, T2W_TINY, T2wDims, prompt_cache_metadata, t2w_infer
-from .tts import PROJECTOR_REAL, PROJECTOR_TINY, TTS_REAL, TTS_TINY, ProjectorDims, TtsDims, projector_infer, \
-    projector_metadata, projector_tensors, tts_infer, tts_metadata, tts_special_ids, tts_tensors
+from .tts import (
+    PROJECTOR_REAL,
+    PROJECTOR_TINY,
+    TTS_REAL,
+    TTS_TINY,
+    ProjectorDims,
+    TtsDims,
+    projector_infer,
+    projector_metadata,
+    projector_tensors,
+    tts_infer,
+    tts_metadata,
+    tts_special_ids,
+    tts_tensors,
+)
 from .vocab import Vocab, build_vocab
 
 MODULES = ("llm", "apm", "vpm", "tts", "projector", "token2wav")
@@ -53,10 +94,10 @@ def preset(size: str, vocab: Vocab | None = None) -> SetDims:
 
 @dataclass(frozen=True)
 class FileSpec:
-    module: str                       # one of MODULES
-    key: str                          # "llm", "apm", ..., "token2wav.encoder"
-    relpath: str                      # path inside the model directory
-    architecture: str | None          # expected general.architecture (None: file has no metadata)
+    module: str  # one of MODULES
+    key: str  # "llm", "apm", ..., "token2wav.encoder"
+    relpath: str  # path inside the model directory
+    architecture: str | None  # expected general.architecture (None: file has no metadata)
     tensors: Callable[[SetDims], list[TensorSpec]]
     metadata: Callable[[SetDims], Meta]
 
@@ -70,12 +111,23 @@ FILES: tuple[FileSpec, ...] = (
     FileSpec("apm", "apm", APM_FILE, "whisper", lambda d: apm_tensors(d.apm), lambda d: apm_metadata(d.apm)),
     FileSpec("vpm", "vpm", VPM_FILE, "clip", lambda d: vpm_tensors(d.vpm), lambda d: vpm_metadata(d.vpm)),
     FileSpec("tts", "tts", TTS_FILE, "llama", lambda d: tts_tensors(d.tts), lambda d: tts_metadata(d.tts)),
-    FileSpec("projector", "projector", PROJECTOR_FILE, "projector",
-             lambda d: projector_tensors(d.projector), lambda d: projector_metadata(d.projector)),
+    FileSpec(
+        "projector",
+        "projector",
+        PROJECTOR_FILE,
+        "projector",
+        lambda d: projector_tensors(d.projector),
+        lambda d: projector_metadata(d.projector),
+    ),
     *(
-        FileSpec("token2wav", f"token2wav.{stem}", f"{T2W_DIR}/{stem}.gguf", None,
-                 (lambda fn: lambda d: fn(d.t2w))(T2W_TABLES[stem]),
-                 (lambda d: prompt_cache_metadata(d.t2w)) if stem == "prompt_cache" else _no_meta)
+        FileSpec(
+            "token2wav",
+            f"token2wav.{stem}",
+            f"{T2W_DIR}/{stem}.gguf",
+            None,
+            (lambda fn: lambda d: fn(d.t2w))(T2W_TABLES[stem]),
+            (lambda d: prompt_cache_metadata(d.t2w)) if stem == "prompt_cache" else _no_meta,
+        )
         for stem in T2W_FILES
     ),
 )
@@ -109,8 +161,34 @@ def set_dims_field(module: str) -> str:
 
 
 __all__ = [
-    "APM_FILE", "AUDIO_TOKENS", "F16", "F32", "FILES", "FileSpec", "LLM_FILE", "LLM_FILE_GLOB", "MODULES",
-    "PROJECTOR_FILE", "SILENCE_TOKEN", "SIZES", "SPECIAL_TOKENS", "SPECIAL_TOKEN_BASE", "SetDims", "T2W_DIR",
-    "T2W_FILES", "T2W_VOCAB", "TTS_FILE", "TensorSpec", "VPM_FILE", "Vocab", "build_vocab", "files_of",
-    "apm_metadata", "infer_dims", "preset", "set_dims_field", "tts_special_ids", "vpm_resampler_heads",
+    "APM_FILE",
+    "AUDIO_TOKENS",
+    "F16",
+    "F32",
+    "FILES",
+    "FileSpec",
+    "LLM_FILE",
+    "LLM_FILE_GLOB",
+    "MODULES",
+    "PROJECTOR_FILE",
+    "SILENCE_TOKEN",
+    "SIZES",
+    "SPECIAL_TOKENS",
+    "SPECIAL_TOKEN_BASE",
+    "SetDims",
+    "T2W_DIR",
+    "T2W_FILES",
+    "T2W_VOCAB",
+    "TTS_FILE",
+    "TensorSpec",
+    "VPM_FILE",
+    "Vocab",
+    "build_vocab",
+    "files_of",
+    "apm_metadata",
+    "infer_dims",
+    "preset",
+    "set_dims_field",
+    "tts_special_ids",
+    "vpm_resampler_heads",
 ]

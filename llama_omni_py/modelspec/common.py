@@ -60,7 +60,9 @@ def _norm(prefix: str, n: int, bias: bool = True) -> list[TensorSpec]:
     return out
 
 
-def _linear(prefix: str, n_in: int, n_out: int, dtype: str = F16, bias: bool = True, gain: float = 1.0) -> list[TensorSpec]:
+def _linear(
+    prefix: str, n_in: int, n_out: int, dtype: str = F16, bias: bool = True, gain: float = 1.0
+) -> list[TensorSpec]:
     out = [_w(f"{prefix}.weight", (n_in, n_out), dtype, gain=gain)]
     if bias:
         out.append(_b(f"{prefix}.bias", n_out))
@@ -81,22 +83,60 @@ Meta = list[tuple[str, str, object]]
 # size and right after the ordinary tokens in the tiny set (same order, same names).
 SPECIAL_TOKEN_BASE = 151643
 _SPECIALS_BY_ID = {
-    151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>",
-    151646: "<|object_ref_start|>", 151647: "<|object_ref_end|>", 151648: "<|box_start|>",
-    151649: "<|box_end|>", 151650: "<|quad_start|>", 151651: "<|quad_end|>",
-    151652: "<|vision_start|>", 151653: "<|vision_end|>", 151654: "<|vision_pad|>",
-    151655: "<|image_pad|>", 151656: "<|video_pad|>", 151657: "<tool_call>", 151658: "</tool_call>",
-    151659: "<|fim_prefix|>", 151660: "<|fim_middle|>", 151661: "<|fim_suffix|>", 151662: "<|fim_pad|>",
-    151663: "<|repo_name|>", 151664: "<|file_sep|>", 151665: "<tool_response>", 151666: "</tool_response>",
-    151667: "<think>", 151668: "</think>",
-    151669: "<image>", 151670: "</image>", 151679: "<slice>", 151680: "</slice>",
-    151681: "<image_id>", 151682: "</image_id>", 151683: "<unit>", 151684: "</unit>",
-    151697: "<|audio_start|>", 151698: "<|audio|>", 151699: "<|audio_end|>",
-    151700: "<|spk_bos|>", 151701: "<|spk|>", 151702: "<|spk_eos|>",
-    151703: "<|tts_bos|>", 151704: "<|tts_eos|>",
-    151705: "<|listen|>", 151706: "<|speak|>", 151707: "<|interrupt|>", 151708: "<|vad_start|>", 151709: "<|vad_end|>",
-    151716: "<|turn_bos|>", 151717: "<|turn_eos|>", 151718: "<|chunk_eos|>", 151719: "<|chunk_bos|>",
-    151720: "<|chunk_tts_bos|>", 151721: "<|chunk_tts_eos|>", 151722: "<|tts_pad|>",
+    151643: "<|endoftext|>",
+    151644: "<|im_start|>",
+    151645: "<|im_end|>",
+    151646: "<|object_ref_start|>",
+    151647: "<|object_ref_end|>",
+    151648: "<|box_start|>",
+    151649: "<|box_end|>",
+    151650: "<|quad_start|>",
+    151651: "<|quad_end|>",
+    151652: "<|vision_start|>",
+    151653: "<|vision_end|>",
+    151654: "<|vision_pad|>",
+    151655: "<|image_pad|>",
+    151656: "<|video_pad|>",
+    151657: "<tool_call>",
+    151658: "</tool_call>",
+    151659: "<|fim_prefix|>",
+    151660: "<|fim_middle|>",
+    151661: "<|fim_suffix|>",
+    151662: "<|fim_pad|>",
+    151663: "<|repo_name|>",
+    151664: "<|file_sep|>",
+    151665: "<tool_response>",
+    151666: "</tool_response>",
+    151667: "<think>",
+    151668: "</think>",
+    151669: "<image>",
+    151670: "</image>",
+    151679: "<slice>",
+    151680: "</slice>",
+    151681: "<image_id>",
+    151682: "</image_id>",
+    151683: "<unit>",
+    151684: "</unit>",
+    151697: "<|audio_start|>",
+    151698: "<|audio|>",
+    151699: "<|audio_end|>",
+    151700: "<|spk_bos|>",
+    151701: "<|spk|>",
+    151702: "<|spk_eos|>",
+    151703: "<|tts_bos|>",
+    151704: "<|tts_eos|>",
+    151705: "<|listen|>",
+    151706: "<|speak|>",
+    151707: "<|interrupt|>",
+    151708: "<|vad_start|>",
+    151709: "<|vad_end|>",
+    151716: "<|turn_bos|>",
+    151717: "<|turn_eos|>",
+    151718: "<|chunk_eos|>",
+    151719: "<|chunk_bos|>",
+    151720: "<|chunk_tts_bos|>",
+    151721: "<|chunk_tts_eos|>",
+    151722: "<|tts_pad|>",
     **{151723 + i: f"<|timbre_{7 + i}|>" for i in range(25)},
 }
 SPECIAL_TOKEN_COUNT = 151748 - SPECIAL_TOKEN_BASE  # ids 151643..151747
@@ -107,8 +147,6 @@ SPECIAL_TOKENS: tuple[str, ...] = tuple(
 # TTS-side ids into emb_text (engine-spec §3), hard-coded in llama.cpp-omni.
 TTS_AUDIO_BOS_ID = 151687
 TTS_TEXT_EOS_ID = 151692
-AUDIO_TOKENS = 6562      # 6561 speech codes + EOS (rel 6561)
+AUDIO_TOKENS = 6562  # 6561 speech codes + EOS (rel 6561)
 T2W_VOCAB = 6561
 SILENCE_TOKEN = 4218
-
-

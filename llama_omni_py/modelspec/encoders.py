@@ -119,7 +119,7 @@ def vpm_tensors(d: VpmDims) -> list[TensorSpec]:
             out += _linear(f"{p}.{n}", h, h)
         out += _linear(f"{p}.attn_out", h, h, gain=0.5)
         out += _norm(f"{p}.ln1", h)
-        out += _linear(f"{p}.ffn_down", h, d.n_ff)   # converter's name for fc1 (in -> ff)
+        out += _linear(f"{p}.ffn_down", h, d.n_ff)  # converter's name for fc1 (in -> ff)
         out += _linear(f"{p}.ffn_up", d.n_ff, h, gain=0.5)  # ... and for fc2
         out += _norm(f"{p}.ln2", h)
     out += _norm("v.post_ln", h)
@@ -166,7 +166,7 @@ def vpm_metadata(d: VpmDims) -> Meta:
 
 def vpm_infer(g) -> VpmDims:
     npos = g.tensor_ne("v.position_embd.weight")[1]
-    grid = int(round(npos ** 0.5))
+    grid = int(round(npos**0.5))
     return VpmDims(
         hidden=g.get_int("clip.vision.embedding_length"),
         n_layer=g.get_int("clip.vision.block_count"),
@@ -178,5 +178,3 @@ def vpm_infer(g) -> VpmDims:
         pos_grid=grid,
         query_num=g.get_int("clip.minicpmv_query_num", 64),
     )
-
-

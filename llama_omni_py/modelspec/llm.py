@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import F16, F32, Meta, TensorSpec, _b, _linear, _norm, _w
+from .common import F16, F32, Meta, TensorSpec, _w
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,9 @@ def llm_infer(g) -> LlmDims:
         n_layer=g.get_int(f"{a}.block_count"),
         n_head=g.get_int(f"{a}.attention.head_count"),
         n_head_kv=g.get_int(f"{a}.attention.head_count_kv"),
-        head_dim=g.get_int(f"{a}.attention.key_length", g.get_int(f"{a}.embedding_length") // g.get_int(f"{a}.attention.head_count")),
+        head_dim=g.get_int(
+            f"{a}.attention.key_length", g.get_int(f"{a}.embedding_length") // g.get_int(f"{a}.attention.head_count")
+        ),
         n_ff=g.get_int(f"{a}.feed_forward_length"),
         n_vocab=g.tensor_ne("token_embd.weight")[1],
     )
-
-

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import F32, Meta, TensorSpec, T2W_VOCAB, _conv1d, _linear, _norm
+from .common import F32, T2W_VOCAB, Meta, TensorSpec, _conv1d, _linear, _norm
 
 MEL = 80
 SPK_DIM = 192
 TIMESTEP_DIM = 256
-HIFT_UPSAMPLE = ((8, 16), (5, 11), (3, 7))          # (stride, kernel) per stage
-HIFT_SOURCE_DOWN = ((15, 30), (3, 6), (1, 1))        # (stride, kernel) of source_downs.i
+HIFT_UPSAMPLE = ((8, 16), (5, 11), (3, 7))  # (stride, kernel) per stage
+HIFT_SOURCE_DOWN = ((15, 30), (3, 6), (1, 1))  # (stride, kernel) of source_downs.i
 HIFT_SOURCE_KERNELS = (7, 7, 11)
 HIFT_RESBLOCK_KERNELS = (3, 7, 11)
 HIFT_F0_LAYERS = (0, 2, 4, 6, 8)
-STFT_CHANNELS = 18                                   # 9 bins, real + imaginary
+STFT_CHANNELS = 18  # 9 bins, real + imaginary
 
 
 @dataclass(frozen=True)
 class T2wDims:
-    enc_dim: int = 512       # conformer width (= token embedding width)
+    enc_dim: int = 512  # conformer width (= token embedding width)
     enc_heads: int = 8
     enc_ff: int = 2048
     enc_blocks: int = 6
@@ -33,15 +33,27 @@ class T2wDims:
     dit_heads: int = 8
     dit_depth: int = 16
     dit_mlp: int = 2048
-    hift_base: int = 512     # conv_pre channels; the stages run at base/2, base/4, base/8
+    hift_base: int = 512  # conv_pre channels; the stages run at base/2, base/4, base/8
     f0_channels: int = 512
     prompt_frames: int = 100  # mel frames of the fixed voice prompt (~2 s)
-    cfm_steps: int = 5        # steps the prompt cache was built for
+    cfm_steps: int = 5  # steps the prompt cache was built for
 
 
 T2W_REAL = T2wDims()
-T2W_TINY = T2wDims(enc_dim=64, enc_heads=2, enc_ff=128, enc_blocks=2, enc_up_blocks=2, dit_dim=64, dit_heads=2,
-                   dit_depth=2, dit_mlp=256, hift_base=32, f0_channels=32, prompt_frames=20)
+T2W_TINY = T2wDims(
+    enc_dim=64,
+    enc_heads=2,
+    enc_ff=128,
+    enc_blocks=2,
+    enc_up_blocks=2,
+    dit_dim=64,
+    dit_heads=2,
+    dit_depth=2,
+    dit_mlp=256,
+    hift_base=32,
+    f0_channels=32,
+    prompt_frames=20,
+)
 
 
 def _conformer_block(p: str, d: int, heads: int, ff: int) -> list[TensorSpec]:
@@ -76,7 +88,9 @@ def encoder_tensors(d: T2wDims) -> list[TensorSpec]:
 def flow_matching_tensors(d: T2wDims) -> list[TensorSpec]:
     h, dk = d.dit_dim, d.dit_dim // d.dit_heads
     p = "estimator"
-    out = _linear(f"{p}.t_embedder.mlp.0", TIMESTEP_DIM, h, dtype=F32) + _linear(f"{p}.t_embedder.mlp.2", h, h, dtype=F32)
+    out = _linear(f"{p}.t_embedder.mlp.0", TIMESTEP_DIM, h, dtype=F32) + _linear(
+        f"{p}.t_embedder.mlp.2", h, h, dtype=F32
+    )
     out += _linear(f"{p}.in_proj", 4 * MEL, h, dtype=F32)
     for i in range(d.dit_depth):
         b = f"{p}.blocks.{i}"
@@ -84,7 +98,9 @@ def flow_matching_tensors(d: T2wDims) -> list[TensorSpec]:
             out += _linear(f"{b}.attn.{n}", h, h, dtype=F32)
         out += _norm(f"{b}.attn.q_norm", dk) + _norm(f"{b}.attn.k_norm", dk)
         out += _linear(f"{b}.attn.proj", h, h, dtype=F32, gain=0.5)
-        out += _linear(f"{b}.mlp.fc1", h, d.dit_mlp, dtype=F32) + _linear(f"{b}.mlp.fc2", d.dit_mlp, h, dtype=F32, gain=0.5)
+        out += _linear(f"{b}.mlp.fc1", h, d.dit_mlp, dtype=F32) + _linear(
+            f"{b}.mlp.fc2", d.dit_mlp, h, dtype=F32, gain=0.5
+        )
         out += _conv1d(f"{b}.conv.block.1", h, h, 3) + _norm(f"{b}.conv.block.3", h)
         out += _conv1d(f"{b}.conv.block.6", h, h, 3, gain=0.5)
         out += _linear(f"{b}.adaLN_modulation.1", h, 9 * h, dtype=F32, gain=0.2)
@@ -122,8 +138,10 @@ def hifigan_tensors(d: T2wDims) -> list[TensorSpec]:
     ch_in = base
     for i, (ch, (_, k)) in enumerate(zip(stages, HIFT_UPSAMPLE)):
         # ConvTranspose1d (in, out, k) -> ne [k, out, in]
-        out += [TensorSpec(f"ups.{i}.weight", (k, ch, ch_in), F32, "linear", ch_in, 1.0),
-                TensorSpec(f"ups.{i}.bias", (ch,), F32, "bias")]
+        out += [
+            TensorSpec(f"ups.{i}.weight", (k, ch, ch_in), F32, "linear", ch_in, 1.0),
+            TensorSpec(f"ups.{i}.bias", (ch,), F32, "bias"),
+        ]
         ch_in = ch
     for i, (ch, (_, k)) in enumerate(zip(stages, HIFT_SOURCE_DOWN)):
         out += _conv1d(f"source_downs.{i}", STFT_CHANNELS, ch, k)
@@ -147,7 +165,9 @@ def prompt_cache_tensors(d: T2wDims) -> list[TensorSpec]:
     return [
         TensorSpec(f"{p}.spk_cb", (SPK_DIM,), F32, "embed"),
         TensorSpec(f"{p}.conformer_cnn_cache", (d.enc_dim, 6), F32, "embed"),
-        TensorSpec(f"{p}.conformer_att_cache", (2 * enc_dk, t, d.enc_heads, d.enc_blocks + d.enc_up_blocks), F32, "embed"),
+        TensorSpec(
+            f"{p}.conformer_att_cache", (2 * enc_dk, t, d.enc_heads, d.enc_blocks + d.enc_up_blocks), F32, "embed"
+        ),
         TensorSpec(f"{p}.estimator_cnn_cache", (2 * d.dit_dim, 2, steps * d.dit_depth, 2), F32, "embed"),
         TensorSpec(f"{p}.estimator_att_cache", (2 * dit_dk, t, steps * d.dit_depth * d.dit_heads, 2), F32, "embed"),
     ]
@@ -176,7 +196,7 @@ T2W_TABLES = {
 
 
 def _count(names, prefix: str) -> int:
-    idx = {int(n[len(prefix):].split(".")[0]) for n in names if n.startswith(prefix)}
+    idx = {int(n[len(prefix) :].split(".")[0]) for n in names if n.startswith(prefix)}
     return max(idx) + 1 if idx else 0
 
 

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import F16, F32, Meta, TensorSpec, _b, _linear, _norm, _w
-from .common import AUDIO_TOKENS, SPECIAL_TOKEN_BASE, TTS_AUDIO_BOS_ID, TTS_TEXT_EOS_ID
+from .common import (
+    AUDIO_TOKENS,
+    F16,
+    F32,
+    SPECIAL_TOKEN_BASE,
+    TTS_AUDIO_BOS_ID,
+    TTS_TEXT_EOS_ID,
+    Meta,
+    TensorSpec,
+    _linear,
+    _w,
+)
 from .llm import LLM_TINY
 
 
@@ -17,7 +27,7 @@ class TtsDims:
     n_layer: int
     n_head: int
     n_ff: int
-    text_vocab: int   # rows of emb_text (LLM token ids)
+    text_vocab: int  # rows of emb_text (LLM token ids)
     llm_embd: int
     n_token_vocab: int = 32000  # the unused token_embd table of the LLaMA backbone
     audio_tokens: int = AUDIO_TOKENS
@@ -84,8 +94,7 @@ def tts_special_ids(special_base: int = SPECIAL_TOKEN_BASE) -> tuple[int, int]:
     the same offsets from the start of its special-token block and records the result in the
     ``omni.tts.audio_bos_token_id`` / ``omni.tts.text_eos_token_id`` keys.
     """
-    return (special_base + TTS_AUDIO_BOS_ID - SPECIAL_TOKEN_BASE,
-            special_base + TTS_TEXT_EOS_ID - SPECIAL_TOKEN_BASE)
+    return (special_base + TTS_AUDIO_BOS_ID - SPECIAL_TOKEN_BASE, special_base + TTS_TEXT_EOS_ID - SPECIAL_TOKEN_BASE)
 
 
 def tts_infer(g) -> TtsDims:

@@ -76,7 +76,7 @@ class Vocab:
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
-    special_base: int   # id of <|endoftext|>; the special block follows SPECIAL_TOKENS order
+    special_base: int  # id of <|endoftext|>; the special block follows SPECIAL_TOKENS order
 
     @property
     def size(self) -> int:

@@ -12,9 +12,9 @@ import threading
 from websockets.asyncio.server import serve as ws_serve
 
 from .config import ServerConfig
+from .connection import Connection
 from .engine import Engine
 from .routes import BodyConnection, process_request
-from .connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,18 @@ class OmniServer:
     async def start(self) -> None:
         """Listens at once (health answers 503 loading) and loads the engine in the background."""
         c = self.config
-        self._ws = await ws_serve(self._handle, c.host, c.port, process_request=self._route,
-                                  create_connection=BodyConnection, max_size=c.max_message_bytes,
-                                  ping_interval=c.ping_interval_s, ping_timeout=c.ping_timeout_s,
-                                  compression=None, open_timeout=c.init_timeout_s)
+        self._ws = await ws_serve(
+            self._handle,
+            c.host,
+            c.port,
+            process_request=self._route,
+            create_connection=BodyConnection,
+            max_size=c.max_message_bytes,
+            ping_interval=c.ping_interval_s,
+            ping_timeout=c.ping_timeout_s,
+            compression=None,
+            open_timeout=c.init_timeout_s,
+        )
         self.port = self._ws.sockets[0].getsockname()[1]
         self._load = asyncio.create_task(self.engine.load())
         log.warning("listening on http://%s:%d (WebSocket /backend, /health, demo page /)", c.host, self.port)
@@ -66,6 +74,7 @@ class OmniServer:
 
 def serve(config: ServerConfig) -> None:
     """Runs the server until SIGINT or SIGTERM."""
+
     async def main():
         server = OmniServer(config)
         await server.start()
@@ -89,7 +98,7 @@ class BackgroundServer:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="omni-server", daemon=True)
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
         return self

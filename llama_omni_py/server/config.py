@@ -4,42 +4,52 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
 from ..config import SessionConfig
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
-    port: int = 8765                     # 0: any free port (tests)
-    model_dir: str | None = None         # None: the tiny demo set (random weights)
+    port: int = 8765  # 0: any free port (tests)
+    model_dir: str | None = None  # None: the tiny demo set (random weights)
     device: str = "auto"
     session: SessionConfig | None = None
-    max_message_bytes: int = 32 << 20    # one WebSocket message; larger closes the socket with 1009
-    max_audio_seconds: float = 30.0      # input audio per turn (the audio encoder holds 30 s)
-    max_new_tokens: int | None = None    # cap on generation.max_new_tokens (None: the session's limit)
-    idle_timeout_s: float = 300.0        # no message and no turn running for this long closes the session
-    init_timeout_s: float = 30.0         # the first message must arrive within this
+    max_message_bytes: int = 32 << 20  # one WebSocket message; larger closes the socket with 1009
+    max_audio_seconds: float = 30.0  # input audio per turn (the audio encoder holds 30 s)
+    max_new_tokens: int | None = None  # cap on generation.max_new_tokens (None: the session's limit)
+    idle_timeout_s: float = 300.0  # no message and no turn running for this long closes the session
+    init_timeout_s: float = 30.0  # the first message must arrive within this
     ping_interval_s: float | None = 20.0  # WebSocket keepalive pings (None: off)
     ping_timeout_s: float | None = 20.0
-    max_pending_inputs: int = 4          # pushes queued behind the running turn
-    warmup: bool = True                  # /health says ready only after a warm-up turn ran
+    max_pending_inputs: int = 4  # pushes queued behind the running turn
+    warmup: bool = True  # /health says ready only after a warm-up turn ran
 
     def __post_init__(self):
         def check(name, ok, msg):
             if not ok:
                 raise ConfigError(name, msg)
+
         check("host", isinstance(self.host, str) and self.host, "must be a host name or address")
         check("port", isinstance(self.port, int) and 0 <= self.port <= 65535, "must be an integer in 0..65535")
         check("session", self.session is None or isinstance(self.session, SessionConfig), "must be a SessionConfig")
-        check("max_message_bytes", isinstance(self.max_message_bytes, int) and self.max_message_bytes >= 1024,
-              "must be an integer >= 1024")
+        check(
+            "max_message_bytes",
+            isinstance(self.max_message_bytes, int) and self.max_message_bytes >= 1024,
+            "must be an integer >= 1024",
+        )
         check("max_audio_seconds", 0 < self.max_audio_seconds <= 600, "must be in (0, 600]")
-        check("max_new_tokens", self.max_new_tokens is None or (isinstance(self.max_new_tokens, int)
-                                                                and self.max_new_tokens > 0), "must be a positive integer")
+        check(
+            "max_new_tokens",
+            self.max_new_tokens is None or (isinstance(self.max_new_tokens, int) and self.max_new_tokens > 0),
+            "must be a positive integer",
+        )
         for name in ("idle_timeout_s", "init_timeout_s"):
             check(name, getattr(self, name) > 0, "must be > 0")
         for name in ("ping_interval_s", "ping_timeout_s"):
             check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")
-        check("max_pending_inputs", isinstance(self.max_pending_inputs, int) and self.max_pending_inputs >= 0,
-              "must be an integer >= 0")
+        check(
+            "max_pending_inputs",
+            isinstance(self.max_pending_inputs, int) and self.max_pending_inputs >= 0,
+            "must be an integer >= 0",
+        )

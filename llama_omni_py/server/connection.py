@@ -22,12 +22,19 @@ from . import protocol as P
 
 log = logging.getLogger(__name__)
 
-_CLOSE = object()       # writer sentinel: close the socket after what is queued
-OUT_QUEUE = 64          # events waiting for the writer; a slow client slows the turn down
+_CLOSE = object()  # writer sentinel: close the socket after what is queued
+OUT_QUEUE = 64  # events waiting for the writer; a slow client slows the turn down
 BACKEND = "llama-omni-py"
 # WebSocket close codes: normal, policy (protocol violation), server error.
-CODE = {"client_closed": 1000, "idle_timeout": 1000, "server_shutdown": 1001, "engine_error": 1011,
-        "omni_init_failed": 1011, "engine_loading": 1013, "session_busy": 1013}
+CODE = {
+    "client_closed": 1000,
+    "idle_timeout": 1000,
+    "server_shutdown": 1001,
+    "engine_error": 1011,
+    "omni_init_failed": 1011,
+    "engine_loading": 1013,
+    "session_busy": 1013,
+}
 
 
 class Connection:
@@ -41,7 +48,7 @@ class Connection:
         self.worker: asyncio.Task | None = None
         self.turns = 0
         self.started = time.perf_counter()
-        self.finished = asyncio.Event()   # resources released (the HTTP close waits for it)
+        self.finished = asyncio.Event()  # resources released (the HTTP close waits for it)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -80,8 +87,14 @@ class Connection:
         while not self.out.empty():  # no model content after a fail-fast
             self.out.get_nowait()
         if notify:
-            self.out.put_nowait(P.closed(self.id, reason, message, {"backend": BACKEND, "turns": self.turns,
-                                                                     "wall_clock_ms": self._ms(self.started)}))
+            self.out.put_nowait(
+                P.closed(
+                    self.id,
+                    reason,
+                    message,
+                    {"backend": BACKEND, "turns": self.turns, "wall_clock_ms": self._ms(self.started)},
+                )
+            )
         self.out.put_nowait((_CLOSE, CODE.get(reason, 1008), reason))
         self.finished.set()
 
@@ -119,8 +132,9 @@ class Connection:
     async def _init(self, msg: dict) -> None:
         req = P.parse_init(msg)
         if req.mode == "full_duplex":
-            raise ProtocolError("mode full_duplex is not implemented by this backend; use turn_based",
-                                "mode_unsupported")
+            raise ProtocolError(
+                "mode full_duplex is not implemented by this backend; use turn_based", "mode_unsupported"
+            )
         sid = uuid.uuid4().hex
         refused = self.engine.claim(sid)
         if refused is not None:
@@ -133,8 +147,9 @@ class Connection:
         turn = P.parse_turn(msg, self.init, self.cfg.max_audio_seconds, self.cfg.max_new_tokens)
         running = self.worker is not None and not self.worker.done()
         if len(self.pending) + running > self.cfg.max_pending_inputs:
-            raise ProtocolError(f"more than {self.cfg.max_pending_inputs} inputs queued behind the running turn",
-                                "input_overflow")
+            raise ProtocolError(
+                f"more than {self.cfg.max_pending_inputs} inputs queued behind the running turn", "input_overflow"
+            )
         self.pending.append(turn)
         if not running:
             self.worker = asyncio.create_task(self._work())
@@ -170,9 +185,16 @@ class Connection:
                 if chunk.text_delta:
                     texts.append(chunk.text_delta)
                     if turn.streaming:
-                        await self._send(P.event("response.output.delta", kind="text", text=chunk.text_delta,
-                                                 session_id=self.id, response_id=rid,
-                                                 metrics=self._metrics(t0, first_audio, audio_n)))
+                        await self._send(
+                            P.event(
+                                "response.output.delta",
+                                kind="text",
+                                text=chunk.text_delta,
+                                session_id=self.id,
+                                response_id=rid,
+                                metrics=self._metrics(t0, first_audio, audio_n),
+                            )
+                        )
                 if chunk.audio.size and turn.speech:
                     first_audio = first_audio if first_audio is not None else self._ms(t0)
                     audio_n += chunk.audio.size
@@ -180,18 +202,36 @@ class Connection:
                         audio.append(chunk.audio)
                         continue
                     for piece in P.audio_pieces(chunk.audio):
-                        await self._send(P.event("response.output.delta", kind="audio", audio=P.pcm_b64(piece),
-                                                 session_id=self.id, response_id=rid,
-                                                 metrics=self._metrics(t0, first_audio, audio_n)))
+                        await self._send(
+                            P.event(
+                                "response.output.delta",
+                                kind="audio",
+                                audio=P.pcm_b64(piece),
+                                session_id=self.id,
+                                response_id=rid,
+                                metrics=self._metrics(t0, first_audio, audio_n),
+                            )
+                        )
         finally:
             await chunks.aclose()  # stops the engine now, not when the generator is collected
         t = timings.as_dict() if timings is not None else {}
         limit = turn.max_new_tokens or self.engine.session.config.max_new_tokens
-        full = None if turn.streaming or not turn.speech else P.pcm_b64(
-            np.concatenate(audio) if audio else np.zeros(0, np.float32))
-        await self._send(P.event("response.done", session_id=self.id, response_id=rid, text="".join(texts),
-                                 audio=full, reason="max_new_tokens" if t.get("n_tokens", 0) >= limit else "turn_end",
-                                 metrics=self._metrics(t0, first_audio, audio_n, t)))
+        full = (
+            None
+            if turn.streaming or not turn.speech
+            else P.pcm_b64(np.concatenate(audio) if audio else np.zeros(0, np.float32))
+        )
+        await self._send(
+            P.event(
+                "response.done",
+                session_id=self.id,
+                response_id=rid,
+                text="".join(texts),
+                audio=full,
+                reason="max_new_tokens" if t.get("n_tokens", 0) >= limit else "turn_end",
+                metrics=self._metrics(t0, first_audio, audio_n, t),
+            )
+        )
 
     # -- writer ----------------------------------------------------------------------------
     async def _send(self, ev: dict) -> None:
@@ -236,8 +276,15 @@ class Connection:
             m["rtf"] = round(m["wall_clock_ms"] / m["audio_ms"], 4)
         if t:
             r = lambda k: round(t.get(k) or 0.0, 1)  # noqa: E731
-            m.update(prefill_ms=r("prefill_ms"), generate_ms=round(max(0.0, m["wall_clock_ms"] - r("prefill_ms")), 1),
-                     cost_llm_ms=r("llm_ms"), cost_tts_ms=r("tts_ms"), cost_token2wav_ms=r("token2wav_ms"),
-                     cost_apm_ms=r("apm_ms"), cost_vpm_ms=r("vpm_ms"), n_tokens=t.get("n_tokens", 0),
-                     n_tts_tokens=t.get("n_tts_tokens", 0))
+            m.update(
+                prefill_ms=r("prefill_ms"),
+                generate_ms=round(max(0.0, m["wall_clock_ms"] - r("prefill_ms")), 1),
+                cost_llm_ms=r("llm_ms"),
+                cost_tts_ms=r("tts_ms"),
+                cost_token2wav_ms=r("token2wav_ms"),
+                cost_apm_ms=r("apm_ms"),
+                cost_vpm_ms=r("vpm_ms"),
+                n_tokens=t.get("n_tokens", 0),
+                n_tts_tokens=t.get("n_tts_tokens", 0),
+            )
         return m

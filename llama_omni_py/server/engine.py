@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from ..demo import demo_config
 from ..errors import MediaError
@@ -26,11 +26,11 @@ class Engine:
     def __init__(self, config: ServerConfig, factory=OmniSession):
         self.config = config
         self._factory = factory
-        self.state = "loading"          # loading -> ready | failed
+        self.state = "loading"  # loading -> ready | failed
         self.error: str | None = None
         self.session: OmniSession | None = None
         self.active: str | None = None  # the protocol session holding the engine
-        self.busy = False               # a turn is running
+        self.busy = False  # a turn is running
         self.load_s = self.warmup_s = None
         self.turns = 0
 
@@ -39,8 +39,12 @@ class Engine:
         try:
             await asyncio.to_thread(self._load)
             self.state = "ready"
-            log.warning("engine ready on %s (load %.1f s, warm-up %.1f s)", self.session.device, self.load_s,
-                        self.warmup_s or 0.0)
+            log.warning(
+                "engine ready on %s (load %.1f s, warm-up %.1f s)",
+                self.session.device,
+                self.load_s,
+                self.warmup_s or 0.0,
+            )
         except Exception as e:  # noqa: BLE001 -- reported by /health and to every session.init
             self.error = f"{type(e).__name__}: {e}"
             self.state = "failed"
@@ -61,9 +65,15 @@ class Engine:
 
     def health(self) -> tuple[int, dict]:
         if self.state == "ready":
-            return 200, {"status": "ready", "busy": self.busy, "session_active": self.active is not None,
-                         "device": self.session.device, "load_s": round(self.load_s, 3),
-                         "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3), "turns": self.turns}
+            return 200, {
+                "status": "ready",
+                "busy": self.busy,
+                "session_active": self.active is not None,
+                "device": self.session.device,
+                "load_s": round(self.load_s, 3),
+                "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
+                "turns": self.turns,
+            }
         if self.state == "failed":
             return 503, {"status": "error", "error": self.error}
         return 503, {"status": "loading"}
@@ -104,10 +114,18 @@ class Engine:
         try:
             audio = turn.audio + (await asyncio.to_thread(self._video_audio, turn) if turn.videos else [])
             async for chunk in self.session.astream(
-                    turn.text, audio=audio or None, image=turn.images or None, video=turn.videos or None,
-                    voice=turn.voice, max_new_tokens=turn.max_new_tokens, system_prompt=turn.system_prompt,
-                    history=turn.history, speech=turn.speech, tts_template=turn.tts_template,
-                    stack_frames=turn.stack_frames):
+                turn.text,
+                audio=audio or None,
+                image=turn.images or None,
+                video=turn.videos or None,
+                voice=turn.voice,
+                max_new_tokens=turn.max_new_tokens,
+                system_prompt=turn.system_prompt,
+                history=turn.history,
+                speech=turn.speech,
+                tts_template=turn.tts_template,
+                stack_frames=turn.stack_frames,
+            ):
                 yield chunk
             self.turns += 1
         finally:

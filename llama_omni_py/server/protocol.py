@@ -18,10 +18,10 @@ INIT_TYPES = ("session.init", "init", "backend.init")
 PUSH_TYPES = ("input.append", "push", "input", "backend.push")
 CLOSE_TYPES = ("session.close", "close", "backend.close")
 MODES = ("turn_based", "full_duplex")
-INPUT_RATE = INPUT_SAMPLE_RATE    # input audio: float32 mono
+INPUT_RATE = INPUT_SAMPLE_RATE  # input audio: float32 mono
 OUTPUT_RATE = OUTPUT_SAMPLE_RATE  # output audio: float32 mono
-AUDIO_DELTA = OUTPUT_RATE         # samples per audio delta (about one second)
-MAX_VOICE_SECONDS = 30.0          # a reference voice (the audio encoder holds 30 s)
+AUDIO_DELTA = OUTPUT_RATE  # samples per audio delta (about one second)
+MAX_VOICE_SECONDS = 30.0  # a reference voice (the audio encoder holds 30 s)
 MAX_STACK_FRAMES = 8
 
 
@@ -29,8 +29,8 @@ MAX_STACK_FRAMES = 8
 class InitRequest:
     mode: str
     system_prompt: str | None = None
-    voice: np.ndarray | None = None       # LLM reference audio (16 kHz float32)
-    tts_voice: np.ndarray | None = None   # TTS voice reference: validated, see docs (Token2Wav voice is the set's)
+    voice: np.ndarray | None = None  # LLM reference audio (16 kHz float32)
+    tts_voice: np.ndarray | None = None  # TTS voice reference: validated, see docs (Token2Wav voice is the set's)
     use_tts: bool = True
     config: dict = field(default_factory=dict)
 
@@ -40,11 +40,11 @@ class Turn:
     """One turn_based push: the last user message's inputs plus earlier turns' text."""
 
     text: str = ""
-    audio: list = field(default_factory=list)     # float32 arrays, 16 kHz
-    images: list = field(default_factory=list)    # encoded image bytes
-    videos: list = field(default_factory=list)    # MP4 bytes
+    audio: list = field(default_factory=list)  # float32 arrays, 16 kHz
+    images: list = field(default_factory=list)  # encoded image bytes
+    videos: list = field(default_factory=list)  # MP4 bytes
     stack_frames: int | None = None
-    history: list = field(default_factory=list)   # (role, text)
+    history: list = field(default_factory=list)  # (role, text)
     system_prompt: str | None = None
     streaming: bool = True
     max_new_tokens: int | None = None
@@ -137,8 +137,9 @@ def _content_items(content, where: str) -> list:
         raise ProtocolError(f"{where}.content must be a string or a list of items", "invalid_input")
     for i, item in enumerate(content):
         if not isinstance(item, dict) or item.get("type") not in ("text", "audio", "image", "video"):
-            raise ProtocolError(f"{where}.content[{i}] must be an item of type text, audio, image or video",
-                                "invalid_input")
+            raise ProtocolError(
+                f"{where}.content[{i}] must be an item of type text, audio, image or video", "invalid_input"
+            )
     return content
 
 
@@ -159,8 +160,11 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float) -> None:
         if t == "audio":
             x = float_pcm(item.get("data"), f"{at}.data", "invalid_audio", max_audio_s - audio_s)
             if x.size < INPUT_RATE // 10:
-                raise ProtocolError(f"{at}.data is {x.size} samples; the audio encoder needs at least 0.1 s "
-                                    f"({INPUT_RATE // 10} samples at {INPUT_RATE} Hz)", "invalid_audio")
+                raise ProtocolError(
+                    f"{at}.data is {x.size} samples; the audio encoder needs at least 0.1 s "
+                    f"({INPUT_RATE // 10} samples at {INPUT_RATE} Hz)",
+                    "invalid_audio",
+                )
             audio_s += x.size / INPUT_RATE
             turn.audio.append(x)
         elif t == "image":
@@ -220,10 +224,14 @@ def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_
     turn.speech = _bool(tts, "enabled", init.use_tts)
     turn.tts_template = _bool(inp, "use_tts_template", False) or turn.speech  # the spec: template OR enabled
     if tts.get("ref_audio_data") is not None:
-        turn.voice = float_pcm(tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS)
+        turn.voice = float_pcm(
+            tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS
+        )
     slices = _obj(inp, "image").get("max_slice_nums")
-    if slices is not None and not (isinstance(slices, int) or (isinstance(slices, list) and all(
-            isinstance(s, int) for s in slices) and len(slices) == len(turn.images))):
+    if slices is not None and not (
+        isinstance(slices, int)
+        or (isinstance(slices, list) and all(isinstance(s, int) for s in slices) and len(slices) == len(turn.images))
+    ):
         raise ProtocolError("image.max_slice_nums must be an int or one int per image", "invalid_input")
     return turn
 
@@ -235,7 +243,7 @@ def pcm_b64(samples: np.ndarray) -> str:
 
 def audio_pieces(samples: np.ndarray, size: int = AUDIO_DELTA):
     for i in range(0, samples.size, size):
-        yield samples[i:i + size]
+        yield samples[i : i + size]
 
 
 def event(type_: str, **fields) -> dict:

@@ -39,14 +39,14 @@ class BodyConnection(ServerConnection):
             if len(self._head) > MAX_HEAD:  # let websockets reject it
                 self._release(self._head)
             return
-        head, rest = self._head[:end + 4], self._head[end + 4:]
+        head, rest = self._head[: end + 4], self._head[end + 4 :]
         m = _CONTENT_LENGTH.search(head)
         n = int(m.group(1)) if m else 0
         if 0 < n <= MAX_BODY:
             if len(rest) < n:
                 return  # the body is still coming
             self.request_body, rest = rest[:n], rest[n:]
-            head = head[:m.start()] + head[m.end():]
+            head = head[: m.start()] + head[m.end() :]
         self._release(head + rest)
 
     def eof_received(self):
@@ -62,8 +62,14 @@ class BodyConnection(ServerConnection):
 
 
 def respond(status: int, body: bytes, content_type: str) -> Response:
-    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
-                       ("Cache-Control", "no-store"), ("Connection", "close")])
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            ("Connection", "close"),
+        ]
+    )
     return Response(status, http.HTTPStatus(status).phrase, headers, body)
 
 
@@ -89,7 +95,7 @@ async def process_request(server, connection, request) -> Response | None:
     if method == "GET" and path in ("/health", "/v1/health"):
         return json_response(*server.engine.health())
     if method == "GET" and (path == "/" or path.startswith("/static/")):
-        page = static_file("index.html" if path == "/" else path[len("/static/"):])
+        page = static_file("index.html" if path == "/" else path[len("/static/") :])
         return page or json_response(404, {"error": "no such file"})
     m = _CLOSE_PATH.fullmatch(path)
     if m and method == "POST":

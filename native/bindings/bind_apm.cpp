@@ -26,13 +26,13 @@ py::array_t<float> encode(Apm & a, const f32mel & mel, std::vector<float> (Apm::
 
 void register_apm(py::module_ & m) {
     using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-    py::class_<ApmDims>(m, "ApmDims")
+    py::class_<ApmDims>(m, "ApmDims", "Dimensions of the audio encoder read from its file.")
         .def_readonly("d_model", &ApmDims::d_model)
         .def_readonly("layers", &ApmDims::layers)
         .def_readonly("positions", &ApmDims::positions)
         .def_readonly("llm_embd", &ApmDims::llm_embd)
         .def_readonly("n_mel", &ApmDims::n_mel);
-    py::class_<Apm>(m, "Apm")
+    py::class_<Apm>(m, "Apm", "The audio encoder (Whisper-style APM + projector + pooling): 16 kHz audio -> 10 LLM embeddings per second.")
         .def(py::init<const std::string &, const std::string &, int, bool>(), py::arg("path"), py::arg("device") = "cpu",
              py::arg("threads") = 1, py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("dims", &Apm::dims)

@@ -5,7 +5,7 @@
 namespace omni::bindings {
 
 void register_backend(py::module_ & m) {
-    py::class_<DeviceInfo>(m, "DeviceInfo")
+    py::class_<DeviceInfo>(m, "DeviceInfo", "A compute device of this build (id such as 'cpu', 'cuda:0', 'cann:0').")
         .def_readonly("id", &DeviceInfo::id)
         .def_readonly("backend", &DeviceInfo::backend)
         .def_readonly("index", &DeviceInfo::index)
@@ -21,7 +21,7 @@ void register_backend(py::module_ & m) {
     m.def("ggml_version", &ggml_version_string);
     m.def("llama_system_info", &llama_system_info_string);
 
-    py::class_<Backend>(m, "Backend")
+    py::class_<Backend>(m, "Backend", "A ggml backend on one device with its CPU thread count.")
         .def(py::init<const std::string &, int>(), py::arg("device"), py::arg("n_threads") = 0,
              py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("device", &Backend::device)

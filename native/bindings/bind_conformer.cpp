@@ -14,7 +14,7 @@ namespace {
 
 void register_conformer(py::module_ & m) {
     using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-    py::class_<ConformerDims>(m, "ConformerDims")
+    py::class_<ConformerDims>(m, "ConformerDims", "Dimensions of the Token2Wav conformer encoder.")
         .def_readonly("d", &ConformerDims::d)
         .def_readonly("heads", &ConformerDims::heads)
         .def_readonly("d_head", &ConformerDims::d_head)
@@ -22,7 +22,7 @@ void register_conformer(py::module_ & m) {
         .def_readonly("blocks", &ConformerDims::blocks)
         .def_readonly("up_blocks", &ConformerDims::up_blocks);
 
-    py::class_<ConformerEncoder>(m, "ConformerEncoder")
+    py::class_<ConformerEncoder>(m, "ConformerEncoder", "The Token2Wav conformer encoder alone, in its streaming form.")
         .def(py::init([](const std::string & path, const std::string & device, int threads) {
                  return std::make_unique<ConformerEncoder>(path, std::make_shared<Backend>(device, threads));
              }),

@@ -9,14 +9,14 @@ namespace omni::bindings {
 
 void register_dit(py::module_ & m) {
     using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-    py::class_<DitDims>(m, "DitDims")
+    py::class_<DitDims>(m, "DitDims", "Dimensions of the Token2Wav flow-matching estimator (DiT).")
         .def_readonly("hidden", &DitDims::hidden)
         .def_readonly("heads", &DitDims::heads)
         .def_readonly("head_dim", &DitDims::head_dim)
         .def_readonly("depth", &DitDims::depth)
         .def_readonly("mlp", &DitDims::mlp);
 
-    py::class_<DitEstimator>(m, "DitEstimator")
+    py::class_<DitEstimator>(m, "DitEstimator", "The DiT estimator alone: one CFM velocity call, with or without streaming caches.")
         .def(py::init<const std::string &, const std::string &, int>(), py::arg("path"), py::arg("device") = "cpu",
              py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("dims", &DitEstimator::dims)

@@ -49,7 +49,7 @@ py::dtype dtype_for(uint32_t type, bool & raw) {
 }  // namespace
 
 void register_gguf_file(py::module_ & m) {
-    py::class_<GgufTensorInfo>(m, "GgufTensorInfo")
+    py::class_<GgufTensorInfo>(m, "GgufTensorInfo", "Name, type, shape (ggml order) and offset of one tensor of a GGUF file.")
         .def_readonly("name", &GgufTensorInfo::name)
         .def_readonly("ne", &GgufTensorInfo::ne, "Dimensions in ggml order (ne[0] fastest).")
         .def_readonly("type", &GgufTensorInfo::type)
@@ -65,7 +65,7 @@ void register_gguf_file(py::module_ & m) {
             return s + "]>";
         });
 
-    py::class_<GgufFile>(m, "GgufFile")
+    py::class_<GgufFile>(m, "GgufFile", "A validating, memory-mapped GGUF reader: every defect raises ModelFileError.")
         .def(py::init<const std::string &>(), py::arg("path"), py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("path", &GgufFile::path)
         .def_property_readonly("version", &GgufFile::version)

@@ -1,8 +1,8 @@
 #include "bindings.h"
 
+#include "omni/cpu_probe.h"
 #include "omni/errors.h"
 #include "omni/hift.h"
-#include "../src/cpu_kernels.h"
 
 namespace omni::bindings {
 
@@ -27,14 +27,11 @@ py::array_t<float> to_numpy(std::vector<float> && v) {
 }  // namespace
 
 void register_hift(py::module_ & m) {
-    m.def("blas_description", &cpu::blas_description, "The sgemm the CPU kernels call.");
-    m.def("sgemm_gflops", [](int threads, int m_, int n, int k, int reps) {
-        py::gil_scoped_release release;
-        ThreadPool pool(threads);
-        return cpu::sgemm_gflops(pool, m_, n, k, reps);
-    }, py::arg("threads"), py::arg("m") = 512, py::arg("n") = 512, py::arg("k") = 2048, py::arg("reps") = 20,
-       "Measured sgemm GFLOP/s of the vocoder's BLAS on `threads` workers.");
-    py::class_<HiftVocoder>(m, "HiftVocoder")
+    m.def("blas_description", &blas_description, "The sgemm the CPU kernels call.");
+    m.def("sgemm_gflops", &sgemm_gflops, py::arg("threads"), py::arg("m") = 512, py::arg("n") = 512,
+          py::arg("k") = 2048, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
+          "Measured sgemm GFLOP/s of the vocoder's BLAS on `threads` workers.");
+    py::class_<HiftVocoder>(m, "HiftVocoder", "The HiFT vocoder alone: mel (80, frames) -> 24 kHz audio, on its CPU pool.")
         .def(py::init<const std::string &, int, const std::vector<int> &>(), py::arg("path"), py::arg("threads") = 1,
              py::arg("cpus") = std::vector<int>{}, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("threads", &HiftVocoder::threads)

@@ -14,7 +14,7 @@ py::array_t<float> floats(const std::vector<float> & v) { return to_numpy(v, {st
 }  // namespace
 
 void register_llm(py::module_ & m) {
-    py::class_<SamplingOptions>(m, "SamplingOptions")
+    py::class_<SamplingOptions>(m, "SamplingOptions", "The LLM's sampler chain settings (libllama samplers).")
         .def(py::init<>())
         .def_readwrite("temperature", &SamplingOptions::temperature)
         .def_readwrite("top_k", &SamplingOptions::top_k)
@@ -24,7 +24,7 @@ void register_llm(py::module_ & m) {
         .def_readwrite("repeat_last_n", &SamplingOptions::repeat_last_n)
         .def_readwrite("seed", &SamplingOptions::seed);
 
-    py::class_<Llm>(m, "Llm")
+    py::class_<Llm>(m, "Llm", "A libllama context: prefill from tokens or embedding rows, decode steps with hidden states, KV management.")
         .def(py::init([](std::shared_ptr<LlmModel> model, int n_ctx, int n_batch, int threads, bool kv_f32, int flash_attn,
                          bool record_graph) {
                  LlmOptions o;

@@ -5,7 +5,7 @@
 namespace omni::bindings {
 
 void register_llm_model(py::module_ & m) {
-    py::class_<LlmModelInfo>(m, "LlmModelInfo")
+    py::class_<LlmModelInfo>(m, "LlmModelInfo", "Dimensions and device of a loaded LLM.")
         .def_readonly("architecture", &LlmModelInfo::architecture)
         .def_readonly("description", &LlmModelInfo::description)
         .def_readonly("n_embd", &LlmModelInfo::n_embd)
@@ -20,7 +20,7 @@ void register_llm_model(py::module_ & m) {
         .def_readonly("size_bytes", &LlmModelInfo::size_bytes)
         .def_readonly("device", &LlmModelInfo::device);
 
-    py::class_<LlmModel, std::shared_ptr<LlmModel>>(m, "LlmModel")
+    py::class_<LlmModel, std::shared_ptr<LlmModel>>(m, "LlmModel", "An LLM loaded through libllama: vocabulary, tokenizer and weights on one device.")
         .def(py::init<const std::string &, const std::string &, bool>(), py::arg("path"), py::arg("device") = "cpu",
              py::arg("vocab_only") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("info", &LlmModel::info)

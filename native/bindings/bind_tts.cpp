@@ -18,7 +18,7 @@ py::array_t<float> rows_of(const std::vector<float> & v, int width) {
 }  // namespace
 
 void register_tts(py::module_ & m) {
-    py::class_<TtsDims>(m, "TtsDims")
+    py::class_<TtsDims>(m, "TtsDims", "Dimensions of the TTS decoder read from its file.")
         .def_readonly("hidden", &TtsDims::hidden)
         .def_readonly("layers", &TtsDims::layers)
         .def_readonly("heads", &TtsDims::heads)
@@ -28,7 +28,7 @@ void register_tts(py::module_ & m) {
         .def_readonly("audio_bos", &TtsDims::audio_bos)
         .def_readonly("text_eos", &TtsDims::text_eos);
 
-    py::class_<Tts>(m, "Tts")
+    py::class_<Tts>(m, "Tts", "The TTS decoder (projector + LLaMA backbone + audio-code head) with its own KV cache.")
         .def(py::init<const std::string &, const std::string &, const std::string &, int, int, bool>(), py::arg("tts_path"),
              py::arg("projector_path") = "", py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("n_ctx") = 4096,
              py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
@@ -60,7 +60,7 @@ void register_tts(py::module_ & m) {
         .def("head_cost_ms", &Tts::head_cost_ms, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
              "(llama.cpp-omni's plain C++ head, ours) in ms per audio token.");
 
-    py::class_<TtsSamplerOptions>(m, "TtsSamplerOptions")
+    py::class_<TtsSamplerOptions>(m, "TtsSamplerOptions", "Speech-code sampling settings (temperature, repetition window, top-k/top-p).")
         .def(py::init<>())
         .def_readwrite("temperature", &TtsSamplerOptions::temperature)
         .def_readwrite("repetition_penalty", &TtsSamplerOptions::repetition_penalty)
@@ -68,7 +68,7 @@ void register_tts(py::module_ & m) {
         .def_readwrite("top_k", &TtsSamplerOptions::top_k)
         .def_readwrite("top_p", &TtsSamplerOptions::top_p)
         .def_readwrite("seed", &TtsSamplerOptions::seed);
-    py::class_<TtsSampler>(m, "TtsSampler")
+    py::class_<TtsSampler>(m, "TtsSampler", "Samples speech codes from TTS logits with a seeded generator and a repetition window.")
         .def(py::init<const TtsSamplerOptions &>(), py::arg("options"))
         .def("sample", [](TtsSampler & s, f32array logits) {
             return s.sample(std::vector<float>(logits.data(), logits.data() + logits.size()));

@@ -10,7 +10,7 @@ namespace omni::bindings {
 
 void register_vpm(py::module_ & m) {
     using f32array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-    py::class_<VpmDims>(m, "VpmDims")
+    py::class_<VpmDims>(m, "VpmDims", "Dimensions of the vision encoder read from its file.")
         .def_readonly("hidden", &VpmDims::hidden)
         .def_readonly("layers", &VpmDims::layers)
         .def_readonly("heads", &VpmDims::heads)
@@ -21,7 +21,7 @@ void register_vpm(py::module_ & m) {
         .def_readonly("queries", &VpmDims::queries)
         .def_property_readonly("mean", [](const VpmDims & d) { return std::vector<float>(d.mean, d.mean + 3); })
         .def_property_readonly("std", [](const VpmDims & d) { return std::vector<float>(d.std, d.std + 3); });
-    py::class_<Vpm>(m, "Vpm")
+    py::class_<Vpm>(m, "Vpm", "The vision encoder (SigLIP + resampler): a normalised image -> 64 LLM embeddings.")
         .def(py::init([](const std::string & path, const std::string & device, int threads, bool exact,
                          std::optional<std::vector<int>> flash_attn_dims) {
                  py::gil_scoped_release release;

@@ -11,14 +11,16 @@ PYBIND11_MODULE(_core, m) {
     omni::bindings::register_backend(m);
     omni::bindings::register_gguf_file(m);
     omni::bindings::register_llm_model(m);
-    omni::bindings::register_hift(m);
-    omni::bindings::register_dit(m);
-    omni::bindings::register_conformer(m);
-    omni::bindings::register_token2mel(m);
     omni::bindings::register_token2wav(m);
     omni::bindings::register_llm(m);
     omni::bindings::register_tts(m);
     omni::bindings::register_apm(m);
     omni::bindings::register_vpm(m);
     omni::bindings::register_graph_record(m);
+    // Pieces of the modules, bound for the parity tests and benchmarks: not a stable API.
+    py::module_ internal = m.def_submodule("internal", "Module internals for parity tests and benchmarks (unstable).");
+    omni::bindings::register_hift(internal);
+    omni::bindings::register_dit(internal);
+    omni::bindings::register_conformer(internal);
+    omni::bindings::register_token2mel(internal);
 }

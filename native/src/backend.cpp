@@ -101,6 +101,10 @@ Backend::~Backend() {
 }
 
 void Backend::set_threads(int n_threads) {
+    // ggml starts one OS thread per count: an absurd count would exhaust the process.
+    if (n_threads > kMaxThreads) {
+        throw InvalidArgument("threads must be at most " + std::to_string(kMaxThreads) + ", got " + std::to_string(n_threads));
+    }
     if (!is_cpu() || n_threads <= 0) return;
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(backend_));
     auto fn = reinterpret_cast<ggml_backend_set_n_threads_t>(

@@ -20,6 +20,8 @@ namespace {
 
 constexpr int kFreqDim = 256;      // sinusoidal timestep embedding width
 constexpr float kTimeScale = 1000.0f;
+constexpr int kGraphNodes = 16384;  // 16 blocks x ~400 nodes each, with room
+constexpr int kFramePad = 16;       // attention lengths are padded to a multiple of this
 
 int count_blocks(const GgufFile & g, const std::string & prefix) {
     int n = 0;
@@ -66,7 +68,7 @@ std::vector<std::pair<int, int>> kept_ranges(int total, int head, int tail) {
     return {{0, head}, {total - tail, tail}};
 }
 
-int round16(int n) { return (n + 15) / 16 * 16; }
+int round16(int n) { return (n + kFramePad - 1) / kFramePad * kFramePad; }
 
 }  // namespace
 
@@ -180,7 +182,7 @@ void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
     const DitDims & d = m.d;
     const int hd = d.head_dim, DH = d.depth * d.heads, Tc = cache.att_frames;
     capacity = round16(capacity);
-    if (capacity < round16(Tc) || capacity < 16) throw InvalidArgument("device cache capacity is smaller than the cache");
+    if (capacity < round16(Tc) || capacity < kFramePad) throw InvalidArgument("device cache capacity is smaller than the cache");
     if (Tc > 0 && (cache.att.size() != static_cast<size_t>(2 * hd) * Tc * DH * B ||
                    cache.cnn.size() != static_cast<size_t>(2 * d.hidden) * 2 * d.depth * B)) {
         throw InvalidArgument("estimator cache does not match the model and batch");
@@ -256,7 +258,7 @@ std::vector<float> DitEstimator::forward_chunk(const float * x, const float * mu
                                                const float * cond, int B, int T, DitCache & cache) {
     if (cache.device) return run(x, mu, t, spks, cond, B, T, &cache);
     // A host cache: stage it on the device for this call, then bring the result back.
-    to_device(cache, B, cache.att_frames + T + 16);
+    to_device(cache, B, cache.att_frames + T + kFramePad);
     std::vector<float> out = run(x, mu, t, spks, cond, B, T, &cache);
     to_host(cache);
     return out;
@@ -267,7 +269,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     if (B < 1 || B > 16 || T < 1 || T > 8192) throw InvalidArgument("estimator batch must be 1..16 and frames 1..8192");
     Impl & m = *impl_;
     const DitDims & d = m.d;
-    const int h = d.hidden, C = 80, hd = d.head_dim, H = d.heads;
+    const int h = d.hidden, C = d.out_channels, hd = d.head_dim, H = d.heads;
     DitDeviceState * dev = cache ? cache->device.get() : nullptr;
     if (dev && dev->batch != B) throw InvalidArgument("the device cache was made for another batch size");
     // Frames attended: this chunk, then the stored frames that survive the bounding.
@@ -279,12 +281,13 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     if (dev && T2p > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
     std::lock_guard<std::mutex> lock(m.mutex);
 
-    ggml_init_params p{ggml_tensor_overhead() * 16384 + ggml_graph_overhead_custom(16384, false), nullptr, true};
+    ggml_init_params p{ggml_tensor_overhead() * kGraphNodes + ggml_graph_overhead_custom(kGraphNodes, false), nullptr,
+                       true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
     // Built as we go: each block's cache writes are expanded before the reads that follow them,
     // so they run first (the reads are views of the same resident buffer).
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16384, false);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, kGraphNodes, false);
 
     ggml_tensor * in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, T, B);
     ggml_tensor * in_t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kFreqDim, B);

@@ -2,6 +2,7 @@
 
 #include "graph_check.h"
 
+#include "omni/backend.h"
 #include "omni/errors.h"
 #include "omni/log.h"
 
@@ -16,6 +17,10 @@ namespace omni {
 Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::move(model)) {
     if (o.n_ctx < 16 || o.n_ctx > (1 << 20)) throw InvalidArgument("n_ctx must be in 16..1048576, got " + std::to_string(o.n_ctx));
     if (o.n_batch < 1) throw InvalidArgument("n_batch must be positive");
+    if (o.threads > Backend::kMaxThreads) {
+        throw InvalidArgument("threads must be at most " + std::to_string(Backend::kMaxThreads) + ", got " +
+                              std::to_string(o.threads));
+    }
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
     cp.n_batch = static_cast<uint32_t>(std::min(o.n_batch, o.n_ctx));

@@ -17,20 +17,37 @@ class ReferenceApm:
 
         g = core.GgufFile(audio_gguf)
         d, layers, heads = g.value("d_model"), g.value("encoder_layers"), g.value("encoder_attention_heads")
-        cfg = WhisperConfig(d_model=d, encoder_layers=layers, encoder_attention_heads=heads,
-                            encoder_ffn_dim=g.value("encoder_ffn_dim"), num_mel_bins=g.value("n_mel"),
-                            max_source_positions=g.find_tensor("encoder.positional_embedding").ne[1],
-                            activation_function="gelu")
+        cfg = WhisperConfig(
+            d_model=d,
+            encoder_layers=layers,
+            encoder_attention_heads=heads,
+            encoder_ffn_dim=g.value("encoder_ffn_dim"),
+            num_mel_bins=g.value("n_mel"),
+            max_source_positions=g.find_tensor("encoder.positional_embedding").ne[1],
+            activation_function="gelu",
+        )
         cfg._attn_implementation = "eager"
         self.enc = WhisperEncoder(cfg).eval()
         f = lambda n: torch.from_numpy(np.array(g.read_f32(n)))  # noqa: E731
-        state = {"conv1.weight": f("encoder.conv1.weight"), "conv1.bias": f("encoder.conv1.bias").reshape(-1),
-                 "conv2.weight": f("encoder.conv2.weight"), "conv2.bias": f("encoder.conv2.bias").reshape(-1),
-                 "embed_positions.weight": f("encoder.positional_embedding"),
-                 "layer_norm.weight": f("encoder.ln_post.weight"), "layer_norm.bias": f("encoder.ln_post.bias")}
-        names = {"self_attn.q_proj": "attn.query", "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value",
-                 "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_ln", "fc1": "mlp.0", "fc2": "mlp.2",
-                 "final_layer_norm": "mlp_ln"}
+        state = {
+            "conv1.weight": f("encoder.conv1.weight"),
+            "conv1.bias": f("encoder.conv1.bias").reshape(-1),
+            "conv2.weight": f("encoder.conv2.weight"),
+            "conv2.bias": f("encoder.conv2.bias").reshape(-1),
+            "embed_positions.weight": f("encoder.positional_embedding"),
+            "layer_norm.weight": f("encoder.ln_post.weight"),
+            "layer_norm.bias": f("encoder.ln_post.bias"),
+        }
+        names = {
+            "self_attn.q_proj": "attn.query",
+            "self_attn.k_proj": "attn.key",
+            "self_attn.v_proj": "attn.value",
+            "self_attn.out_proj": "attn.out",
+            "self_attn_layer_norm": "attn_ln",
+            "fc1": "mlp.0",
+            "fc2": "mlp.2",
+            "final_layer_norm": "mlp_ln",
+        }
         for i in range(layers):
             for hf, ours in names.items():
                 for kind in ("weight", "bias"):
@@ -75,8 +92,13 @@ class ReferenceApm:
     @torch.inference_mode()
     def log_mel(self, audio: np.ndarray) -> np.ndarray:
         """WhisperFeatureExtractor's recipe (without padding to 30 s), in float64."""
-        stft = torch.stft(torch.from_numpy(audio.astype(np.float64)), 400, 160, window=torch.hann_window(400, dtype=torch.float64),
-                          return_complex=True)
+        stft = torch.stft(
+            torch.from_numpy(audio.astype(np.float64)),
+            400,
+            160,
+            window=torch.hann_window(400, dtype=torch.float64),
+            return_complex=True,
+        )
         power = stft[..., :-1].abs() ** 2
         mel = self.filters.double() @ power
         log = torch.clamp(mel, min=1e-10).log10()

@@ -18,8 +18,9 @@ def build(hifigan_gguf: str) -> torch.nn.Module:
     g = core.GgufFile(hifigan_gguf)
     base = g.find_tensor("conv_pre.weight").ne[2]
     f0_ch = g.find_tensor("f0_predictor.condnet.0.weight").ne[2]
-    model = hifigan.HiFTGenerator(in_channels=80, base_channels=base,
-                                  f0_predictor=hifigan.ConvRNNF0Predictor(1, 80, f0_ch))
+    model = hifigan.HiFTGenerator(
+        in_channels=80, base_channels=base, f0_predictor=hifigan.ConvRNNF0Predictor(1, 80, f0_ch)
+    )
     # The GGUF stores weight-norm-folded weights: drop the parametrizations, then load plainly.
     for m in model.modules():
         if parametrize.is_parametrized(m, "weight"):

@@ -9,10 +9,17 @@ import torch
 from llama_omni_py._native import core
 
 _NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
 }
 
 
@@ -22,13 +29,21 @@ def build_qwen3(llm_gguf: str):
     g = core.GgufFile(llm_gguf)
     a = g.value("general.architecture")
     cfg = Qwen3Config(
-        vocab_size=g.find_tensor("token_embd.weight").ne[1], hidden_size=g.value(f"{a}.embedding_length"),
-        intermediate_size=g.value(f"{a}.feed_forward_length"), num_hidden_layers=g.value(f"{a}.block_count"),
+        vocab_size=g.find_tensor("token_embd.weight").ne[1],
+        hidden_size=g.value(f"{a}.embedding_length"),
+        intermediate_size=g.value(f"{a}.feed_forward_length"),
+        num_hidden_layers=g.value(f"{a}.block_count"),
         num_attention_heads=g.value(f"{a}.attention.head_count"),
-        num_key_value_heads=g.value(f"{a}.attention.head_count_kv"), head_dim=g.value(f"{a}.attention.key_length"),
-        rms_norm_eps=g.value(f"{a}.attention.layer_norm_rms_epsilon"), rope_theta=g.value(f"{a}.rope.freq_base"),
-        max_position_embeddings=4096, tie_word_embeddings=False, attention_bias=False, use_sliding_window=False,
-        torch_dtype=torch.float32)
+        num_key_value_heads=g.value(f"{a}.attention.head_count_kv"),
+        head_dim=g.value(f"{a}.attention.key_length"),
+        rms_norm_eps=g.value(f"{a}.attention.layer_norm_rms_epsilon"),
+        rope_theta=g.value(f"{a}.rope.freq_base"),
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        use_sliding_window=False,
+        torch_dtype=torch.float32,
+    )
     cfg._attn_implementation = "eager"
     model = Qwen3ForCausalLM(cfg)
     state = {}

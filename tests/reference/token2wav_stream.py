@@ -18,18 +18,20 @@ def prompt_caches(prompt_cache_gguf: str, steps: int, depth: int, heads: int):
     """Our prompt_cache.gguf as the reference flow's cache dict (torch layouts) + speaker vector."""
     g = core.GgufFile(prompt_cache_gguf)
     spk = torch.from_numpy(np.array(g.read("prompt_cache.spk_cb")))[None]
-    cnn = np.array(g.read("prompt_cache.conformer_cnn_cache"))           # (6, d)
-    att = np.array(g.read("prompt_cache.conformer_att_cache"))           # (L, H, T, 2dk)
-    ecnn = np.array(g.read("prompt_cache.estimator_cnn_cache"))          # (2, steps*depth, 2, 2h)
-    eatt = np.array(g.read("prompt_cache.estimator_att_cache"))          # (2, steps*depth*H, T, 2hd)
+    cnn = np.array(g.read("prompt_cache.conformer_cnn_cache"))  # (6, d)
+    att = np.array(g.read("prompt_cache.conformer_att_cache"))  # (L, H, T, 2dk)
+    ecnn = np.array(g.read("prompt_cache.estimator_cnn_cache"))  # (2, steps*depth, 2, 2h)
+    eatt = np.array(g.read("prompt_cache.estimator_att_cache"))  # (2, steps*depth*H, T, 2hd)
     two_h, te, e = ecnn.shape[3], eatt.shape[2], eatt.shape[3]
     cache = {
         "conformer_cnn_cache": torch.from_numpy(np.ascontiguousarray(cnn.T))[None],
         "conformer_att_cache": torch.from_numpy(att)[:, None],
-        "estimator_cnn_cache": torch.from_numpy(np.ascontiguousarray(
-            ecnn.reshape(2, steps, depth, 2, two_h).transpose(1, 2, 0, 4, 3))),
-        "estimator_att_cache": torch.from_numpy(np.ascontiguousarray(
-            eatt.reshape(2, steps, depth, heads, te, e).transpose(1, 2, 0, 3, 4, 5))),
+        "estimator_cnn_cache": torch.from_numpy(
+            np.ascontiguousarray(ecnn.reshape(2, steps, depth, 2, two_h).transpose(1, 2, 0, 4, 3))
+        ),
+        "estimator_att_cache": torch.from_numpy(
+            np.ascontiguousarray(eatt.reshape(2, steps, depth, heads, te, e).transpose(1, 2, 0, 3, 4, 5))
+        ),
     }
     return cache, spk
 
@@ -46,8 +48,13 @@ class ReferenceStream:
 
     def stream(self, tokens: np.ndarray, last_chunk: bool) -> np.ndarray:
         with torch.inference_mode():
-            chunk_mel, c = self.flow.inference_chunk(torch.from_numpy(tokens.astype(np.int64))[None], self.spk,
-                                                     self.cache, last_chunk=last_chunk, n_timesteps=self.steps)
+            chunk_mel, c = self.flow.inference_chunk(
+                torch.from_numpy(tokens.astype(np.int64))[None],
+                self.spk,
+                self.cache,
+                last_chunk=last_chunk,
+                n_timesteps=self.steps,
+            )
             c = {k: v.clone() for k, v in c.items()}
         p, pe = self.prompt_frames, self.prompt_frames_est
         if c["estimator_att_cache"].shape[4] > pe + RECENT:
@@ -65,7 +72,11 @@ class ReferenceStream:
             speech = speech.clone()
             speech[:, :n] = speech[:, :n] * self.window[:n] + self.speech[:, -n:] * self.window[n:]
         first = self.speech.shape[-1] == 0
-        self.mel, self.source, self.speech = mel[..., -MEL_CACHE:], source[..., -SOURCE_CACHE:], speech[:, -SOURCE_CACHE:]
+        self.mel, self.source, self.speech = (
+            mel[..., -MEL_CACHE:],
+            source[..., -SOURCE_CACHE:],
+            speech[:, -SOURCE_CACHE:],
+        )
         if not last_chunk:
             speech = speech[:, :-SOURCE_CACHE]
             if first:  # the reference pads the first chunk with 3840 zeros; llama.cpp-omni does not

@@ -23,17 +23,34 @@ class ReferenceTts(torch.nn.Module):
         g = core.GgufFile(tts_gguf)
         hidden, layers = g.value("llama.embedding_length"), g.value("llama.block_count")
         heads, ff = g.value("llama.attention.head_count"), g.value("llama.feed_forward_length")
-        cfg = LlamaConfig(hidden_size=hidden, intermediate_size=ff, num_hidden_layers=layers, num_attention_heads=heads,
-                          num_key_value_heads=heads, rms_norm_eps=g.value("llama.attention.layer_norm_rms_epsilon"),
-                          rope_theta=g.value("llama.rope.freq_base"), max_position_embeddings=4096,
-                          vocab_size=g.find_tensor("token_embd.weight").ne[1])
+        cfg = LlamaConfig(
+            hidden_size=hidden,
+            intermediate_size=ff,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            rms_norm_eps=g.value("llama.attention.layer_norm_rms_epsilon"),
+            rope_theta=g.value("llama.rope.freq_base"),
+            max_position_embeddings=4096,
+            vocab_size=g.find_tensor("token_embd.weight").ne[1],
+        )
         cfg._attn_implementation = "eager"
         self.model = LlamaModel(cfg)
-        names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-                 "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                 "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
-        state = {"embed_tokens.weight": torch.from_numpy(np.array(g.read_f32("token_embd.weight"))),
-                 "norm.weight": torch.from_numpy(np.array(g.read_f32("output_norm.weight")))}
+        names = {
+            "attn_q": "self_attn.q_proj",
+            "attn_k": "self_attn.k_proj",
+            "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj",
+            "ffn_gate": "mlp.gate_proj",
+            "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj",
+            "attn_norm": "input_layernorm",
+            "ffn_norm": "post_attention_layernorm",
+        }
+        state = {
+            "embed_tokens.weight": torch.from_numpy(np.array(g.read_f32("token_embd.weight"))),
+            "norm.weight": torch.from_numpy(np.array(g.read_f32("output_norm.weight"))),
+        }
         for i in range(layers):
             for kind, hf in names.items():
                 w = np.array(g.read_f32(f"blk.{i}.{kind}.weight"))

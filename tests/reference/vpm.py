@@ -33,19 +33,32 @@ class ReferenceVpm:
         g = core.GgufFile(vision_gguf)
         f = lambda n: torch.from_numpy(np.array(g.read_f32(n)))  # noqa: E731
         h = g.value("clip.vision.embedding_length")
-        cfg = SiglipVisionConfig(hidden_size=h, intermediate_size=g.value("clip.vision.feed_forward_length"),
-                                 num_attention_heads=g.value("clip.vision.attention.head_count"),
-                                 layer_norm_eps=g.value("clip.vision.attention.layer_norm_epsilon"),
-                                 hidden_act="gelu_pytorch_tanh")
+        cfg = SiglipVisionConfig(
+            hidden_size=h,
+            intermediate_size=g.value("clip.vision.feed_forward_length"),
+            num_attention_heads=g.value("clip.vision.attention.head_count"),
+            layer_norm_eps=g.value("clip.vision.attention.layer_norm_epsilon"),
+            hidden_act="gelu_pytorch_tanh",
+        )
         cfg._attn_implementation = "eager"
-        names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-                 "self_attn.out_proj": "attn_out", "layer_norm1": "ln1", "layer_norm2": "ln2",
-                 "mlp.fc1": "ffn_down", "mlp.fc2": "ffn_up"}
+        names = {
+            "self_attn.q_proj": "attn_q",
+            "self_attn.k_proj": "attn_k",
+            "self_attn.v_proj": "attn_v",
+            "self_attn.out_proj": "attn_out",
+            "layer_norm1": "ln1",
+            "layer_norm2": "ln2",
+            "mlp.fc1": "ffn_down",
+            "mlp.fc2": "ffn_up",
+        }
         self.layers = []
         for i in range(g.value("clip.vision.block_count")):
             layer = SiglipEncoderLayer(cfg).eval()
-            state = {f"{hf}.{k}": f(f"v.blk.{i}.{ours}.{k}").reshape(-1 if k == "bias" else f(f"v.blk.{i}.{ours}.{k}").shape)
-                     for hf, ours in names.items() for k in ("weight", "bias")}
+            state = {
+                f"{hf}.{k}": f(f"v.blk.{i}.{ours}.{k}").reshape(-1 if k == "bias" else f(f"v.blk.{i}.{ours}.{k}").shape)
+                for hf, ours in names.items()
+                for k in ("weight", "bias")
+            }
             layer.load_state_dict(state)
             self.layers.append(layer)
         self.patch = g.value("clip.vision.patch_size")
@@ -57,11 +70,22 @@ class ReferenceVpm:
         self.query, self.kv = f("resampler.query"), f("resampler.kv.weight")
         e = self.query.shape[1]
         self.attn = torch.nn.MultiheadAttention(e, max(1, e // 128)).eval()
-        a = {n: (f(f"resampler.attn.{n}.weight"), f(f"resampler.attn.{n}.bias").reshape(-1)) for n in ("q", "k", "v", "out")}
-        self.attn.load_state_dict({
-            "in_proj_weight": torch.cat([a[n][0] for n in "qkv"]), "in_proj_bias": torch.cat([a[n][1] for n in "qkv"]),
-            "out_proj.weight": a["out"][0], "out_proj.bias": a["out"][1]})
-        self.ln = {n: (f(f"resampler.{n}.weight").reshape(-1), f(f"resampler.{n}.bias").reshape(-1)) for n in ("ln_q", "ln_kv", "ln_post")}
+        a = {
+            n: (f(f"resampler.attn.{n}.weight"), f(f"resampler.attn.{n}.bias").reshape(-1))
+            for n in ("q", "k", "v", "out")
+        }
+        self.attn.load_state_dict(
+            {
+                "in_proj_weight": torch.cat([a[n][0] for n in "qkv"]),
+                "in_proj_bias": torch.cat([a[n][1] for n in "qkv"]),
+                "out_proj.weight": a["out"][0],
+                "out_proj.bias": a["out"][1],
+            }
+        )
+        self.ln = {
+            n: (f(f"resampler.{n}.weight").reshape(-1), f(f"resampler.{n}.bias").reshape(-1))
+            for n in ("ln_q", "ln_kv", "ln_post")
+        }
         self.proj = f("resampler.proj.weight").T  # the converter stored proj transposed
         self.pos_k = f("resampler.pos_embed_k")
 

@@ -39,6 +39,8 @@ DeviceInfo find_device(const std::string & id);
 // An initialised ggml backend on one device (RAII).
 class Backend {
 public:
+    static constexpr int kMaxThreads = 1024;  // per backend; more is a mistake, not a setting
+
     // n_threads applies to the CPU backend only (<= 0 keeps ggml's default).
     Backend(const std::string & device_id, int n_threads);
     ~Backend();
