@@ -30,7 +30,7 @@ from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
 
-VOCODER_FRAMES, VOCODER_GFLOP = 58, 35.5  # perf-notes §2
+VOCODER_FRAMES, VOCODER_GFLOP = 58, 35.5  # docs/performance.md
 
 
 def real_token2wav(cache: Path) -> Path:

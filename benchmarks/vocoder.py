@@ -26,7 +26,7 @@ from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
 
 FRAMES = 58
-GFLOP_PER_CHUNK = 35.5  # perf-notes §2: HiFT on 58 frames
+GFLOP_PER_CHUNK = 35.5  # HiFT on 58 frames (docs/performance.md)
 
 
 def _real_hifigan(cache: Path) -> Path:

@@ -1,7 +1,7 @@
 """Model module sets: the llama.cpp-omni directory layout, discovery and validation.
 
 A module set is a directory with the LLM GGUF at its root and ``audio/``, ``vision/``,
-``tts/`` and ``token2wav-gguf/`` beneath it (docs/engine-spec.md §1). :func:`discover`
+``tts/`` and ``token2wav-gguf/`` beneath it (docs/model-files.md). :func:`discover`
 finds the files from the directory or from the LLM file's path; :func:`validate` opens
 each one with the native validating reader and checks architecture, every tensor's name,
 shape and dtype against :mod:`modelspec`, and the dtype rules of the target device. Every
@@ -21,7 +21,7 @@ from .errors import ModelFileError
 
 log = logging.getLogger(__name__)
 
-# CANN's MUL_MAT supports these weight types (ascend-and-serving §5.3); anything else, e.g. the
+# CANN's MUL_MAT supports these weight types (docs/ascend.md); anything else, e.g. the
 # K-quants of Q4_K_M, silently runs on the CPU there, 10x slower.
 CANN_MATMUL_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0"}
 CANN_PREFERRED = {"f16", "f32", "bf16"}

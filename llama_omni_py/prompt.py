@@ -1,4 +1,4 @@
-"""MiniCPM-o 4.5 simplex speech prompting (engine-spec §4.3, reference-models §7.7).
+"""MiniCPM-o 4.5 simplex speech prompting (docs/speech-path.md).
 
 Special tokens are resolved by name from the loaded vocabulary, never by hard-coded id, so the
 same code serves the real vocabulary (ids 151643..) and the tiny test one.
@@ -22,7 +22,7 @@ ASSISTANT_TEXT_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\
 ASSISTANT_SPEECH_PREFIX = ASSISTANT_TEXT_PREFIX + "<|tts_bos|>"
 ROLES = ("user", "assistant")
 
-# Tokens the LLM emits that carry no speech: never handed to the TTS (engine-spec §3).
+# Tokens the LLM emits that carry no speech: never handed to the TTS (docs/speech-path.md).
 _NO_SPEECH = (
     "<think>",
     "</think>",

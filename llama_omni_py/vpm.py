@@ -1,4 +1,4 @@
-"""Image or video frame -> 64 LLM embeddings with the VPM (engine-spec §2.3).
+"""Image or video frame -> 64 LLM embeddings with the VPM (docs/model-files.md).
 
 Preprocessing follows MiniCPM-V's overview path without slicing (llama.cpp-omni's default,
 ``max_slice_nums = 0``): resize to the area of a 448 x 448 image at the original aspect ratio,
@@ -9,7 +9,7 @@ very thin images: the position tables cover 70 patches per side, so the long sid
 
 Video gives one frame by default. ``stack_frames > 1`` encodes that many frames one second apart
 as separate 64-embedding blocks, with a warning: several frames are known to drive MiniCPM-o into
-repetition collapse (ascend-and-serving.md §2).
+repetition collapse (docs/ascend.md).
 """
 
 from __future__ import annotations

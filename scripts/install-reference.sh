@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the PyTorch reference implementations the parity tests compare against
-# (docs: reference-models.md §1): torch (CPU), numpy/scipy/einops, and minicpmo-utils 1.0.7
+# (docs/reference-parity.md): torch (CPU), numpy/scipy/einops, and minicpmo-utils 1.0.7
 # *without* its dependencies (its [tts] extra would pull torchaudio and a CUDA torch).
 # Outside this project's machines, add the CPU wheel index to avoid a multi-GB CUDA build:
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/install-reference.sh

@@ -19,8 +19,9 @@ TONE = (0.3 * np.sin(2 * np.pi * 330 * np.arange(16000) / 16000)).astype(np.floa
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(max_new_tokens=10, max_audio_per_chunk=10, threads=1,
-                             token2wav=omni.Token2WavConfig(threads=1))
+    cfg = omni.SessionConfig(
+        max_new_tokens=10, max_audio_per_chunk=10, threads=1, token2wav=omni.Token2WavConfig(threads=1)
+    )
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s
 
@@ -36,14 +37,17 @@ def test_huge_thread_counts_are_capped_with_a_warning(tiny_dir, caplog):
     assert omni.Token2WavConfig(threads=100000).resolved_threads == USABLE
 
 
-@pytest.mark.parametrize("make", [
-    lambda d: omni.AudioEncoder(d, threads=-3),
-    lambda d: omni.ImageEncoder(d, threads=0),
-    lambda d: omni.Token2Wav(d, threads=-1),
-    lambda d: omni.SessionConfig(threads="2"),
-    lambda d: omni.SessionConfig(threads=True),
-    lambda d: omni.SessionConfig(threads=1.5),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: omni.AudioEncoder(d, threads=-3),
+        lambda d: omni.ImageEncoder(d, threads=0),
+        lambda d: omni.Token2Wav(d, threads=-1),
+        lambda d: omni.SessionConfig(threads="2"),
+        lambda d: omni.SessionConfig(threads=True),
+        lambda d: omni.SessionConfig(threads=1.5),
+    ],
+)
 def test_bad_thread_counts_name_the_field(tiny_dir, make):
     with pytest.raises(omni.ConfigError, match="threads"):
         make(tiny_dir)
@@ -71,8 +75,10 @@ def test_seed_minus_one_draws_and_reports_a_seed(session):
         omni.SessionConfig(seed=2**32)
 
 
-@pytest.mark.parametrize("kwargs", [{"text": "\ud800"}, {"text": "hi", "system_prompt": "x\udfff"},
-                                    {"text": "hi", "history": [("user", "\ud800")]}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"text": "\ud800"}, {"text": "hi", "system_prompt": "x\udfff"}, {"text": "hi", "history": [("user", "\ud800")]}],
+)
 def test_lone_surrogates_are_invalid_arguments(session, kwargs):
     text = kwargs.pop("text")
     with pytest.raises(omni.InvalidArgumentError, match="Unicode"):
@@ -115,8 +121,24 @@ def test_directory_and_streamless_media(tmp_path):
     with pytest.raises(omni.MediaError, match="is a directory"):
         media.load_audio(tmp_path)
     silent = tmp_path / "silent.mp4"
-    subprocess.run([media.ffmpeg_binary(), "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-                    "sine=frequency=300:duration=1", "-c:a", "aac", str(silent)], check=True, timeout=60)
+    subprocess.run(
+        [
+            media.ffmpeg_binary(),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=300:duration=1",
+            "-c:a",
+            "aac",
+            str(silent),
+        ],
+        check=True,
+        timeout=60,
+    )
     with pytest.raises(omni.MediaError, match="no video stream"):
         media.load_frame(silent)
     with pytest.raises(omni.MediaError, match="path, bytes or a numpy array"):
@@ -142,8 +164,9 @@ def test_kill_path_is_bounded_when_a_grandchild_holds_the_pipe(tmp_path, monkeyp
 
 
 # -- CLI -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("output,why", [("/missing/dir/x.wav", "does not exist"), ("out.txt", "unsupported format"),
-                                        (".", "is a directory")])
+@pytest.mark.parametrize(
+    "output,why", [("/missing/dir/x.wav", "does not exist"), ("out.txt", "unsupported format"), (".", "is a directory")]
+)
 def test_cli_checks_the_output_before_any_work(tmp_path, monkeypatch, capsys, output, why):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the demo set would be written here

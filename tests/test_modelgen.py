@@ -166,7 +166,7 @@ def test_real_sizes_match_the_distributed_files():
     d = ms.preset("real")
     mib = {f.key: sum(math.prod(s.ne) * (2 if s.dtype == "f16" else 4) for s in f.tensors(d)) / 2**20 for f in ms.FILES}
     counts = {f.key: len(f.tensors(d)) for f in ms.FILES}
-    # perf-notes §5 / engine-spec §1.1 (sizes of llama.cpp-omni's real files)
+    # sizes of llama.cpp-omni's distributed files (docs/model-files.md)
     assert counts["token2wav.encoder"] == 206 and round(mib["token2wav.encoder"], 1) == 144.3
     assert counts["token2wav.flow_matching"] == 394 and round(mib["token2wav.flow_matching"], 1) == 437.0
     assert counts["token2wav.flow_extra"] == 5 and round(mib["token2wav.flow_extra"], 1) == 13.0

@@ -1,7 +1,7 @@
 """The environment manifest every benchmark result carries: what ran, where, with which knobs.
 
 A number is only comparable with another when the manifests say the same build, host, NUMA
-plan, thread counts and model files (ascend-and-serving §4: a CPU range copied to another host
+plan, thread counts and model files (docs/ascend.md: a CPU range copied to another host
 moved RTF from 0.57 to 0.68)."""
 
 from __future__ import annotations

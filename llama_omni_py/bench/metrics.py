@@ -1,6 +1,6 @@
 """One request's numbers and validity gates, from the pipeline's stage events.
 
-Gates follow llama.cpp-omni's official RTF rules (ascend-and-serving §4.2):
+Gates follow the validity rules of llama.cpp-omni's official RTF benchmark (docs/benchmark-schema.md):
 * ``no_dropped_input``: every media input was encoded and every LLM chunk went through TTS and
   Token2Wav to the caller, ending with the final flush;
 * ``steady_chunk_samples``: at least one steady chunk (a turn's first chunk and the final flush

@@ -6,7 +6,7 @@ plan's node), checked against the current affinity mask. scripts/bench-pinned.sh
 
 which prints ``<node> <cpulist>`` for ``taskset -c``, or exits 3 with the reason when the current
 mask lies outside the node (pinning there would widen a mask someone set on purpose, or run on a
-range copied from another host: the 0.57 -> 0.68 RTF loss in ascend-and-serving §4)."""
+range copied from another host: the 0.57 -> 0.68 RTF loss in docs/ascend.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every file of a module set is a :class:`FileSpec`: where it lives, which architecture string
 it carries, and its tensors and metadata as functions of the set's dimensions. The
 generator writes from this table, the validator checks against it, and the native loaders
-mirror it. Facts: docs/engine-spec.md §1-§2 and perf-notes.md §5.
+mirror it. Facts: docs/model-files.md.
 """
 
 from __future__ import annotations

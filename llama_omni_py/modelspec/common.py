@@ -1,6 +1,6 @@
 """Shared pieces of the module table: names, shapes, dtypes and metadata.
 
-It describes llama.cpp-omni's GGUF module set exactly (docs/engine-spec.md §1-§2) as a
+It describes llama.cpp-omni's GGUF module set exactly (docs/model-files.md) as a
 function of each module's dimensions, so that the generator (:mod:`modelgen`), the
 validator (:mod:`models`) and the native loaders agree by construction. Shapes are ggml
 ``ne`` order (``ne[0]`` fastest; the reverse of numpy/PyTorch), e.g. a PyTorch
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 F32, F16 = "f32", "f16"
 
 # ---------------------------------------------------------------------------------------
-# Files of a module set (engine-spec §1.1). Paths are relative to the model directory.
+# Files of a module set (docs/model-files.md). Paths are relative to the model directory.
 LLM_FILE = "MiniCPM-o-4_5-F16.gguf"
 LLM_FILE_GLOB = "MiniCPM-o-4_5-*.gguf"
 APM_FILE = "audio/MiniCPM-o-4_5-audio-F16.gguf"
@@ -77,7 +77,7 @@ def _conv1d(prefix: str, n_in: int, n_out: int, k: int, dtype: str = F32, gain: 
 Meta = list[tuple[str, str, object]]
 
 # ---------------------------------------------------------------------------------------
-# MiniCPM-o / Qwen3 special tokens at their real ids (reference-models §7.7). Ids in the
+# MiniCPM-o / Qwen3 special tokens at their real ids (docs/speech-path.md). Ids in the
 # gaps of the published table are filled with reserved placeholders so the vocabulary
 # stays dense; the generator places this list at REAL ids when the vocabulary is full
 # size and right after the ordinary tokens in the tiny set (same order, same names).
@@ -144,7 +144,7 @@ SPECIAL_TOKENS: tuple[str, ...] = tuple(
     _SPECIALS_BY_ID.get(SPECIAL_TOKEN_BASE + i, f"<|omni_reserved_{SPECIAL_TOKEN_BASE + i}|>")
     for i in range(SPECIAL_TOKEN_COUNT)
 )
-# TTS-side ids into emb_text (engine-spec §3), hard-coded in llama.cpp-omni.
+# TTS-side ids into emb_text (docs/speech-path.md), hard-coded in llama.cpp-omni.
 TTS_AUDIO_BOS_ID = 151687
 TTS_TEXT_EOS_ID = 151692
 AUDIO_TOKENS = 6562  # 6561 speech codes + EOS (rel 6561)

@@ -1,4 +1,4 @@
-"""Audio (APM) and vision (VPM) encoder files (engine-spec §2.2-§2.3)."""
+"""Audio (APM) and vision (VPM) encoder files (docs/model-files.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .llm import LLM_TINY
 
 
 # =======================================================================================
-# APM: Whisper-medium encoder + projector (engine-spec §2.2; convert_apm layout).
+# APM: Whisper-medium encoder + projector (docs/model-files.md).
 @dataclass(frozen=True)
 class ApmDims:
     d_model: int
@@ -84,7 +84,7 @@ def apm_infer(g) -> ApmDims:
 
 
 # =======================================================================================
-# VPM: SigLIP + MiniCPM-V resampler (engine-spec §2.3; convert_vpm layout, version 100045).
+# VPM: SigLIP + MiniCPM-V resampler (docs/model-files.md; MiniCPM-V version 100045).
 @dataclass(frozen=True)
 class VpmDims:
     hidden: int

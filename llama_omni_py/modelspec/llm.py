@@ -1,4 +1,4 @@
-"""LLM (Qwen3) tensors and metadata: standard llama.cpp "qwen3" names (engine-spec §2.1)."""
+"""LLM (Qwen3) tensors and metadata: standard llama.cpp "qwen3" names (docs/model-files.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Token2Wav files (engine-spec §2.5, perf-notes §5): token2wav-gguf/*.gguf, all F32.
+"""Token2Wav files (docs/model-files.md): token2wav-gguf/*.gguf, all F32.
 
 encoder / flow_matching / flow_extra / hifigan2 carry no metadata (llama.cpp-omni hard-codes
 the hyperparameters); names are the PyTorch state-dict names with the prefix stripped, HiFT

@@ -1,4 +1,4 @@
-"""TTS backbone + extras and the separate projector file (engine-spec §2.4)."""
+"""TTS backbone + extras and the separate projector file (docs/model-files.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .llm import LLM_TINY
 
 
 # =======================================================================================
-# TTS: 20-layer LLaMA + MiniCPM-o extras (engine-spec §2.4), and the separate projector.
+# TTS: 20-layer LLaMA + MiniCPM-o extras (docs/model-files.md), and the separate projector.
 @dataclass(frozen=True)
 class TtsDims:
     hidden: int

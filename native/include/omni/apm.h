@@ -1,4 +1,4 @@
-// The audio encoder (APM, engine-spec §2.2): Whisper log-mel front end with the filter bank
+// The audio encoder (APM, docs/model-files.md): Whisper log-mel front end with the filter bank
 // stored in the file, conv1 + conv2 (stride 2) with GELU, learned positions, pre-LN Whisper
 // layers, final LayerNorm, projector (ReLU) and average pooling by 5 -> 10 LLM embeddings per
 // second, as a ggml graph on the session's device.

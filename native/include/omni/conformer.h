@@ -1,4 +1,4 @@
-// The upsampling conformer encoder of Token2Wav (engine-spec §2.5.2) as a ggml graph, in its
+// The upsampling conformer encoder of Token2Wav (docs/model-files.md) as a ggml graph, in its
 // streaming form: pre-lookahead conv (3 tokens of look-ahead) -> N rel-pos conformer blocks at
 // the token rate -> nearest x2 upsample + conv -> M blocks at the mel rate -> LayerNorm.
 //

@@ -1,4 +1,4 @@
-// The flow-matching estimator of Token2Wav (DiT, engine-spec §2.5.3) as a ggml graph on the
+// The flow-matching estimator of Token2Wav (DiT, docs/model-files.md) as a ggml graph on the
 // session's device: in_proj -> depth x [adaLN-modulated attention, causal conv block, GELU-tanh
 // MLP] -> final adaLN + linear. Dimensions come from flow_matching.gguf.
 //

@@ -1,6 +1,6 @@
 // HiFT vocoder (NSF-HiFiGAN + iSTFT) on the CPU: 80-bin mel at 50 Hz -> 24 kHz audio.
 //
-// Reads hifigan2.gguf (F32, weight norm folded; engine-spec §2.5.5). Stage widths and the f0
+// Reads hifigan2.gguf (F32, weight norm folded; docs/model-files.md). Stage widths and the f0
 // predictor width are taken from the file; the rest is the MiniCPM-o 4.5 configuration
 // (upsample 8/5/3 with kernels 16/11/7, resblock kernels 3/7/11 with dilations 1/3/5, source
 // resblocks 7/7/11, n_fft 16, hop 4). The sine source is deterministic (no noise, zero initial

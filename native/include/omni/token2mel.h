@@ -1,4 +1,4 @@
-// Token2Mel (engine-spec §2.5.1-2.5.4): speech tokens -> 80-bin mel at 50 Hz, streaming.
+// Token2Mel (docs/model-files.md): speech tokens -> 80-bin mel at 50 Hz, streaming.
 // Token embedding -> conformer encoder -> encoder_proj (mu) -> CFM: cosine schedule, Euler
 // steps, classifier-free guidance 0.7 by batch doubling, one DiT call per step with its own
 // caches. The encoder and DiT run on the session's device; the small host-side pieces

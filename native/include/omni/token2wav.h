@@ -1,4 +1,4 @@
-// Token2Wav streaming (engine-spec §2.5.6-2.5.7): speech tokens in, 24 kHz audio out.
+// Token2Wav streaming (docs/token2wav-streaming.md): speech tokens in, 24 kHz audio out.
 //
 // Tokens are buffered behind 3 silence tokens (4218); every full window of 28 tokens (25 new +
 // 3 look-ahead) goes through Token2Mel, then slides by 25. The fixed voice comes from

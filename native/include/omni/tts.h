@@ -1,4 +1,4 @@
-// MiniCPM-o TTS (engine-spec §2.4, §3): projector + a LLaMA backbone (our own ggml graph over the
+// MiniCPM-o TTS (docs/speech-path.md): projector + a LLaMA backbone (our own ggml graph over the
 // TTS GGUF, which stock libllama rejects) + the audio-code head and emb_code feedback, with its
 // own KV cache on the session's device. The head runs in the same graph as the backbone, so a
 // step returns the 6562 logits directly.

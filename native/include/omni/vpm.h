@@ -1,4 +1,4 @@
-// The vision encoder (VPM, engine-spec §2.3): SigLIP (NaViT-style bucketed 70x70 positions) +
+// The vision encoder (VPM, docs/model-files.md): SigLIP (NaViT-style bucketed 70x70 positions) +
 // the MiniCPM-V resampler (64 queries, 2-D sin-cos keys) -> 64 LLM embeddings per image, as a
 // ggml graph on the session's device.
 #pragma once
