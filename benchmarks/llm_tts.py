@@ -1,8 +1,8 @@
-"""Speech core speed: TTS ms per audio token (backbone + audio-code head in one graph, and the
+"""LLM and TTS speed: TTS ms per audio token (backbone + audio-code head in one graph, and the
 sampler separately) at real TTS dimensions, and LLM decode tokens/s on the generator's reduced
 Qwen3 (real widths, 2 layers).
 
-    python benchmarks/speech_core.py [--model-dir DIR] [--device cpu] [--threads 2] [--tokens 64] [--out FILE]
+    python benchmarks/llm_tts.py [--model-dir DIR] [--device cpu] [--threads 2] [--tokens 64] [--out FILE]
 
 Needs a real-dimension set (`llama-omni make-models DIR --size real --only llm,tts,projector`).
 """
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         f"{res['llm']['decode_tokens_per_s']:.1f} tokens/s decode, prefill {len(prompt)} tokens "
         f"in {res['llm']['prefill_ms']:.0f} ms"
     )
-    write_result("speech_core", {**res}, [s.path("tts"), s.path("projector")], args.out)
+    write_result("llm_tts", {**res}, [s.path("tts"), s.path("projector")], args.out)
     return 0
 
 
