@@ -29,6 +29,7 @@ ENV_PROFILE = "OMNI_T2W_PROFILE"
 
 CACHE_POLICIES = ("llama.cpp-omni", "reference")
 AUDIO_MODES = ("clamp", "window")
+HANDOFFS = ("window", "text_chunk")
 
 
 def env_int(name: str, environ=None) -> int | None:
@@ -157,6 +158,8 @@ class SessionConfig:
     n_ctx: int = 4096  # LLM context (tokens)
     max_new_tokens: int = 256  # LLM tokens per reply
     max_audio_per_chunk: int = MAX_AUDIO_PER_CHUNK  # TTS codes per 10-token chunk before it is cut
+    tts_ctx: int = 4096  # TTS KV positions; longer replies slide (oldest chunks dropped)
+    tts_handoff: str = "window"  # 25 codes at a time to Token2Wav; "text_chunk": a text chunk's codes at once
     seed: int = 0  # default per-request seed; -1: random
     llm: LlmSampling = field(default_factory=LlmSampling)
     tts: TtsSampling = field(default_factory=TtsSampling)
@@ -174,6 +177,14 @@ class SessionConfig:
         checks.int_in("n_ctx", self.n_ctx, 256, 1 << 20)
         checks.int_in("max_new_tokens", self.max_new_tokens, 1, self.n_ctx)
         checks.int_in("max_audio_per_chunk", self.max_audio_per_chunk, 1, 100_000)
+        checks.int_in("tts_ctx", self.tts_ctx, 64, 65536)
+        if self.max_audio_per_chunk + 16 > self.tts_ctx:
+            raise ConfigError(
+                "tts_ctx",
+                f"must hold one chunk: at least max_audio_per_chunk + 16 "
+                f"({self.max_audio_per_chunk + 16}), got {self.tts_ctx}",
+            )
+        checks.choice("tts_handoff", self.tts_handoff, HANDOFFS)
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
         for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):

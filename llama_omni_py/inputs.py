@@ -4,8 +4,10 @@ load on first use), and assembled into the LLM prompt."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from . import checks
 from .apm import AudioEncoder
@@ -62,7 +64,7 @@ class Request:
 
 
 class InputEncoder:
-    """Turns requests into prompts; the encoders load when the first media input arrives."""
+    """Encodes a request's media; the encoders load when the first media input arrives."""
 
     def __init__(self, model_dir: Path, device: str, threads: int, audio_mode: str, stack_frames: int):
         self._args = (model_dir, device, threads)
@@ -78,28 +80,43 @@ class InputEncoder:
             self._vpm = ImageEncoder(model_dir, device, threads)
         return self._apm, self._vpm
 
-    def prompt(self, llm_model, r: Request, times: dict) -> Prompt:
-        """The prompt of ``r``; ``times`` receives apm_ms / vpm_ms."""
-        user_audio, user_images, voice = [], [], None
-        if r.has_media:
-            apm, vpm = self._encoders()
-            t0 = time.perf_counter()
-            voice = apm.encode(r.voice) if r.voice is not None else None
-            user_audio = [apm.encode(a) for a in _items(r.audio)]
-            times["apm_ms"] = (time.perf_counter() - t0) * 1000
-            t0 = time.perf_counter()
-            user_images = [vpm.encode(i) for i in _items(r.image)]
-            frames = self._stack_frames if r.stack_frames is None else r.stack_frames
-            for v in _items(r.video):
-                user_images += vpm.encode_video(v, frames)
-            times["vpm_ms"] = (time.perf_counter() - t0) * 1000
-        return simplex_speech_prompt(
-            llm_model,
-            r.text or "",
-            reference_audio=voice,
-            user_audio=user_audio,
-            user_images=user_images,
-            system_prompt=r.system_prompt,
-            history=r.history,
-            tts_template=r.tts_template,
-        )
+    def encode(self, r: Request, times: dict) -> Media:
+        """The request's media as LLM embeddings; ``times`` receives apm_ms / vpm_ms."""
+        media = Media()
+        if not r.has_media:
+            return media
+        apm, vpm = self._encoders()
+        t0 = time.perf_counter()
+        media.voice = apm.encode(r.voice) if r.voice is not None else None
+        media.audio = [apm.encode(a) for a in _items(r.audio)]
+        times["apm_ms"] = (time.perf_counter() - t0) * 1000
+        t0 = time.perf_counter()
+        media.images = [vpm.encode(i) for i in _items(r.image)]
+        frames = self._stack_frames if r.stack_frames is None else r.stack_frames
+        for v in _items(r.video):
+            media.images += vpm.encode_video(v, frames)
+        times["vpm_ms"] = (time.perf_counter() - t0) * 1000
+        return media
+
+
+@dataclass
+class Media:
+    """A request's media, encoded: the voice, user audio and image blocks (n, n_embd)."""
+
+    voice: np.ndarray | None = None
+    audio: list = field(default_factory=list)
+    images: list = field(default_factory=list)
+
+
+def build_prompt(llm_model, r: Request, media: Media, history: tuple | None = None) -> Prompt:
+    """The LLM prompt of ``r`` with its encoded media (``history`` overrides the request's)."""
+    return simplex_speech_prompt(
+        llm_model,
+        r.text or "",
+        reference_audio=media.voice,
+        user_audio=media.audio,
+        user_images=media.images,
+        system_prompt=r.system_prompt,
+        history=r.history if history is None else history,
+        tts_template=r.tts_template,
+    )

@@ -81,17 +81,17 @@ class Emitter:
         self.mark = time.perf_counter()  # start of the current item's compute
 
     def __call__(self, item) -> bool:
-        return self._send(self._out, item)
+        return self._send(self._out, item, ".blocked")
 
     def output(self, item) -> bool:
-        return self._send(self._pipe._channels[-1], item)
+        return self._send(self._pipe._channels[-1], item, ".out_blocked")
 
-    def _send(self, channel: Channel, item) -> bool:
+    def _send(self, channel: Channel, item, blocked: str) -> bool:
         t1 = time.perf_counter()
         self._pipe.events.append((self._stage, self.mark, t1))
         ok = channel.put(item)
         self.mark = time.perf_counter()
-        self._pipe.events.append((self._stage + ".blocked", t1, self.mark))
+        self._pipe.events.append((self._stage + blocked, t1, self.mark))
         return ok
 
 

@@ -27,15 +27,30 @@ def stage_durations(events) -> dict[str, list[float]]:
     return dict(out)
 
 
+def first_end(events, stage: str) -> float | None:
+    """perf_counter time at which ``stage`` first handed an item on, or None."""
+    ends = [e for name, _, e in events if name == stage]
+    return min(ends) if ends else None
+
+
 def compute_rtf(events, chunk_audio_s: list[float]) -> float | None:
-    """Item i of every compute stage belongs to chunk i (each stage maps one item to one)."""
+    """Stage compute per second of audio over the steady audio windows.
+
+    ``chunk_audio_s`` holds the audio seconds of every Token2Wav output, in order; window i was
+    made by Token2Wav item i from TTS item i (one code chunk each). Steady windows leave out the
+    first (it pays for the prefill and warm-up) and the final flush. Each steady window counts its
+    own TTS and Token2Wav time plus the LLM's decode time per second of audio (the LLM's chunks
+    do not line up with windows, so its time is spread evenly; its first chunk, which holds the
+    prefill, is left out)."""
     d = stage_durations(events)
     steady = range(1, len(chunk_audio_s) - 1)
     audio = sum(chunk_audio_s[i] for i in steady)
-    if audio <= 0:
+    total_audio = sum(chunk_audio_s)
+    if audio <= 0 or total_audio <= 0:
         return None
-    compute_ms = sum(d[s][i] for s in COMPUTE_STAGES if s in d for i in steady if i < len(d[s]))
-    return compute_ms / 1000 / audio
+    per_window = sum(d[s][i] for s in ("tts", "token2wav") if s in d for i in steady if i < len(d[s]))
+    llm_per_s = sum(d.get("llm", [])[1:]) / total_audio
+    return per_window / 1000 / audio + llm_per_s / 1000
 
 
 def stage_ms(events) -> dict[str, float]:
@@ -57,13 +72,16 @@ def request_timings(
     last_audio: float | None,
     **counts,
 ) -> Timings:
-    """The Timings of one request from its stage events and per-chunk audio seconds. Times are
-    perf_counter seconds; ``first_audio``/``last_audio`` are seconds after ``start``; ``counts``
-    are the remaining Timings fields (seed, prefill_ms, n_tokens, n_tts_tokens, apm_ms, vpm_ms)."""
+    """The Timings of one request from its stage events and the audio seconds of each Token2Wav
+    output. Times are perf_counter seconds; ``first_audio``/``last_audio`` are seconds after
+    ``start``; ``counts`` are the remaining Timings fields (seed, prefill_ms, n_tokens, ...)."""
     ms = stage_ms(events)
     audio_s = sum(chunk_audio_s)
+    since = lambda t: None if t is None else t - start  # noqa: E731
     return Timings(
         wall_s=end - start,
+        first_text_s=since(first_end(events, "llm")),
+        first_codes_s=since(first_end(events, "tts")),
         time_to_first_audio_s=first_audio,
         llm_ms=ms["llm"],
         tts_ms=ms["tts"],

@@ -19,8 +19,13 @@ class Timings:
 
     seed: int = 0  # the seed the request ran with (drawn when -1 was asked)
     wall_s: float = 0.0
-    time_to_first_audio_s: float | None = None
+    # Time to first audio, step by step (seconds after the request started): the prompt's
+    # prefill ends, the first 10 speaking tokens are out, the first 25 speech codes are out (with
+    # the 3 silence codes, Token2Wav's first 28-code window), the first window's audio is out.
     prefill_ms: float = 0.0
+    first_text_s: float | None = None
+    first_codes_s: float | None = None
+    time_to_first_audio_s: float | None = None
     llm_ms: float = 0.0
     tts_ms: float = 0.0
     token2wav_ms: float = 0.0
@@ -28,6 +33,8 @@ class Timings:
     vpm_ms: float = 0.0
     n_tokens: int = 0  # LLM tokens generated
     n_tts_tokens: int = 0  # speech codes generated
+    history_dropped: int = 0  # earlier messages left out so the prompt fits the LLM context
+    tts_slides: int = 0  # times the TTS context dropped its oldest chunks
     audio_s: float = 0.0
     wall_rtf: float | None = None
     compute_rtf: float | None = None

@@ -17,13 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from . import placement, stages
 from .backend import resolve_device
 from .config import SessionConfig, Token2WavConfig
 from .constants import OUTPUT_SAMPLE_RATE
 from .demo import demo_config, demo_model_dir
 from .errors import ConfigError, InvalidArgumentError
-from .inputs import InputEncoder, Request
+from .inputs import InputEncoder, Request, build_prompt
 from .llm import LanguageModel
 from .models import discover, validate
 from .pipeline import Pipeline, iterate_in_thread
@@ -59,7 +61,9 @@ class OmniSession:
         model_set = discover(self.model_dir)
         validate(model_set, ["llm", "tts", "projector"], self.device)
         self.llm = LanguageModel(model_set.llm, self.device, c.n_ctx, c.llm_threads, c.exact)
-        self.tts = TtsModel(model_set.path("tts"), model_set.path("projector"), self.device, c.module_threads, c.exact)
+        self.tts = TtsModel(
+            model_set.path("tts"), model_set.path("projector"), self.device, c.module_threads, c.exact, c.tts_ctx
+        )
         if self.tts.dims.llm_embd != self.llm.n_embd:
             raise InvalidArgumentError(
                 f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, the LLM has {self.llm.n_embd}"
@@ -180,35 +184,40 @@ class OmniSession:
     def _run(self, r: Request) -> Iterator[SpeechChunk]:
         start = time.perf_counter()
         counts: dict = {"seed": r.seed}
-        prompt = self.inputs.prompt(self.llm.model, r, counts)
         c = self.config
         limit = r.max_new_tokens or c.max_new_tokens
-        self.llm.check_fits(prompt, limit)
+        prompt = self._fitting_prompt(r, limit, counts)
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
-        reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, c.llm, c.tts)
+        reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, c.llm, c.tts, c.tts_handoff)
         t2w = stages.Token2WavStage(self.token2wav) if r.speech else None
         body = (
-            [("tts", stages.tts_stage(self.tts, reply)), ("token2wav", t2w)]
+            [("tts", stages.TtsStage(self.tts, reply)), ("token2wav", t2w)]
             if r.speech
             else [("text", stages.text_stage())]
         )
         pipe = Pipeline(
-            ("llm", stages.llm_stage(self.llm, reply)),
+            ("llm", stages.llm_stage(self.llm, reply, text_to_caller=r.speech)),
             body,
             [c.tts_queue, *[c.audio_queue] * len(body)],
             self._pin_stage_thread,
         )
         self._pipeline = pipe
         first_audio = last_audio = None
-        chunk_audio: list[float] = []
+        chunk_audio: list[float] = []  # seconds of audio per Token2Wav (or text stage) output
         final: SpeechChunk | None = None
+        index = 0
         try:
-            for chunk in pipe:
-                chunk_audio.append(chunk.audio.size / OUTPUT_SAMPLE_RATE)
-                if chunk.audio.size:
-                    last_audio = time.perf_counter() - start
-                    first_audio = first_audio if first_audio is not None else last_audio
+            for item in pipe:
+                if isinstance(item, stages.TextDelta):
+                    chunk = SpeechChunk(item.text, np.zeros(0, np.float32), index, False)
+                else:
+                    chunk = replace(item, index=index)
+                    chunk_audio.append(chunk.audio.size / OUTPUT_SAMPLE_RATE)
+                    if chunk.audio.size:
+                        last_audio = time.perf_counter() - start
+                        first_audio = first_audio if first_audio is not None else last_audio
+                index += 1
                 if chunk.is_final:
                     final = chunk  # the end follows at once; it leaves with the request's timings
                 else:
@@ -219,7 +228,10 @@ class OmniSession:
         if final is None:  # cancelled
             return
         counts.update(
-            prefill_ms=self.llm.last_prefill_ms, n_tokens=self.llm.last_n_tokens, n_tts_tokens=t2w.n_codes if t2w else 0
+            prefill_ms=self.llm.last_prefill_ms,
+            n_tokens=self.llm.last_n_tokens,
+            n_tts_tokens=t2w.n_codes if t2w else 0,
+            tts_slides=self.tts.slides if r.speech else 0,
         )
         timings = request_timings(
             pipe.events,
@@ -232,6 +244,27 @@ class OmniSession:
         )
         self.profiler.add(pipe.events, {k: counts[k] for k in ("apm_ms", "vpm_ms") if k in counts})
         yield replace(final, timings=timings)
+
+    def _fitting_prompt(self, r: Request, limit: int, counts: dict):
+        """The request's prompt; when it and the reply do not fit the LLM context, the oldest
+        earlier messages are left out, a whole turn at a time (the system prompt always stays)."""
+        media = self.inputs.encode(r, counts)
+        prompt = build_prompt(self.llm.model, r, media)
+        history = list(r.history)
+        while history and prompt.token_count() + limit > self.llm.n_ctx:
+            history.pop(0)
+            while history and history[0][0] != "user":  # a turn starts with the user
+                history.pop(0)
+            prompt = build_prompt(self.llm.model, r, media, tuple(history))
+        counts["history_dropped"] = len(r.history) - len(history)
+        if counts["history_dropped"]:
+            log.info(
+                "left out the %d oldest messages to fit the context (%d tokens)",
+                counts["history_dropped"],
+                self.llm.n_ctx,
+            )
+        self.llm.check_fits(prompt, limit)
+        return prompt
 
     def _pin_stage_thread(self) -> None:
         # Threads the native code starts from here (libllama's) inherit this mask.

@@ -1,32 +1,52 @@
 """The TTS stage: MiniCPM-o's speech decoder (projector + 20-layer LLaMA + audio-code head, our
 own ggml graph). Each text chunk's tokens and LLM hidden states become condition rows; the
-decoder then samples speech codes until its end code or a limit. After the reply's last chunk a
-second pass (text end + audio start) closes the turn (docs/streaming.md)."""
+decoder then samples speech codes until its end code or a limit, in one native call that hands
+the codes back in groups. After the reply's last chunk a second pass (text end + audio start)
+closes the turn (docs/speech-path.md).
+
+Replies of any length: the decoder's KV cache holds ``n_ctx`` positions. Before a chunk would
+not fit, the oldest finished chunks (their condition rows and codes) are dropped and the kept
+ones are evaluated again from position 0, so a reply of any length completes."""
 
 from __future__ import annotations
 
-import time
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from ._native import core
 from .config import TtsSampling
-from .constants import AUDIO_EOS
+from .constants import CODES_PER_SECOND
+from .errors import InvalidArgumentError
 from .llm import TextChunk
 
-KV_POSITIONS = 4096  # the decoder's KV cache (its position table is 4096 long)
+log = logging.getLogger(__name__)
+
+KV_POSITIONS = 4096  # the decoder's default context (its position table is 4096 long)
 
 
 @dataclass
 class CodeChunk:
-    """The speech codes (0..6560) a text chunk produced, with that chunk's text."""
+    """Speech codes (0..6560) on their way to Token2Wav; ``final`` ends the reply."""
 
-    text: str
     codes: list[int]
     final: bool
     timings: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Unit:
+    """What one evaluation put into the KV cache: condition rows and the codes fed after them."""
+
+    rows: np.ndarray
+    codes: list[int]
+
+    @property
+    def positions(self) -> int:
+        return len(self.rows) + len(self.codes)
 
 
 class TtsModel:
@@ -39,8 +59,12 @@ class TtsModel:
         device: str,
         threads: int = 1,
         exact: bool = False,
+        n_ctx: int = KV_POSITIONS,
     ):
-        self.tts = core.Tts(str(tts_path), str(projector_path or ""), device, threads, KV_POSITIONS, exact)
+        self.tts = core.Tts(str(tts_path), str(projector_path or ""), device, threads, n_ctx, exact)
+        self.n_ctx = n_ctx
+        self._units: list[_Unit] = []
+        self.slides = 0  # context slides in the current reply
 
     @property
     def dims(self):
@@ -59,26 +83,48 @@ class TtsModel:
     def start_turn(self) -> None:
         """Empties the KV cache: a new reply."""
         self.tts.clear()
+        self._units.clear()
+        self.slides = 0
 
-    def codes(self, rows: np.ndarray, sampler, limit: int) -> list[int]:
-        """Evaluates condition rows, then samples codes until the end code or ``limit`` codes."""
-        out: list[int] = []
-        logits = self.tts.forward(rows)
-        for _ in range(limit):
-            code = sampler.sample(logits)
-            if code == AUDIO_EOS:
-                break
-            out.append(code)
-            logits = self.tts.forward(self.tts.code_embedding(code))
-        return out
+    def _make_room(self, positions: int) -> None:
+        """Drops the oldest units until ``positions`` more fit, then evaluates the kept ones again."""
+        if positions + 1 > self.n_ctx:
+            raise InvalidArgumentError(
+                f"one TTS chunk needs {positions} positions, more than the TTS context "
+                f"({self.n_ctx}); lower max_audio_per_chunk or raise tts_ctx"
+            )
+        if self.tts.n_past + positions + 1 <= self.n_ctx:
+            return
+        kept = list(self._units)
+        while kept and sum(u.positions for u in kept) + positions + 1 > self.n_ctx:
+            kept.pop(0)
+        self.tts.clear()
+        self._units = kept
+        self.slides += 1
+        log.debug("TTS context slide: %d units kept (%d positions)", len(kept), sum(u.positions for u in kept))
+        if kept:  # the kept units in their original order; only what precedes them differs
+            parts = [p for u in kept for p in (u.rows, *(self.tts.code_embedding(c) for c in u.codes))]
+            self.tts.forward(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))
 
-    def speak(self, chunk: TextChunk, sampler, limit: int) -> CodeChunk:
+    def generate(
+        self, rows: np.ndarray, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None
+    ) -> list[int]:
+        """Evaluates condition rows, then samples codes until the end code or ``limit`` codes, in
+        one native call; ``on_codes`` gets every 25 codes (and the rest at the end) and stops the
+        loop by returning False."""
+        self._make_room(len(rows) + limit)
+        codes = list(self.tts.generate(rows, sampler, limit, CODES_PER_SECOND, on_codes))
+        self._units.append(_Unit(rows, codes))
+        return codes
+
+    def speak(
+        self, chunk: TextChunk, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None
+    ) -> list[int]:
         """The speech codes of one text chunk (plus the closing pass after the final one)."""
-        t0 = time.perf_counter()
         codes: list[int] = []
         if chunk.tokens:
-            codes += self.codes(self.tts.conditions(chunk.tokens, chunk.hidden, False), sampler, limit)
+            codes += self.generate(self.tts.conditions(chunk.tokens, chunk.hidden, False), sampler, limit, on_codes)
         if chunk.final:  # text end + audio start close the turn
             empty = np.zeros((0, self.dims.llm_embd), np.float32)
-            codes += self.codes(self.tts.conditions([], empty, True), sampler, limit)
-        return CodeChunk(chunk.text, codes, chunk.final, {"tts_ms": (time.perf_counter() - t0) * 1000})
+            codes += self.generate(self.tts.conditions([], empty, True), sampler, limit, on_codes)
+        return codes

@@ -21,8 +21,9 @@ def _events():
 
 
 def test_compute_rtf_uses_steady_chunks_only():
-    # steady chunks 1 and 2: 2 x 0.6 s compute over 2 x 2 s audio
-    assert profile.compute_rtf(_events(), [1.0, 2.0, 2.0, 0.5]) == pytest.approx(0.3)
+    # Steady windows 1 and 2: TTS + Token2Wav 2 x 0.5 s over 2 x 2 s of audio, plus the LLM's
+    # decode time after its first chunk (3 x 0.1 s) spread over all 5.5 s of audio.
+    assert profile.compute_rtf(_events(), [1.0, 2.0, 2.0, 0.5]) == pytest.approx(1.0 / 4.0 + 0.3 / 5.5)
     assert profile.compute_rtf(_events()[:8], [1.0, 0.5]) is None  # no steady chunk
 
 

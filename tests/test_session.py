@@ -8,7 +8,7 @@ import pytest
 
 import llama_omni_py as omni
 from llama_omni_py import stages
-from llama_omni_py.inputs import Request
+from llama_omni_py.inputs import Request, build_prompt
 
 TEXT = "hello there, how are you today?"
 
@@ -23,10 +23,13 @@ def _t2w(threads=1):
 
 def _sequential(session, text, seed):
     """The stages one after the other (the reference path the pipeline must equal)."""
+    return stages.synthesize(session.llm, session.tts, session.token2wav, _reply(session, text, seed))
+
+
+def _reply(session, text, seed):
     c = session.config
-    prompt = session.inputs.prompt(session.llm.model, Request(text, seed=seed), {})
-    reply = stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts)
-    return stages.synthesize(session.llm, session.tts, session.token2wav, reply)
+    prompt = build_prompt(session.llm.model, Request(text, seed=seed), session.inputs.encode(Request(text), {}))
+    return stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts, c.tts_handoff)
 
 
 @pytest.fixture(scope="module")
@@ -174,23 +177,20 @@ def test_async_stream_matches_speak(session):
     assert np.array_equal(np.concatenate([c.audio for c in chunks]), session.speak(TEXT, seed=5).audio)
 
 
-def test_audio_length_follows_the_speech_codes(session):
-    # Token2Wav gets every 25 codes: 20160 samples for the first second, 24000 for each later one.
+def test_audio_comes_a_window_at_a_time(session):
+    # Token2Wav gets every 25 codes: 20160 samples for the first second, 24000 for each later one,
+    # the rest with the final flush; text arrives in its own chunks, ahead of its audio.
     chunks = list(session.stream(TEXT, seed=7))
-    c = session.config
-    prompt = session.inputs.prompt(session.llm.model, Request(TEXT, seed=7), {})
-    reply = stages.Reply(prompt, 7, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts)
-    codes = []
-    tts_body = stages.tts_stage(session.tts, reply)
-    stages.llm_stage(session.llm, reply)(lambda chunk: tts_body(chunk, lambda cc: codes.append(len(cc.codes))) or True)
-    assert len(codes) == len(chunks)
-    total = 0
-    for chunk, n in zip(chunks[:-1], codes[:-1]):
-        before, total = total // 25, total + n
-        pushes = total // 25 - before
-        want = sum(20160 if p == 0 else 24000 for p in range(before, before + pushes))
-        assert chunk.audio.size == want
-    assert chunks[-1].audio.size > 0
+    audio = [c for c in chunks if c.audio.size]
+    assert audio[0].audio.size == 20160 and all(c.audio.size == 24000 for c in audio[1:-1])
+    assert all(c.audio.size <= 24000 for c in audio)  # never more than a second at once
+    assert all(not (c.text_delta and c.audio.size) for c in chunks)
+    texts = [i for i, c in enumerate(chunks) if c.text_delta]
+    assert texts and texts[0] < chunks.index(audio[0])  # the first text before the first audio
+    n_codes = chunks[-1].timings.n_tts_tokens
+    assert sum(c.audio.size for c in chunks) == (3 + n_codes) * 960  # 2 mel frames x 480 samples per code
+    t = chunks[-1].timings
+    assert 0 < t.first_text_s <= t.first_codes_s <= t.time_to_first_audio_s <= t.wall_s
 
 
 def test_voice_and_per_request_token_limit(session):

@@ -28,27 +28,23 @@ class Core:
     max_new_tokens: int = 45
     max_audio: int = 20
 
-    def reply(self, text, seed=0, prompt=None):
-        return stages.Reply(
-            prompt or simplex_speech_prompt(self.llm.model, text),
-            seed,
-            self.max_new_tokens,
-            self.max_audio,
-            LlmSampling(),
-            TtsSampling(),
-        )
+    def reply(self, text, seed=0, prompt=None, handoff="text_chunk"):
+        prompt = prompt or simplex_speech_prompt(self.llm.model, text)
+        return stages.Reply(prompt, seed, self.max_new_tokens, self.max_audio, LlmSampling(), TtsSampling(), handoff)
 
-    def generate(self, text, seed=0, prompt=None):
-        """CodeChunks of one reply."""
-        reply = self.reply(text, seed, prompt)
-        out = []
-        tts_body = stages.tts_stage(self.tts, reply)
-        stages.llm_stage(self.llm, reply)(lambda chunk: tts_body(chunk, out.append) or True)
-        return out
+    def generate(self, text, seed=0, prompt=None, handoff="text_chunk"):
+        """(text chunks, code chunks) of one reply; by default one code chunk per text chunk."""
+        reply = self.reply(text, seed, prompt, handoff)
+        texts, codes = stages._Collect(), stages._Collect()
+        stages.llm_stage(self.llm, reply, text_to_caller=False)(texts)
+        tts_body = stages.TtsStage(self.tts, reply)
+        for chunk in texts:
+            tts_body(chunk, codes)
+        return texts, codes
 
     def text_to_codes(self, text, seed=0):
-        chunks = self.generate(text, seed)
-        return "".join(c.text for c in chunks), [t for c in chunks for t in c.codes]
+        texts, codes = self.generate(text, seed)
+        return "".join(c.text for c in texts), [t for c in codes for t in c.codes]
 
 
 def load_core(tiny_dir, threads=1) -> Core:
@@ -64,7 +60,7 @@ def core_small(tiny_dir):
 
 
 def test_chunks_and_caps(core_small):
-    chunks = core_small.generate(TEXT)
+    _, chunks = core_small.generate(TEXT)
     assert chunks[-1].final and not any(c.final for c in chunks[:-1])
     for c in chunks[:-1]:
         assert len(c.codes) <= 20
@@ -90,20 +86,61 @@ def test_user_text_cannot_inject_control_tokens(core_small):
     assert model.find_token("<|im_end|>") not in user
 
 
-def test_tts_loop_stops_at_eos_and_at_the_cap(core_small):
-    class Scripted:
-        def __init__(self, seq):
-            self.seq = list(seq)
+def _per_code_loop(tts, rows, sampler, limit):
+    """The decode loop with a Python crossing per code: the reference the native loop must equal."""
+    codes, logits = [], tts.forward(rows)
+    for _ in range(limit):
+        code = sampler.sample(logits)
+        if code == AUDIO_EOS:
+            break
+        codes.append(code)
+        logits = tts.forward(tts.code_embedding(code))
+    return codes
 
-        def sample(self, logits):
-            return self.seq.pop(0) if self.seq else 7
 
+def test_native_tts_loop_gives_the_per_code_loop_codes(core_small):
+    tts = core_small.tts
+    rng = np.random.default_rng(1)
+    rows = tts.tts.conditions([5, 6, 7], rng.standard_normal((3, tts.dims.llm_embd)).astype(np.float32), False)
+    for seed, limit in ((3, 60), (4, 7), (5, 0)):
+        tts.start_turn()
+        want1 = _per_code_loop(tts.tts, rows, tts.sampler(TtsSampling(), seed), limit)
+        want2 = _per_code_loop(tts.tts, rows, tts.sampler(TtsSampling(), seed + 1), limit)  # the KV carries on
+        tts.start_turn()
+        groups: list[int] = []
+
+        def take(codes, groups=groups):
+            groups.append(len(codes))
+            return True
+
+        got1 = tts.generate(rows, tts.sampler(TtsSampling(), seed), limit, take)
+        got2 = tts.generate(rows, tts.sampler(TtsSampling(), seed + 1), limit)
+        assert got1 == want1 and got2 == want2 and len(got1) <= limit
+        assert sum(groups) == len(got1)  # every code handed over, 25 at a time, the rest at the end
+        assert all(g == 25 for g in groups[:-1]) and (not groups or 0 < groups[-1] <= 25)
+
+
+def test_native_tts_loop_stops_when_asked(core_small):
     tts = core_small.tts
     rows = tts.tts.conditions([], np.zeros((0, tts.dims.llm_embd), np.float32), True)
     tts.start_turn()
-    assert tts.codes(rows, Scripted([5, 6, AUDIO_EOS, 9]), 20) == [5, 6]
+    assert len(tts.generate(rows, tts.sampler(TtsSampling(), 1), 40, lambda g: False)) == 25  # one group, then stop
     tts.start_turn()
-    assert tts.codes(rows, Scripted([]), 20) == [7] * 20  # max_audio_per_chunk
+    assert len(tts.generate(rows, tts.sampler(TtsSampling(temperature=0), 1), 30)) <= 30  # the cap
+
+
+def test_tts_context_slides_for_long_replies(tiny_dir):
+    # A TTS context of 128 positions and 50-code chunks: a reply of 4x that in codes completes,
+    # and every code reaches Token2Wav.
+    s = discover(tiny_dir)
+    tts = TtsModel(s.path("tts"), s.path("projector"), "cpu", 1, n_ctx=128)
+    llm = LanguageModel(s.llm, "cpu", 4096, 1)
+    core = Core(llm, tts, max_new_tokens=200, max_audio=50)
+    texts, codes = core.generate(TEXT, seed=2)
+    n = sum(len(c.codes) for c in codes)
+    assert n >= 4 * 128 and tts.slides > 0
+    audio = stages.synthesize(llm, tts, omni.Token2Wav(tiny_dir, threads=1), core.reply(TEXT, seed=2))[1]
+    assert audio.size == (3 + n) * 960
 
 
 def test_deterministic_across_runs_and_threads(tiny_dir, core_small):
@@ -171,7 +208,7 @@ def test_audio_and_image_questions_reach_the_llm(core_small, tiny_dir):
     for value in (30, 220):
         image = images.encode(np.full((40, 60, 3), value, np.uint8))
         prompt = simplex_speech_prompt(core_small.llm.model, "", user_audio=[audio], user_images=[image])
-        chunks = core_small.generate("", seed=3, prompt=prompt)
+        _, chunks = core_small.generate("", seed=3, prompt=prompt)
         assert chunks[-1].final
         replies.append([tok for c in chunks for tok in c.codes])
     assert replies[0] != replies[1]  # the picture changes the answer

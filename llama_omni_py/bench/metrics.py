@@ -48,7 +48,8 @@ def _gate(ok: bool, detail: str) -> dict:
 
 def gates(chunks: list[Chunk], durations: dict, t2w_queue_ms: list[float], media: dict[str, bool]) -> dict:
     n = len(chunks)
-    counts = {s: len(durations.get(s, [])) for s in profile.COMPUTE_STAGES}
+    # Every code chunk the TTS handed on became one Token2Wav output the caller received.
+    counts = {s: len(durations.get(s, [])) for s in ("tts", "token2wav")}
     missing_media = [k for k, ok in media.items() if not ok]
     dropped = missing_media or any(c != n for c in counts.values()) or not n or not chunks[-1].is_final
     steady = chunks[1:-1]
@@ -78,13 +79,18 @@ def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, medi
     d = profile.stage_durations(events)
     t2w_q = queue_residence_ms(events, "tts", "token2wav")
     tts_q = queue_residence_ms(events, "llm", "tts")
+    # Window i: Token2Wav item i from TTS item i; the LLM's decode time (its first item, which
+    # holds the prefill, left out) is spread over the audio, as compute_rtf does.
+    total = sum(c.samples for c in chunks)
+    llm_decode = sum(d.get("llm", [])[1:])
     per_chunk = [
         {
             "samples": c.samples,
             "t_s": c.t_s,
             "is_final": c.is_final,
-            **{f"{s}_ms": (d[s][i] if i < len(d.get(s, [])) else None) for s in profile.COMPUTE_STAGES},
-            "tts_queue_ms": tts_q[i] if i < len(tts_q) else None,
+            "llm_ms": llm_decode * c.samples / total if total else None,
+            **{f"{s}_ms": (d[s][i] if i < len(d.get(s, [])) else None) for s in ("tts", "token2wav")},
+            "tts_queue_ms": None,  # text chunks do not line up with windows: see queue_waits
             "t2w_queue_ms": t2w_q[i] if i < len(t2w_q) else None,
         }
         for i, c in enumerate(chunks)
@@ -102,6 +108,12 @@ def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, medi
         "wall_rtf": timings.get("wall_rtf"),
         "compute_rtf": timings.get("compute_rtf"),
         "time_to_first_audio_s": timings.get("time_to_first_audio_s"),
+        "first_audio_steps": {
+            "prefill_ms": timings.get("prefill_ms"),
+            "first_text_s": timings.get("first_text_s"),
+            "first_codes_s": timings.get("first_codes_s"),
+            "first_audio_s": timings.get("time_to_first_audio_s"),
+        },
         "stage_ms": {k: timings[k] for k in ("llm_ms", "tts_ms", "token2wav_ms", "apm_ms", "vpm_ms") if k in timings},
         "queue_waits": {
             "tts_queue_max_ms": max(tts_q, default=0.0),

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import HANDOFFS
 from ..errors import ConfigError
 from . import metrics, prompts, summary
 from .manifest import manifest
@@ -29,18 +30,22 @@ class RunConfig:
     t2w_threads: int | None = None
     tts_queue: int | None = None
     pin: bool | None = None
+    handoff: str = "window"  # TTS -> Token2Wav every 25 codes, or "text_chunk" (a text chunk's codes at once)
 
     def __post_init__(self):
         for name in ("t2w_threads", "tts_queue"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(name, f"must be a positive integer, got {v!r}")
+        if self.handoff not in HANDOFFS:
+            raise ConfigError("handoff", f"must be one of {', '.join(HANDOFFS)}, got {self.handoff!r}")
 
     @property
     def label(self) -> str:
         pin = {None: "auto", True: "pin", False: "nopin"}[self.pin]
         t2w = self.t2w_threads or os.environ.get("OMNI_T2W_THREADS", "default")
-        return f"t2w{t2w}-q{self.tts_queue or os.environ.get('OMNI_TTS_QUEUE', 16)}-{pin}"
+        chunked = "" if self.handoff == "window" else "-chunked"
+        return f"t2w{t2w}-q{self.tts_queue or os.environ.get('OMNI_TTS_QUEUE', 16)}-{pin}{chunked}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ def measure(session, prompt: prompts.BenchPrompt, seed: int) -> dict:
     chunks, timings = [], None
     start = time.perf_counter()
     for ch in session.stream(**prompt.inputs(), seed=seed):
+        if ch.text_delta and not ch.is_final:  # text ahead of its audio: not a Token2Wav window
+            continue
         chunks.append(metrics.Chunk(int(ch.audio.size), time.perf_counter() - start, bool(ch.is_final)))
         timings = ch.timings or timings
     t = timings.as_dict() if timings is not None else {}
@@ -124,7 +131,7 @@ class _Sessions:
         s, default_queue = self._open[c.pin]
         if s.config.token2wav.threads != c.t2w_threads:
             s.reconfigure(Token2WavConfig(threads=c.t2w_threads))
-        s.config = dataclasses.replace(s.config, tts_queue=c.tts_queue or default_queue)
+        s.config = dataclasses.replace(s.config, tts_queue=c.tts_queue or default_queue, tts_handoff=c.handoff)
         return s
 
     def close(self) -> None:
@@ -152,6 +159,7 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
         "pinning": pinning,
         "threads": session.config.llm_threads,
         "device": session.device,
+        "handoff": c.handoff,
     }
     # the plan the session applied, else the default one it would use (recorded as not applied)
     note = []
@@ -292,6 +300,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tts-queue", default="env", help="comma list of TTS queue sizes ('env': OMNI_TTS_QUEUE or 16)")
     p.add_argument("--pin", default="auto", help="comma list of auto,on,off (session placement)")
+    p.add_argument(
+        "--handoff",
+        default="window",
+        help="comma list of window,text_chunk: TTS -> Token2Wav every 25 codes, or a text chunk's codes at once",
+    )
     p.add_argument("--prompts", default=",".join(d.prompts), help=f"comma list from {','.join(prompts.PROMPTS)}")
     p.add_argument("--repeats", type=int, default=d.repeats, help="measured rounds (>= 3; medians)")
     p.add_argument("--warmup", type=int, default=d.warmup, help="warm-up rounds, recorded apart")
@@ -321,8 +334,8 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
     except KeyError:
         raise ConfigError("pin", f"each value must be auto, on or off, got {a.pin!r}") from None
     try:
-        grid = itertools.product(_int_list(a.t2w_threads), _int_list(a.tts_queue), pin)
-        configs = tuple(RunConfig(t, q, p) for t, q, p in grid)
+        grid = itertools.product(_int_list(a.t2w_threads), _int_list(a.tts_queue), pin, a.handoff.split(","))
+        configs = tuple(RunConfig(t, q, p, h) for t, q, p, h in grid)
     except ValueError as e:
         raise ConfigError("t2w_threads/tts_queue", f"comma lists of integers or 'env': {e}") from None
     return BenchOptions(

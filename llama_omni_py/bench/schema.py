@@ -6,7 +6,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).with_name("run.schema.json")
 
 

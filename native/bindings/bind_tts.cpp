@@ -57,6 +57,28 @@ void register_tts(py::module_ & m) {
             }
             return to_numpy(logits, {static_cast<py::ssize_t>(logits.size())});
         }, py::arg("rows"), "Evaluate condition/code rows; returns the audio-code logits of the last row.")
+        .def("generate", [](Tts & t, f32array rows, TtsSampler & sampler, int limit, int group, py::object on_group) {
+            const int h = t.dims().hidden;
+            if (rows.ndim() != 2 || rows.shape(1) != h || rows.shape(0) < 1) {
+                throw InvalidArgument("rows must be (n >= 1, " + std::to_string(h) + ")");
+            }
+            std::function<bool(const int32_t *, int)> cb;
+            if (!on_group.is_none()) {
+                cb = [&on_group](const int32_t * codes, int n) {
+                    py::gil_scoped_acquire acquire;
+                    py::object go_on = on_group(std::vector<int32_t>(codes, codes + n));
+                    return go_on.is_none() || go_on.cast<bool>();
+                };
+            }
+            std::vector<int32_t> codes;
+            {
+                py::gil_scoped_release release;
+                codes = t.generate(rows.data(), static_cast<int>(rows.shape(0)), sampler, limit, group, cb);
+            }
+            return codes;
+        }, py::arg("rows"), py::arg("sampler"), py::arg("limit"), py::arg("group") = 25, py::arg("on_group") = py::none(),
+           "Evaluate condition rows, then sample codes until the end code or `limit`, all in C++ with the GIL released; "
+           "`on_group(codes)` gets every `group` codes (returning False stops). Returns every code.")
         .def("head_cost_ms", &Tts::head_cost_ms, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
              "(llama.cpp-omni's plain C++ head, ours) in ms per audio token.");
 

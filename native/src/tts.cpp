@@ -235,6 +235,32 @@ std::vector<float> Tts::forward(const float * rows, int n) {
     return out;
 }
 
+std::vector<int32_t> Tts::generate(const float * rows, int n, TtsSampler & sampler, int limit, int group,
+                                   const std::function<bool(const int32_t *, int)> & on_group) {
+    if (limit < 0) throw InvalidArgument("limit must be >= 0");
+    if (group < 1) throw InvalidArgument("group must be >= 1");
+    const int end_code = impl_->d.audio_tokens - 1;
+    std::vector<int32_t> codes;
+    size_t delivered = 0;
+    auto deliver = [&]() {
+        const bool go_on = !on_group || on_group(codes.data() + delivered, static_cast<int>(codes.size() - delivered));
+        delivered = codes.size();
+        return go_on;
+    };
+    std::vector<float> logits = forward(rows, n);
+    while (static_cast<int>(codes.size()) < limit) {
+        const int code = sampler.sample(std::move(logits));
+        if (code == end_code) break;
+        codes.push_back(code);
+        if (static_cast<int>(codes.size() - delivered) == group && !deliver()) return codes;
+        // Every code is fed back, the last one too: it belongs to the context the next chunk sees.
+        const std::vector<float> row = code_embedding(code);
+        logits = forward(row.data(), 1);
+    }
+    if (codes.size() > delivered) deliver();
+    return codes;
+}
+
 std::pair<double, double> Tts::head_cost_ms(int reps) {
     Impl & m = *impl_;
     const TtsDims & d = m.d;

@@ -7,6 +7,7 @@
 #include "omni/backend.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -14,6 +15,8 @@
 #include <vector>
 
 namespace omni {
+
+class TtsSampler;
 
 struct TtsDims {
     int hidden = 0, layers = 0, heads = 0, head_dim = 0, ff = 0, text_vocab = 0, audio_tokens = 0, llm_embd = 0;
@@ -40,6 +43,14 @@ public:
     std::vector<float> code_embedding(int code) const;
     // Evaluates n rows (hidden wide) at positions n_past..; returns the head logits of the last.
     std::vector<float> forward(const float * rows, int n);
+
+    // The decode loop of one text chunk, without leaving C++: evaluates the condition rows, then
+    // samples codes with `sampler` and feeds each back through emb_code until the end code
+    // (audio_tokens - 1), `limit` codes, or `on_group` returning false. Every `group` codes (and
+    // once more for a shorter rest, when the loop ends) `on_group(codes, n)` receives the codes
+    // of that group. Returns every code generated (the end code excluded).
+    std::vector<int32_t> generate(const float * rows, int n, TtsSampler & sampler, int limit, int group,
+                                  const std::function<bool(const int32_t *, int)> & on_group);
 
     // Milliseconds per audio token of the head alone, median of `reps`: as llama.cpp-omni runs it
     // (6562 scalar dot products in plain C++ on one thread) and as we do (a ggml matmul on the
