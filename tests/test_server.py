@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from server_client import SESSION, Client, b64, http, jpeg, mp4, one_turn, pcm, running_server, tone, user
+from server_client import SESSION, Client, b64, http, jpeg, mp4, one_turn, pcm, push, running_server, tone, user
 
 from llama_omni_py.server import ServerConfig
 from llama_omni_py.server.engine import Engine
@@ -285,3 +285,39 @@ def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(60)
     assert rc == 0, proc.stderr.read()
+
+
+def test_first_audio_leaves_before_the_llm_finishes(tiny_dir, monkeypatch):
+    # A reply of 60+ LLM tokens at a real LLM's pace (0.3 s per 10 tokens): the first audio delta
+    # must reach the client while the LLM is still writing, and hold at most one second.
+    with running_server(tiny_dir, max_new_tokens=80) as s:
+        llm = s.server.engine.session.llm
+        real, llm_done = llm.chunks, []
+
+        def paced(*a, **k):
+            for chunk in real(*a, **k):
+                time.sleep(0.3)
+                yield chunk
+            llm_done.append(time.time())
+
+        monkeypatch.setattr(llm, "chunks", paced)
+
+        async def go():
+            async with Client.open(s.url) as c:
+                await c.init()
+                await c.send(push([user(text="hello there, how are you?")], generation={"max_new_tokens": 80}))
+                first_audio, events = None, []
+                while True:
+                    ev = await c.recv()
+                    events.append(ev)
+                    if ev["type"] == "response.output.delta" and ev["kind"] == "audio" and first_audio is None:
+                        first_audio = (time.time(), pcm(ev["audio"]).size)
+                    if ev["type"] == "response.done":
+                        return first_audio, events
+
+        first_audio, events = run(go())
+    done = events[-1]["metrics"]
+    assert done["n_tokens"] >= 60, done
+    assert first_audio is not None and first_audio[0] < llm_done[0]
+    assert first_audio[1] <= 24000  # the first audio delta holds at most one second
+    assert 0 < done["first_text_ms"] <= done["first_codes_ms"] <= done["time_to_first_audio_ms"]

@@ -88,3 +88,22 @@ def test_cancel_while_inputs_encode(session, monkeypatch):
     assert list(session.stream(TEXT, image=np.full((32, 48, 3), 90, np.uint8))) == []
     monkeypatch.setattr(vpm, "encode", real)
     assert session.speak(TEXT, seed=1).audio.size > 0  # the flag does not leak into the next request
+
+
+def test_twenty_turn_chat_on_a_small_context(tiny_dir):
+    # n_ctx 256: after a few turns the history no longer fits; the oldest whole turns are left
+    # out (the system prompt stays) and every turn still completes.
+    cfg = omni.SessionConfig(
+        n_ctx=256, max_new_tokens=24, max_audio_per_chunk=10, threads=1, token2wav=omni.Token2WavConfig(threads=1)
+    )
+    history, dropped = [], []
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        for turn in range(20):
+            question = f"question number {turn}: tell me about the weather and the sea today"
+            r = s.speak(question, history=history, seed=turn, system_prompt="Be brief.")
+            assert r.timings is not None and r.timings.wall_s > 0
+            dropped.append(r.timings.history_dropped)
+            history += [("user", question), ("assistant", r.text or "ok")]
+        prompt_tokens = [len(s.llm.model.tokenize(q, False)) for _, q in history]
+    assert dropped[0] == 0 and max(dropped) > 0 and sum(prompt_tokens) > 256
+    assert all(d % 2 == 0 for d in dropped)  # whole turns (user + assistant) only

@@ -287,4 +287,8 @@ class Connection:
                 n_tokens=t.get("n_tokens", 0),
                 n_tts_tokens=t.get("n_tts_tokens", 0),
             )
+            # time to first audio, step by step (ms after the turn started in the engine)
+            for key, name in (("first_text_s", "first_text_ms"), ("first_codes_s", "first_codes_ms")):
+                if t.get(key) is not None:
+                    m[name] = round(t[key] * 1000, 1)
         return m
