@@ -4,7 +4,16 @@ llama-cpp-python 0.3.36 installs its runtime libraries in ``site-packages/llama_
 except backends its install rule misnames (``ggml-can``): a CANN build's ``libggml-cann.so``
 lands only in ``site-packages/lib``. ``libggml.so`` finds its dependencies through its own
 ``RUNPATH=$ORIGIN`` only, so such a backend is preloaded by path before the core is
-imported; the dynamic loader then reuses it by soname. Nothing else is touched.
+imported; the dynamic loader then reuses it by soname.
+
+ggml's CPU backend in that build runs its graphs on OpenMP (libgomp), whose threads spin-wait at
+every barrier between two ops for up to a few milliseconds before they sleep. When other work
+shares the cores -- the normal case: the LLM, the TTS and Token2Wav run at once -- a spinning
+thread holds a core the thread it waits for needs, and a graph of a thousand ops slows down by
+one to two orders of magnitude (measured: a Token2Mel window 4351 ms instead of 41 ms with one
+busy competitor). So threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) unless the user set
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` themselves; libgomp reads them when it loads, which is
+when the core is imported below.
 """
 
 from __future__ import annotations
@@ -30,7 +39,19 @@ def _preload_misplaced_backends() -> list[str]:
     return loaded
 
 
+OPENMP_WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _apply_openmp_wait_policy(environ=os.environ) -> dict[str, str]:
+    """Sets the passive wait policy unless the user chose one; returns what was applied."""
+    if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+        return {}
+    environ.update(OPENMP_WAIT_DEFAULTS)
+    return dict(OPENMP_WAIT_DEFAULTS)
+
+
 try:
+    OPENMP_APPLIED = _apply_openmp_wait_policy()
     PRELOADED = _preload_misplaced_backends()
     from . import _core as core  # noqa: F401
 except OSError as exc:  # pragma: no cover - only on a broken install
@@ -48,4 +69,4 @@ except ImportError as exc:  # pragma: no cover - only on a broken install
         "llama.cpp libraries of llama-cpp-python==0.3.36 (or the tree named by OMNI_LLAMA_CPP_DIR)."
     ) from exc
 
-__all__ = ["core", "PRELOADED"]
+__all__ = ["core", "OPENMP_APPLIED", "PRELOADED"]

@@ -17,6 +17,8 @@ from pathlib import Path
 # Knobs that change speed; every OMNI_* variable is recorded as well.
 ENV_KNOBS = (
     "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
     "OPENBLAS_NUM_THREADS",
     "GGML_CANN_WEIGHT_NZ",
     "GGML_CANN_ACL_GRAPH",
