@@ -156,6 +156,7 @@ class SessionConfig:
 
     threads: int | None = None  # LLM/TTS/encoder CPU threads; None: libllama's default for the LLM, 1 for the rest
     n_ctx: int = 4096  # LLM context (tokens)
+    prompt_cache: bool = True  # keep the KV of the prefix a prompt shares with the previous one
     max_new_tokens: int = 256  # LLM tokens per reply
     max_audio_per_chunk: int = MAX_AUDIO_PER_CHUNK  # TTS codes per 10-token chunk before it is cut
     tts_ctx: int = 4096  # TTS KV positions; longer replies slide (oldest chunks dropped)
@@ -203,6 +204,8 @@ class SessionConfig:
             checks.int_in("numa_node", self.numa_node, 0, 4095)
         checks.choice("audio_mode", self.audio_mode, AUDIO_MODES)
         checks.int_in("stack_frames", self.stack_frames, 1, 64)
+        if not isinstance(self.prompt_cache, bool):
+            raise ConfigError("prompt_cache", f"must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.exact, bool):
             raise ConfigError("exact", f"must be True or False, got {self.exact!r}")
 

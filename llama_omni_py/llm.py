@@ -4,6 +4,7 @@ chunks of 10 speaking tokens, each with the final-norm hidden states the TTS is 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,15 +33,38 @@ class TextChunk:
     timings: dict = field(default_factory=dict)
 
 
+def _position_keys(prompt: Prompt) -> list:
+    """One comparable key per prompt position: the token id, or a digest of the embedding row."""
+    keys: list = []
+    for kind, part in prompt.segments:
+        if kind == "tokens":
+            keys += [int(t) for t in part]
+        else:
+            rows = np.ascontiguousarray(part, dtype=np.float32)
+            keys += [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
+    return keys
+
+
 class LanguageModel:
     """One LLM on one device: tokenizer, prefill, sampling and chunked generation."""
 
-    def __init__(self, path: str | Path, device: str, n_ctx: int = 4096, threads: int = 0, exact: bool = False):
+    def __init__(
+        self,
+        path: str | Path,
+        device: str,
+        n_ctx: int = 4096,
+        threads: int = 0,
+        exact: bool = False,
+        prompt_cache: bool = True,
+    ):
         self.model = core.LlmModel(str(path), device)
         self.llm = core.Llm(self.model, n_ctx, N_BATCH, threads, exact)
         self.special = SpecialTokens.resolve(self.model)
         self.last_prefill_ms = 0.0
         self.last_n_tokens = 0
+        self.prompt_cache = prompt_cache
+        self._cached: list = []  # position keys of the prompt the KV cache holds
+        self.reused_positions = 0  # prompt positions the last prefill took from the cache
 
     @property
     def n_ctx(self) -> int:
@@ -68,15 +92,32 @@ class LanguageModel:
         self.llm.set_sampling(o)
 
     def prefill(self, prompt: Prompt) -> None:
-        """Evaluates the prompt from position 0 (the context is emptied first)."""
-        self.llm.keep(0)
+        """Evaluates the prompt. With the prompt cache on, the longest prefix it shares with the
+        previous prompt (the system prompt, a voice, the earlier turns of a chat) stays in the KV
+        cache and is not evaluated again; at least the last position is, for its logits. (A
+        position evaluated in a smaller batch can differ from a cold prefill in the last bits, so
+        the cache trades bit-reproducibility across requests for a shorter prefill.)"""
+        keys = _position_keys(prompt) if self.prompt_cache else []
+        common = 0
+        for a, b in zip(keys, self._cached):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(keys) - 1, self.llm.n_past)
+        self.llm.keep(max(common, 0))
+        self._cached = keys
+        self.reused_positions = max(common, 0)
+        pos = 0
         for kind, part in prompt.segments:
-            if len(part) == 0:
+            n = len(part)
+            skip = min(max(common - pos, 0), n)
+            pos += n
+            if skip == n:
                 continue
             if kind == "tokens":
-                self.llm.eval_tokens(part)
+                self.llm.eval_tokens(list(part[skip:]))
             else:
-                self.llm.eval_embeddings(part)
+                self.llm.eval_embeddings(np.ascontiguousarray(part[skip:]))
 
     def chunks(self, prompt: Prompt, sampling: LlmSampling, seed: int, max_new_tokens: int) -> Iterator[TextChunk]:
         """Prefill, then a TextChunk every 10 speaking tokens; the last has final=True. Generation

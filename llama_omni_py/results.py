@@ -31,6 +31,8 @@ class Timings:
     token2wav_ms: float = 0.0
     apm_ms: float = 0.0
     vpm_ms: float = 0.0
+    prompt_tokens: int = 0  # positions of the prompt (tokens and embedding rows)
+    prompt_cached: int = 0  # of which the KV cache still held from the previous request
     n_tokens: int = 0  # LLM tokens generated
     n_tts_tokens: int = 0  # speech codes generated
     history_dropped: int = 0  # earlier messages left out so the prompt fits the LLM context

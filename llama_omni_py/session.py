@@ -60,7 +60,7 @@ class OmniSession:
         report("LLM + TTS")
         model_set = discover(self.model_dir)
         validate(model_set, ["llm", "tts", "projector"], self.device)
-        self.llm = LanguageModel(model_set.llm, self.device, c.n_ctx, c.llm_threads, c.exact)
+        self.llm = LanguageModel(model_set.llm, self.device, c.n_ctx, c.llm_threads, c.exact, c.prompt_cache)
         self.tts = TtsModel(
             model_set.path("tts"), model_set.path("projector"), self.device, c.module_threads, c.exact, c.tts_ctx
         )
@@ -228,6 +228,8 @@ class OmniSession:
         if final is None:  # cancelled
             return
         counts.update(
+            prompt_tokens=prompt.token_count(),
+            prompt_cached=self.llm.reused_positions,
             prefill_ms=self.llm.last_prefill_ms,
             n_tokens=self.llm.last_n_tokens,
             n_tts_tokens=t2w.n_codes if t2w else 0,

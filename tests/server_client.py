@@ -19,7 +19,10 @@ from llama_omni_py.config import SessionConfig, Token2WavConfig
 from llama_omni_py.server import BackgroundServer, ServerConfig
 
 TIMEOUT = 60.0
-SESSION = dict(max_new_tokens=20, max_audio_per_chunk=25, threads=1, token2wav=Token2WavConfig(threads=1))
+# prompt_cache off: the tests compare replies to the same request bit for bit
+SESSION = dict(
+    max_new_tokens=20, max_audio_per_chunk=25, threads=1, token2wav=Token2WavConfig(threads=1), prompt_cache=False
+)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,11 @@ TONE = (0.3 * np.sin(2 * np.pi * 330 * np.arange(16000) / 16000)).astype(np.floa
 @pytest.fixture(scope="module")
 def session(tiny_dir):
     cfg = omni.SessionConfig(
-        max_new_tokens=10, max_audio_per_chunk=10, threads=1, token2wav=omni.Token2WavConfig(threads=1)
+        max_new_tokens=10,
+        max_audio_per_chunk=10,
+        threads=1,
+        token2wav=omni.Token2WavConfig(threads=1),
+        prompt_cache=False,
     )
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s

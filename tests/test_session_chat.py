@@ -107,3 +107,30 @@ def test_twenty_turn_chat_on_a_small_context(tiny_dir):
         prompt_tokens = [len(s.llm.model.tokenize(q, False)) for _, q in history]
     assert dropped[0] == 0 and max(dropped) > 0 and sum(prompt_tokens) > 256
     assert all(d % 2 == 0 for d in dropped)  # whole turns (user + assistant) only
+
+
+def test_prompt_cache_keeps_the_shared_prefix(tiny_dir):
+    cfg = omni.SessionConfig(
+        max_new_tokens=12, max_audio_per_chunk=10, threads=1, token2wav=omni.Token2WavConfig(threads=1)
+    )
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        first = s.speak("what is the weather today?", seed=1).timings
+        second = s.speak("what is the sea like today?", seed=1).timings
+        chat = s.speak(
+            "and tomorrow?", seed=1, history=[("user", "what is the sea like today?"), ("assistant", "calm")]
+        ).timings
+        other = s.speak("hi", seed=1, system_prompt="Answer in one word.").timings
+    assert first.prompt_cached == 0 and first.prompt_tokens > 0
+    # the system prompt and the user-turn opening are shared; the question is not
+    assert 0 < second.prompt_cached < second.prompt_tokens and chat.prompt_cached > 0
+    assert other.prompt_cached < second.prompt_cached  # another system prompt shares less
+    off = omni.SessionConfig(
+        max_new_tokens=12,
+        max_audio_per_chunk=10,
+        threads=1,
+        prompt_cache=False,
+        token2wav=omni.Token2WavConfig(threads=1),
+    )
+    with omni.OmniSession(tiny_dir, "cpu", off) as s:
+        s.speak("what is the weather today?", seed=1)
+        assert s.speak("what is the sea like today?", seed=1).timings.prompt_cached == 0

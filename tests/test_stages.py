@@ -50,7 +50,8 @@ class Core:
 def load_core(tiny_dir, threads=1) -> Core:
     s = discover(tiny_dir)
     return Core(
-        LanguageModel(s.llm, "cpu", 4096, threads), TtsModel(s.path("tts"), s.path("projector"), "cpu", threads)
+        LanguageModel(s.llm, "cpu", 4096, threads, prompt_cache=False),
+        TtsModel(s.path("tts"), s.path("projector"), "cpu", threads),
     )
 
 
