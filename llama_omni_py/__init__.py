@@ -15,7 +15,8 @@ __version__ = "0.1.0"
 
 from .apm import AudioEncoder  # noqa: E402
 from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
-from .config import LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
+from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
+from .duplex import DuplexResult, DuplexSession  # noqa: E402
 from .modelgen import make_models  # noqa: E402
 from .models import ModelSet, discover, validate  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
@@ -31,6 +32,9 @@ __all__ = [
     "LlmSampling",
     "TtsSampling",
     "Token2WavConfig",
+    "DuplexConfig",
+    "DuplexSession",
+    "DuplexResult",
     "SpeakResult",
     "SpeechChunk",
     "Timings",

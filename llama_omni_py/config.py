@@ -70,13 +70,16 @@ class LlmSampling:
 @dataclass(frozen=True)
 class TtsSampling:
     """How the TTS samples speech codes. The default is llama.cpp-omni's simplex rule (repetition
-    penalty over the last 8 codes, multinomial over every code); :meth:`duplex` its duplex one."""
+    penalty over the last 8 codes, multinomial over every code); :meth:`llama_cpp_omni_duplex` its
+    duplex one. ``count_penalty`` raises the penalty to the power of how often a code occurred in
+    the window (the demo's duplex rule) instead of applying it once per distinct code."""
 
     temperature: float = 0.8  # 0: greedy
     repetition_penalty: float = 1.05
     window: int = 8  # codes the repetition penalty looks back over
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
+    count_penalty: bool = False
 
     def __post_init__(self):
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
@@ -84,9 +87,11 @@ class TtsSampling:
         checks.int_in("window", self.window, 0)
         checks.int_in("top_k", self.top_k, 0)
         checks.number_in("top_p", self.top_p, 0.0, 1.0, lo_open=True)
+        if not isinstance(self.count_penalty, bool):
+            raise ConfigError("count_penalty", f"must be True or False, got {self.count_penalty!r}")
 
     @classmethod
-    def duplex(cls) -> TtsSampling:
+    def llama_cpp_omni_duplex(cls) -> TtsSampling:
         return cls(window=16, top_k=25, top_p=0.85)
 
 
@@ -218,3 +223,66 @@ class SessionConfig:
     def module_threads(self) -> int:
         """TTS / audio / image encoder threads."""
         return self.threads or 1
+
+
+@dataclass(frozen=True)
+class DuplexConfig:
+    """Full-duplex decoding, as MiniCPM-o's demo runs it (docs/duplex.md). Text sampling happens
+    in two stages: an untempered draw over the whole vocabulary ends the unit when it picks
+    ``<|chunk_eos|>``; otherwise the penalised, filtered draw below decides."""
+
+    temperature: float = 0.7
+    top_k: int = 20
+    top_p: float = 0.8
+    repetition_penalty: float = 1.05  # divides the logits of recent non-special tokens
+    repetition_window: int = 512  # tokens of the session the penalty looks back over
+    length_penalty: float = 1.1  # on <|turn_eos|>: the reply is more likely to go on
+    listen_prob_scale: float = 1.0  # multiplies the <|listen|> logit before temperature
+    greedy: bool = False  # argmax instead of sampling (tests)
+    force_listen_count: int = 3  # the session's first units always listen
+    max_tokens_per_unit: int = 20  # the last slot is a forced <|chunk_eos|>
+    max_chars_per_unit: int = 28  # a token that would reach this many characters ends the unit
+    tts: TtsSampling = field(default_factory=lambda: TtsSampling(window=16, count_penalty=True))
+    codes_per_unit: int = 25  # speech codes a unit adds in the middle of a turn (one second)
+    cache_policy: str = "reference"  # Token2Wav: the demo flushes a window of any length every unit
+    seed: int = 0
+    max_context: int | None = None  # LLM positions before whole units are pruned; None: n_ctx - 512
+    prune_to: int | None = None  # positions kept after pruning; None: 3/4 of max_context
+    audio_queue: int = DEFAULT_QUEUE
+
+    def __post_init__(self):
+        checks.number_in("temperature", self.temperature, 0.0, 10.0)
+        checks.int_in("top_k", self.top_k, 0)
+        checks.number_in("top_p", self.top_p, 0.0, 1.0, lo_open=True)
+        checks.number_in("repetition_penalty", self.repetition_penalty, 0.0, 10.0, lo_open=True)
+        checks.int_in("repetition_window", self.repetition_window, 0)
+        checks.number_in("length_penalty", self.length_penalty, 0.0, 10.0, lo_open=True)
+        checks.number_in("listen_prob_scale", self.listen_prob_scale, 0.0, 100.0)
+        if not isinstance(self.greedy, bool):
+            raise ConfigError("greedy", f"must be True or False, got {self.greedy!r}")
+        checks.int_in("force_listen_count", self.force_listen_count, 0, 1000)
+        checks.int_in("max_tokens_per_unit", self.max_tokens_per_unit, 2, 1000)
+        checks.int_in("max_chars_per_unit", self.max_chars_per_unit, 1, 10_000)
+        if not isinstance(self.tts, TtsSampling):
+            raise ConfigError("tts", f"must be a TtsSampling, got {type(self.tts).__name__}")
+        checks.int_in("codes_per_unit", self.codes_per_unit, 1, 500)
+        checks.choice("cache_policy", self.cache_policy, CACHE_POLICIES)
+        object.__setattr__(self, "seed", checks.seed(self.seed, config=True))
+        if self.max_context is not None:
+            checks.int_in("max_context", self.max_context, 512, 1 << 20)
+        if self.prune_to is not None:
+            checks.int_in("prune_to", self.prune_to, 256, (self.max_context or 1 << 20) - 128)
+
+    def context_limits(self, n_ctx: int) -> tuple[int, int]:
+        """(prune when past, prune down to) for an LLM context of ``n_ctx`` positions."""
+        high = self.max_context if self.max_context is not None else n_ctx - 512
+        if high + 256 > n_ctx:
+            raise ConfigError(
+                "max_context",
+                f"{high} leaves no room for a unit in the LLM context ({n_ctx}); lower it or raise SessionConfig.n_ctx",
+            )
+        low = self.prune_to if self.prune_to is not None else high * 3 // 4
+        if low >= high:
+            raise ConfigError("prune_to", f"must be below max_context ({high}), got {low}")
+        return high, low
+        checks.int_in("audio_queue", self.audio_queue, 1, 10_000)

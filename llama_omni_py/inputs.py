@@ -72,7 +72,8 @@ class InputEncoder:
         self._apm: AudioEncoder | None = None
         self._vpm: ImageEncoder | None = None
 
-    def _encoders(self) -> tuple[AudioEncoder, ImageEncoder]:
+    def encoders(self) -> tuple[AudioEncoder, ImageEncoder]:
+        """The audio and image encoders (loaded now if they were not yet)."""
         model_dir, device, threads = self._args
         if self._apm is None:
             self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode)
@@ -85,7 +86,7 @@ class InputEncoder:
         media = Media()
         if not r.has_media:
             return media
-        apm, vpm = self._encoders()
+        apm, vpm = self.encoders()
         t0 = time.perf_counter()
         media.voice = apm.encode(r.voice) if r.voice is not None else None
         media.audio = [apm.encode(a) for a in _items(r.audio)]

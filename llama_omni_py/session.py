@@ -21,7 +21,7 @@ import numpy as np
 
 from . import placement, stages
 from .backend import resolve_device
-from .config import SessionConfig, Token2WavConfig
+from .config import DuplexConfig, SessionConfig, Token2WavConfig
 from .constants import OUTPUT_SAMPLE_RATE
 from .demo import demo_config, demo_model_dir
 from .errors import ConfigError, InvalidArgumentError
@@ -73,6 +73,7 @@ class OmniSession:
         self.placement = self._plan(c.token2wav)
         report("Token2Wav")
         self.token2wav = self._token2wav(c.token2wav)
+        self._other_token2wav: dict[str, Token2Wav] = {}
         self.profiler = Profiler()
         self._busy = threading.Lock()
         self._cancelled = threading.Event()  # cancel() before the pipeline exists (inputs being encoded)
@@ -95,6 +96,35 @@ class OmniSession:
         if self.placement is not None:
             t2w = replace(t2w, threads=len(self.placement.vocoder_cpus), cpus=self.placement.vocoder_cpus)
         return Token2Wav(self.model_dir, self.device, t2w)
+
+    def token2wav_for(self, cache_policy: str) -> Token2Wav:
+        """The session's Token2Wav, or (made once and kept) one like it with another cache policy."""
+        if self.config.token2wav.cache_policy == cache_policy:
+            return self.token2wav
+        t2w = self._other_token2wav.get(cache_policy)
+        if t2w is None:
+            t2w = self._other_token2wav[cache_policy] = self._token2wav(
+                replace(self.config.token2wav, cache_policy=cache_policy)
+            )
+        return t2w
+
+    def duplex(self, system_prompt: str | None = None, voice=None, config: DuplexConfig | None = None):
+        """A full-duplex conversation (:class:`~llama_omni_py.duplex.DuplexSession`); the session
+        serves nothing else until it is closed. ``voice``: reference audio for the LLM's voice
+        slot; ``system_prompt`` None: "You are a helpful assistant."."""
+        from .duplex import DuplexSession
+
+        if config is not None and not isinstance(config, DuplexConfig):
+            raise ConfigError("config", f"must be a DuplexConfig, got {type(config).__name__}")
+        held = self._request()
+        held.__enter__()
+        try:
+            return DuplexSession(
+                self, system_prompt, voice, config or DuplexConfig(), lambda: held.__exit__(None, None, None)
+            )
+        except BaseException:
+            held.__exit__(None, None, None)
+            raise
 
     def reconfigure(self, token2wav: Token2WavConfig) -> None:
         """Rebuilds the Token2Wav stage (vocoder threads, CPUs, steps) and its placement, keeping
@@ -290,6 +320,8 @@ class OmniSession:
             pipe.close()
         self._closed = True
         self.token2wav.close()
+        for t2w in self._other_token2wav.values():
+            t2w.close()
         if self.profiler.enabled:
             print(
                 "llama-omni-py stage profile (OMNI_T2W_PROFILE):\n" + self.profiler.report(),

@@ -78,6 +78,7 @@ class TtsModel:
             sampling.window,
         )
         o.top_k, o.top_p, o.seed = sampling.top_k, sampling.top_p, seed
+        o.count_penalty = sampling.count_penalty
         return core.TtsSampler(o)
 
     def start_turn(self) -> None:

@@ -68,7 +68,7 @@ def test_lists_of_inputs_and_stack_frames(session, monkeypatch):
     one = session.speak(audio=a, image=img, seed=3)
     two = session.speak(audio=[a, a], image=[img, img], seed=3)
     assert one.audio.size > 0 and two.audio.size > 0
-    _, vpm = session.inputs._encoders()
+    _, vpm = session.inputs.encoders()
     monkeypatch.setattr(vpm, "encode_video", lambda v, n: seen.append(n) or [vpm.encode(img)] * n)
     session.speak(video=b"fake", stack_frames=2, seed=3)
     assert seen == [2]
@@ -77,7 +77,7 @@ def test_lists_of_inputs_and_stack_frames(session, monkeypatch):
 
 
 def test_cancel_while_inputs_encode(session, monkeypatch):
-    _, vpm = session.inputs._encoders()
+    _, vpm = session.inputs.encoders()
     real = vpm.encode
 
     def slow(img):

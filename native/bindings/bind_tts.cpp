@@ -57,7 +57,8 @@ void register_tts(py::module_ & m) {
             }
             return to_numpy(logits, {static_cast<py::ssize_t>(logits.size())});
         }, py::arg("rows"), "Evaluate condition/code rows; returns the audio-code logits of the last row.")
-        .def("generate", [](Tts & t, f32array rows, TtsSampler & sampler, int limit, int group, py::object on_group) {
+        .def("generate", [](Tts & t, f32array rows, TtsSampler & sampler, int limit, int group, py::object on_group,
+                            int min_codes) {
             const int h = t.dims().hidden;
             if (rows.ndim() != 2 || rows.shape(1) != h || rows.shape(0) < 1) {
                 throw InvalidArgument("rows must be (n >= 1, " + std::to_string(h) + ")");
@@ -73,10 +74,11 @@ void register_tts(py::module_ & m) {
             std::vector<int32_t> codes;
             {
                 py::gil_scoped_release release;
-                codes = t.generate(rows.data(), static_cast<int>(rows.shape(0)), sampler, limit, group, cb);
+                codes = t.generate(rows.data(), static_cast<int>(rows.shape(0)), sampler, limit, group, cb, min_codes);
             }
             return codes;
         }, py::arg("rows"), py::arg("sampler"), py::arg("limit"), py::arg("group") = 25, py::arg("on_group") = py::none(),
+           py::arg("min_codes") = 0,
            "Evaluate condition rows, then sample codes until the end code or `limit`, all in C++ with the GIL released; "
            "`on_group(codes)` gets every `group` codes (returning False stops). Returns every code.")
         .def("head_cost_ms", &Tts::head_cost_ms, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
@@ -89,6 +91,7 @@ void register_tts(py::module_ & m) {
         .def_readwrite("window", &TtsSamplerOptions::window)
         .def_readwrite("top_k", &TtsSamplerOptions::top_k)
         .def_readwrite("top_p", &TtsSamplerOptions::top_p)
+        .def_readwrite("count_penalty", &TtsSamplerOptions::count_penalty)
         .def_readwrite("seed", &TtsSamplerOptions::seed);
     py::class_<TtsSampler>(m, "TtsSampler", "Samples speech codes from TTS logits with a seeded generator and a repetition window.")
         .def(py::init<const TtsSamplerOptions &>(), py::arg("options"))

@@ -236,7 +236,7 @@ std::vector<float> Tts::forward(const float * rows, int n) {
 }
 
 std::vector<int32_t> Tts::generate(const float * rows, int n, TtsSampler & sampler, int limit, int group,
-                                   const std::function<bool(const int32_t *, int)> & on_group) {
+                                   const std::function<bool(const int32_t *, int)> & on_group, int min_codes) {
     if (limit < 0) throw InvalidArgument("limit must be >= 0");
     if (group < 1) throw InvalidArgument("group must be >= 1");
     const int end_code = impl_->d.audio_tokens - 1;
@@ -249,6 +249,7 @@ std::vector<int32_t> Tts::generate(const float * rows, int n, TtsSampler & sampl
     };
     std::vector<float> logits = forward(rows, n);
     while (static_cast<int>(codes.size()) < limit) {
+        if (static_cast<int>(codes.size()) < min_codes) logits[end_code] = -INFINITY;
         const int code = sampler.sample(std::move(logits));
         if (code == end_code) break;
         codes.push_back(code);
@@ -317,11 +318,15 @@ int TtsSampler::sample(std::vector<float> logits) {
     const int V = static_cast<int>(logits.size());
     if (V == 0) throw InvalidArgument("no logits");
     if (!history_.empty() && o_.repetition_penalty != 1.0f) {  // not on the first token of a turn
-        std::vector<char> seen(V, 0);
         const size_t from = history_.size() > static_cast<size_t>(o_.window) ? history_.size() - o_.window : 0;
-        for (size_t i = from; i < history_.size(); ++i) seen[history_[i]] = 1;
-        for (int c = 0; c < V; ++c)
-            if (seen[c]) logits[c] = logits[c] >= 0.0f ? logits[c] / o_.repetition_penalty : logits[c] * o_.repetition_penalty;
+        std::vector<int> count(V, 0);
+        for (size_t i = from; i < history_.size(); ++i) ++count[history_[i]];
+        for (int c = 0; c < V; ++c) {
+            if (!count[c]) continue;
+            const float alpha = o_.count_penalty ? std::pow(o_.repetition_penalty, static_cast<float>(count[c]))
+                                                 : o_.repetition_penalty;
+            logits[c] = logits[c] >= 0.0f ? logits[c] / alpha : logits[c] * alpha;
+        }
     }
     int chosen;
     if (o_.temperature <= 0.0f) {

@@ -48,9 +48,10 @@ public:
     // samples codes with `sampler` and feeds each back through emb_code until the end code
     // (audio_tokens - 1), `limit` codes, or `on_group` returning false. Every `group` codes (and
     // once more for a shorter rest, when the loop ends) `on_group(codes, n)` receives the codes
-    // of that group. Returns every code generated (the end code excluded).
+    // of that group. The end code cannot be drawn before `min_codes` codes. Returns every code
+    // generated (the end code excluded).
     std::vector<int32_t> generate(const float * rows, int n, TtsSampler & sampler, int limit, int group,
-                                  const std::function<bool(const int32_t *, int)> & on_group);
+                                  const std::function<bool(const int32_t *, int)> & on_group, int min_codes = 0);
 
     // Milliseconds per audio token of the head alone, median of `reps`: as llama.cpp-omni runs it
     // (6562 scalar dot products in plain C++ on one thread) and as we do (a ggml matmul on the
@@ -70,6 +71,7 @@ struct TtsSamplerOptions {
     int window = 8;
     int top_k = 0;              // duplex mode: 25
     float top_p = 1.0f;         // duplex mode: 0.85
+    bool count_penalty = false; // penalty^count over the window instead of once per distinct code
     uint32_t seed = 0;
 };
 

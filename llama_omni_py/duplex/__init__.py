@@ -1,0 +1,6 @@
+"""Full-duplex conversation: one ~1 s unit of audio in, one unit of speech or silence out."""
+
+from .decoder import DuplexTokens, UnitDecision, UnitDecoder
+from .session import DuplexResult, DuplexSession
+
+__all__ = ["DuplexResult", "DuplexSession", "DuplexTokens", "UnitDecision", "UnitDecoder"]

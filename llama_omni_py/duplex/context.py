@@ -1,0 +1,127 @@
+"""The LLM's context in a duplex session: a protected prefix (system prompt and voice), then one
+span per unit. Feeding goes through here so every position is accounted for; when the context
+grows past a limit the oldest whole units are dropped and the later positions shifted down
+(the prefix always stays), so a session can run indefinitely."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..llm import LanguageModel
+
+
+@dataclass
+class UnitSpan:
+    """One unit's positions and what filled them (tokens as ints, embedding rows as arrays)."""
+
+    start: int
+    parts: list = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return sum(1 if isinstance(p, int) else len(p) for p in self.parts)
+
+
+class UnitContext:
+    """LLM feeding with unit bookkeeping (the :class:`LlmFeed` of the unit decoder)."""
+
+    def __init__(self, llm: LanguageModel):
+        self.lm = llm
+        self.llm = llm.llm
+        self.first_added = llm.special.first_added
+        self.n_keep = 0
+        self.prefix: list = []
+        self.units: list[UnitSpan] = []
+        self.pruned_units = 0
+
+    @property
+    def n_past(self) -> int:
+        return self.llm.n_past
+
+    # -- LlmFeed -------------------------------------------------------------------------------
+    def _record(self, part) -> None:
+        if self.units:
+            self.units[-1].parts.append(part)
+
+    def feed(self, token: int) -> tuple[np.ndarray, np.ndarray]:
+        self.llm.eval_tokens([int(token)])
+        self._record(int(token))
+        return self.llm.logits(), self.llm.hidden()
+
+    def feed_tokens(self, tokens: list[int]) -> np.ndarray:
+        self.llm.eval_tokens([int(t) for t in tokens])
+        for t in tokens:
+            self._record(int(t))
+        return self.llm.logits()
+
+    def feed_rows(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        self.llm.eval_embeddings(rows)
+        self._record(rows)
+        return self.llm.logits()
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of the tokens, special tokens left out."""
+        return self.lm.detokenize([t for t in tokens if t < self.first_added])
+
+    def is_special(self, token: int) -> bool:
+        return token >= self.first_added
+
+    # -- session structure -----------------------------------------------------------------------
+    def start(self, prefix_tokens: list[int], voice_rows: np.ndarray | None, suffix_tokens: list[int]) -> None:
+        """Empties the context and prefills the protected prefix."""
+        self.llm.keep(0)
+        self.lm._cached = []  # the simplex prompt cache no longer describes the KV
+        self.units.clear()
+        self.pruned_units = 0
+        self.prefix = [list(prefix_tokens)]
+        self.llm.eval_tokens(list(prefix_tokens))
+        if voice_rows is not None and len(voice_rows):
+            self.llm.eval_embeddings(np.ascontiguousarray(voice_rows, dtype=np.float32))
+            self.prefix.append(np.asarray(voice_rows, np.float32))
+        self.llm.eval_tokens(list(suffix_tokens))
+        self.prefix.append(list(suffix_tokens))
+        self.n_keep = self.llm.n_past
+
+    def prefill_unit(self, unit_token: int, images: list[np.ndarray], audio: np.ndarray) -> np.ndarray:
+        """``<unit>``, each image as ``<image>`` 64 rows ``</image>``, then the audio rows; returns
+        the logits after the last input."""
+        self.units.append(UnitSpan(self.llm.n_past))
+        logits = self.feed_tokens([unit_token])
+        find = self.lm.model.find_token
+        for rows in images:
+            self.feed_tokens([find("<image>")])
+            self.feed_rows(rows)
+            logits = self.feed_tokens([find("</image>")])
+        if len(audio):
+            logits = self.feed_rows(audio)
+        return logits
+
+    def finalize_unit(self, terminator: int | None, unit_end: int) -> None:
+        """The unit's terminator (held back while it decided) and ``</unit>``, in one evaluation."""
+        self.feed_tokens(([terminator] if terminator is not None else []) + [unit_end])
+
+    def prune(self, high: int, low: int) -> int:
+        """When the context passes ``high`` positions, drops the oldest whole units until at most
+        ``low`` remain (never the prefix, never the newest unit) and shifts the rest down. Returns
+        the positions dropped."""
+        if self.llm.n_past <= high or len(self.units) < 2:
+            return 0
+        drop, n = 0, 0
+        while n < len(self.units) - 1 and self.llm.n_past - drop > low:
+            drop += self.units[n].length
+            n += 1
+        if not drop:
+            return 0
+        self.llm.slide(self.n_keep, drop)
+        del self.units[:n]
+        for u in self.units:
+            u.start -= drop
+        self.pruned_units += n
+        return drop
+
+    def kept_parts(self) -> list:
+        """Everything the context now holds, in order (the prefix, then the kept units)."""
+        return [*self.prefix, *(p for u in self.units for p in u.parts)]
