@@ -1,7 +1,12 @@
 """The LLM's context in a duplex session: a protected prefix (system prompt and voice), then one
 span per unit. Feeding goes through here so every position is accounted for; when the context
-grows past a limit the oldest whole units are dropped and the later positions shifted down
-(the prefix always stays), so a session can run indefinitely."""
+grows past a limit the oldest whole units are dropped and the kept ones evaluated again right
+after the prefix (the prefix always stays), so a session can run indefinitely.
+
+Why evaluate again rather than shift the cached keys: a kept unit's keys and values were
+computed while it could see the units now dropped; shifting them keeps that stale view. Evaluated
+again, the context is exactly what a fresh prefill of the kept units gives (tested), at the cost
+of one prefill of the kept part each time the limit is reached."""
 
 from __future__ import annotations
 
@@ -115,10 +120,22 @@ class UnitContext:
             n += 1
         if not drop:
             return 0
-        self.llm.slide(self.n_keep, drop)
         del self.units[:n]
-        for u in self.units:
-            u.start -= drop
+        self.llm.keep(self.n_keep)
+        kept, self.units = self.units, []
+        for old in kept:
+            self.units.append(UnitSpan(self.llm.n_past))
+            tokens: list[int] = []
+            for p in old.parts:  # consecutive tokens in one evaluation
+                if isinstance(p, int):
+                    tokens.append(p)
+                    continue
+                if tokens:
+                    self.feed_tokens(tokens)
+                    tokens = []
+                self.feed_rows(p)
+            if tokens:
+                self.feed_tokens(tokens)
         self.pruned_units += n
         return drop
 
