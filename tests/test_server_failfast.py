@@ -102,6 +102,22 @@ CASES = {
         "invalid_media",
         True,
     ),
+    "init_without_payload": ([{"type": "session.init", "mode": "turn_based"}], "invalid_input", False),
+    "init_payload_string": ([{"type": "session.init", "payload": "turn_based"}], "invalid_input", False),
+    "init_without_mode": ([{"type": "session.init", "payload": {}}], "invalid_mode", False),
+    "alias_init": ([{"type": "init", "payload": {"mode": "turn_based"}}], "unexpected_message_type", False),
+    "alias_push": ([{"type": "push", "input": {"messages": [user(text="hi")]}}], "unexpected_message_type", True),
+    "alias_close": ([{"type": "close"}], "unexpected_message_type", True),
+    "ws_session_close": ([{"type": "session.close"}], "unexpected_message_type", True),
+    "push_without_input": ([{"type": "input.append", "messages": [user(text="hi")]}], "invalid_input", True),
+    "push_input_not_object": ([{"type": "input.append", "input": "hi"}], "invalid_input", True),
+    "image_png": (
+        [push([user({"type": "image", "data": base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()})])],
+        "invalid_media",
+        True,
+    ),
+    "bad_temperature": ([push([user(text="hi")], generation={"temperature": -1})], "invalid_input", True),
+    "bad_seed": ([push([user(text="hi")], generation={"seed": "x"})], "invalid_input", True),
     "video_undecodable": (
         [push([user({"type": "video", "data": base64.b64encode(MP4_HEAD).decode()})])],
         "video_decode_failed",
@@ -168,16 +184,22 @@ def test_engine_error_closes_the_session(server, monkeypatch):
     still_serving(server)
 
 
-def test_oversized_message_closes_with_1009(server):
+@pytest.mark.parametrize("initialized", [True, False])
+def test_oversized_message_sends_session_closed_then_1009(server, initialized):
+    # schema §7.5: a best-effort session.closed before the close, which the WebSocket layer sends
     async def go():
         async with Client.open(server.url) as c:
-            await c.init()
+            if initialized:
+                await c.init()
+            await c.send("x" * (2 << 20))
+            ev = await c.recv()
             with pytest.raises(ConnectionClosed) as info:
-                await c.send("x" * (2 << 20))
                 await asyncio.wait_for(c.ws.recv(), 30)
-            return info.value
+            return c.session_id, ev, info.value
 
-    closed = run(go())
+    sid, ev, closed = run(go())
+    assert ev["type"] == "session.closed" and ev["reason"] == "message_too_big" and ev.get("session_id") == sid
+    assert str(1 << 20) in ev["diagnostic"]["message"]
     assert closed.rcvd is not None and closed.rcvd.code == 1009, repr(closed)
     still_serving(server)
 
