@@ -77,6 +77,7 @@ class OmniSession:
         self.profiler = Profiler()
         self._busy = threading.Lock()
         self._cancelled = threading.Event()  # cancel() before the pipeline exists (inputs being encoded)
+        self.last_prompt_tokens: int | None = None  # the running (or last) request's prompt length
         self._pipeline: Pipeline | None = None
         self._closed = False
 
@@ -292,6 +293,7 @@ class OmniSession:
                 history.pop(0)
             prompt = build_prompt(self.llm.model, r, media, tuple(history))
         counts["history_dropped"] = len(r.history) - len(history)
+        self.last_prompt_tokens = prompt.token_count()  # read by a server while the request runs
         if counts["history_dropped"]:
             log.info(
                 "left out the %d oldest messages to fit the context (%d tokens)",

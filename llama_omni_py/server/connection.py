@@ -305,6 +305,9 @@ class Connection:
             m.update(load_ms=round((e.load_s or 0) * 1000, 1), warmup_ms=round((e.warmup_s or 0) * 1000, 1))
             return m
         m["wall_clock_ms"] = self._ms(t0)
+        prompt = getattr(self.engine.session, "last_prompt_tokens", None)
+        if prompt is not None:
+            m["prompt_tokens"] = prompt  # known once the prompt is built (before the prefill)
         if first_audio is not None:
             m["time_to_first_audio_ms"] = first_audio
         if audio_n:

@@ -53,9 +53,10 @@ class GatewayConfig:
             v = getattr(self, name)
             check(name, isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "must be a number > 0")
         check("idle_release_s", self.idle_release_s <= self.idle_timeout_s, "must be <= idle_timeout_s")
-        for name in ("send_buffer_bytes", "max_message_bytes"):
-            v = getattr(self, name)
-            check(name, isinstance(v, int) and v >= 1024, "must be an integer >= 1024")
+        v = self.send_buffer_bytes  # one second of audio is a 128 KiB message
+        check("send_buffer_bytes", isinstance(v, int) and v >= 1 << 18, "must be an integer >= 262144")
+        v = self.max_message_bytes
+        check("max_message_bytes", isinstance(v, int) and v >= 1024, "must be an integer >= 1024")
         for name in ("ping_interval_s", "ping_timeout_s"):
             check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")
         check("model_name", isinstance(self.model_name, str) and self.model_name.strip(), "must be a non-empty string")

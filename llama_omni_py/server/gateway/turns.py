@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from .backend_client import BackendSession, SessionEnded, WorkerUnavailable
+from .client_channel import SlowReader
 from .pool import NoWorkerFor, QueueFull
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
     except asyncio.CancelledError:
         outcome = "cancelled"
         raise
+    except SlowReader:
+        outcome = "dropped"
+        raise
     finally:
         metrics.turns.labels(api=api, outcome=outcome).inc()
 
@@ -107,9 +111,8 @@ async def _on_worker(lease, inp: dict, on_event) -> dict:
             status = 400 if e.reason in CLIENT_REASONS else 503 if e.reason == "engine_loading" else 500
             raise TurnFailed(e.reason, e.message or e.reason, status) from None
         raise WorkerUnavailable("the worker ended the turn without response.done")
-    except BaseException as e:
-        if type(e).__name__ == "SlowReader":
-            reason = "client_too_slow"
+    except SlowReader:
+        reason = "client_too_slow"
         raise
     finally:
         t0 = time.perf_counter()
