@@ -102,11 +102,18 @@ def uvicorn_config(app, cfg: GatewayConfig):
 
 
 def run_gateway(cfg: GatewayConfig, sources: list) -> None:
-    """Serves until SIGINT or SIGTERM (uvicorn's handlers), then stops the workers."""
+    """Serves until SIGINT or SIGTERM, then stops the workers and returns (exit status 0)."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()  # uvicorn would raise the signal again on the way out
+
     gateway = Gateway(cfg, sources)
-    server = uvicorn.Server(uvicorn_config(build_app(gateway), cfg))
+    server = Server(uvicorn_config(build_app(gateway), cfg))
     log.warning("gateway on http://%s:%d (%s)", cfg.host, cfg.port, ", ".join(s.describe() for s in sources))
     server.run()
 
