@@ -165,11 +165,11 @@ async def _sse(gw, req: ChatCompletion, cid: str):
             out["usage"] = usage
         return out
 
-    async def put(item: dict) -> None:
-        pending["bytes"] += len(item.get("choices", [{}])[0].get("delta", {}).get("audio", {}).get("data", ""))
+    async def put(item: dict, size: int) -> None:
+        pending["bytes"] += size
         if pending["bytes"] > gw.config.send_buffer_bytes:
             raise SlowReader(f"slow reader: more than {gw.config.send_buffer_bytes} bytes waiting to be read")
-        await queue.put(item)
+        await queue.put((item, size))
 
     async def on_event(ev):
         if ev["type"] != "response.output.delta":
@@ -178,10 +178,11 @@ async def _sse(gw, req: ChatCompletion, cid: str):
             delta = {"content": ev["text"]}
             if req.audio_out:
                 delta["audio"] = {"id": audio_id, "transcript": ev["text"]}
-            await put(chunk(delta))
+            await put(chunk(delta), len(ev["text"]))
         elif ev["kind"] == "audio" and req.audio_out:
             pcm = audio_codec.pcm16(audio_codec.float_pcm_b64_to_array(ev["audio"]))
-            await put(chunk({"audio": {"id": audio_id, "data": base64.b64encode(pcm).decode("ascii")}}))
+            data = base64.b64encode(pcm).decode("ascii")
+            await put(chunk({"audio": {"id": audio_id, "data": data}}), len(data))
 
     async def produce():
         try:
@@ -190,13 +191,13 @@ async def _sse(gw, req: ChatCompletion, cid: str):
             if req.audio_out:
                 gw.audio.add_as(audio_id, done.get("text", ""))
             last = {"audio": {"id": audio_id, "expires_at": expires}} if req.audio_out else {}
-            await queue.put(chunk(last, _finish(done)))
+            await queue.put((chunk(last, _finish(done)), 0))
             if req.include_usage:
                 tail = chunk({}, None, _usage(done))
                 tail["choices"] = []
-                await queue.put(tail)
+                await queue.put((tail, 0))
         except TurnFailed as e:
-            await queue.put({"error": _turn_error(e).body()["error"]})
+            await queue.put(({"error": _turn_error(e).body()["error"]}, 0))
         except SlowReader:
             pass  # nobody is reading: the stream just ends
         finally:
@@ -209,8 +210,8 @@ async def _sse(gw, req: ChatCompletion, cid: str):
             item = await queue.get()
             if item is None:
                 break
-            pending["bytes"] -= len(item.get("choices", [{}])[0].get("delta", {}).get("audio", {}).get("data", ""))
-            yield _sse_line(item)
+            pending["bytes"] -= item[1]
+            yield _sse_line(item[0])
         yield b"data: [DONE]\n\n"
     finally:  # the client went away: the turn ends and its worker is given back
         if not task.done():
