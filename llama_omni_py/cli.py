@@ -243,30 +243,31 @@ def _worker_session(args):
     return demo_config(**options) if args.model_dir is None else SessionConfig(**options)
 
 
+def worker_config(args):
+    """The ServerConfig of ``llama-omni worker`` options (also used by Ray worker actors)."""
+    from .server import ServerConfig
+
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        model_dir=args.model_dir,
+        device=args.device,
+        session=_worker_session(args),
+        max_message_bytes=int(args.max_message_mb * 2**20),
+        max_audio_seconds=args.max_audio_seconds,
+        idle_timeout_s=args.idle_timeout,
+        compat=args.compat,
+    )
+
+
 def cmd_worker(args) -> int:
-    from .server import ServerConfig, serve
+    from .server import serve
 
     if args.numa_node is not None:  # the whole process on its device's node (threads inherit it)
-        from .placement import read_topology
+        from .placement import pin_process_to_node
 
-        node = next((n for n in read_topology().nodes if n.id == args.numa_node), None)
-        cpus = set(node.cpus if node else ()) & set(os.sched_getaffinity(0))
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-    serve(
-        ServerConfig(
-            host=args.host,
-            port=args.port,
-            model_dir=args.model_dir,
-            device=args.device,
-            session=_worker_session(args),
-            max_message_bytes=int(args.max_message_mb * 2**20),
-            max_audio_seconds=args.max_audio_seconds,
-            idle_timeout_s=args.idle_timeout,
-            compat=args.compat,
-        ),
-        announce=True,
-    )
+        pin_process_to_node(args.numa_node)
+    serve(worker_config(args), announce=True)
     return 0
 
 
