@@ -5,12 +5,18 @@ timeout, queued inputs, client disconnect freeing the engine, health during a tu
 
 import asyncio
 import base64
+import json
+import logging
+import socket
 import time
 
 import numpy as np
 import pytest
-from server_client import Client, b64, http, one_turn, push, running_server, tone, user
+from server_client import SESSION, Client, b64, http, one_turn, push, running_server, tone, user
 from websockets.exceptions import ConnectionClosed
+
+from llama_omni_py.config import SessionConfig
+from llama_omni_py.server import connection
 
 TURN = push([user(text="hello")])
 MP4_HEAD = b"\x00\x00\x00\x18ftypisom" + b"\x00" * 64
@@ -291,3 +297,52 @@ def test_keepalive_pings_are_configured(tiny_dir):
 
         latency = run(go())
         assert len(latency) == 1 and latency[0] > 0  # a pong was measured (0 until the first one)
+
+
+def test_refused_sessions_are_logged_once_per_interval(server, caplog):
+    # A crowd retrying a busy engine must not write one WARNING per refusal.
+    connection.refusals._last.clear()
+
+    async def go():
+        async with Client.open(server.url) as holder:
+            await holder.init()
+            for _ in range(30):
+                async with Client.open(server.url) as c:
+                    await c.send(INIT)
+                    assert (await c.closed())["reason"] == "session_busy"
+
+    with caplog.at_level(logging.WARNING, "llama_omni_py.server.connection"):
+        run(go())
+    refused = [r for r in caplog.records if "session_busy" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in refused]
+    still_serving(server)
+
+
+def test_client_that_stops_reading_is_dropped_and_frees_the_engine(tiny_dir):
+    # Replies of minutes of audio (random weights never end a speech chunk); the client reads nothing.
+    session = SessionConfig(**dict(SESSION, max_audio_per_chunk=500))
+    with running_server(tiny_dir, session=session, send_timeout_s=0.5, max_new_tokens=60) as s:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", s.server.port))
+        sock.sendall(
+            b"GET /backend HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert b"101" in sock.recv(1024).split(b"\r\n")[0]
+        for msg in (INIT, TURN):
+            payload = json.dumps(msg).encode()
+            head = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + b"\0\0\0\0"  # zero mask
+            sock.sendall(head + payload)
+        try:
+            t0 = time.monotonic()
+            deadline = t0 + 60
+            while time.monotonic() < deadline:
+                h = http(s.url + "/health")[1]
+                if h["turns"] >= 1 or (time.monotonic() - t0 > 2 and not h["session_active"]):
+                    break
+                time.sleep(0.1)
+            assert h["session_active"] is False and h["busy"] is False, h  # dropped, engine free
+        finally:
+            sock.close()
+        assert run(one_turn(s.url))[-1]["type"] == "response.done"
