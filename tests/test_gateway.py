@@ -269,3 +269,18 @@ def test_page_is_served_and_opens_no_socket_by_itself(gw):
     status, js = http(gw.url + "/static/app.js")
     assert status == 200 and "/ws/chat" in js and "queue_done" in js
     assert http(gw.url + "/static/../pool.py")[0] == 404 and http(gw.url + "/static/nothere.js")[0] == 404
+
+
+def test_unreachable_workers_mean_unavailable_not_an_endless_queue():
+    from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
+    from llama_omni_py.server.gateway.workers import StaticWorkers
+
+    with BackgroundGateway(GatewayConfig(port=0, health_interval_s=0.2), [StaticWorkers(["127.0.0.1:1"])]) as g:
+        wait_until(lambda: http(g.url + "/workers")[1]["workers"][0]["status"] == "offline")
+        status, h = http(g.url + "/health")
+        assert status == 503 and h["status"] == "unavailable" and h["workers"][0]["error"]
+        msgs = run(ws_chat(g.url, chat_request()))
+        assert len(msgs) == 1 and msgs[0]["code"] == "no_worker"
+        body = json.dumps({"model": "MiniCPM-o-4.5", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        status, r = http(g.url + "/v1/chat/completions", "POST", body)
+        assert status == 503 and r["error"]["code"] == "unavailable"

@@ -6,12 +6,10 @@ unchanged; the worker's events come back in the demo's shapes (docs/serving.md).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
 
-import numpy as np
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -73,15 +71,16 @@ async def ws_chat(websocket: WebSocket) -> None:
         streaming = body.get("streaming", True) is not False
         turn = asyncio.create_task(_chat_turn(gw, body, channel, streaming))
         watch = asyncio.create_task(_watch(websocket, channel))
-        await asyncio.wait({turn, watch, asyncio.ensure_future(channel.gone.wait())}, return_when="FIRST_COMPLETED")
+        gone = asyncio.create_task(channel.gone.wait())
+        await asyncio.wait({turn, watch, gone}, return_when="FIRST_COMPLETED")
         if not turn.done():  # the client left, read too slowly or broke the one-request rule
             turn.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await turn
         watch.cancel()
-        if channel.failed is None:
-            channel.close(1000, "done")
+        gone.cancel()
     finally:
+        channel.close(1000, "done")
         await channel.closed(cfg.send_timeout_s + 1)
 
 
@@ -176,7 +175,3 @@ async def api_chat(request: Request) -> JSONResponse:
             "estimated_queue_wait_s": round(out.first_estimate_s, 1),
         }
     )
-
-
-def pcm_seconds(b64: str | None) -> float:
-    return 0.0 if not b64 else np.frombuffer(base64.b64decode(b64), "<f4").size / SAMPLE_RATE

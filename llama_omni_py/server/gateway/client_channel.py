@@ -25,6 +25,7 @@ class ClientChannel:
         self.ready = asyncio.Event()
         self.failed: str | None = None  # why the channel gave up (slow reader, disconnect)
         self.gone = asyncio.Event()  # set when nothing more can reach the client
+        self._closing = False
         self._task = asyncio.create_task(self._write())
 
     def put(self, msg: dict) -> None:
@@ -43,7 +44,10 @@ class ClientChannel:
         self.put(msg)
 
     def close(self, code: int = 1000, reason: str = "") -> None:
-        """Closes after what is buffered (or at once when the channel failed)."""
+        """Closes after what is buffered (or at once when the channel failed); idempotent."""
+        if self._closing:
+            return
+        self._closing = True
         self.buffer.append((_CLOSE, code, reason))
         self.ready.set()
 
@@ -55,6 +59,7 @@ class ClientChannel:
     def _fail(self, why: str) -> None:
         if self.failed is None:
             self.failed = why
+            self._closing = True
             self.buffer.clear()
             self.buffered = 0
             self.buffer.append((_CLOSE, 1008, why))

@@ -30,9 +30,14 @@ class Gateway:
         self._health_task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        for source in self.sources:
-            for worker in await source.start():
-                self.pool.add(worker)
+        try:
+            for source in self.sources:
+                for worker in await source.start():
+                    self.pool.add(worker)
+        except BaseException:
+            for source in self.sources:  # no orphaned worker processes or actors
+                await source.stop()
+            raise
         await self.check_all()
         self._health_task = asyncio.create_task(self._health_loop())
 

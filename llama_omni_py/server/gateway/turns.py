@@ -54,6 +54,9 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
 
     outcome = "error"
     try:
+        if gateway.state() == "unavailable":  # loading workers are worth waiting for; failed ones not
+            metrics.refusals.labels(reason="no_worker").inc()
+            raise TurnFailed("no_worker", "no worker is available (every worker failed or is unreachable)", 503)
         for attempt in (1, 2):  # a worker that vanished is marked offline and the turn tried once more
             try:
                 async with gateway.pool.lease("chat", session_id, queued) as lease:

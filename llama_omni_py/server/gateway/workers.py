@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 from ...errors import ConfigError
 from .pool import Worker
@@ -81,6 +82,7 @@ class LocalWorkers:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
             self.procs.append(proc)
             port = await asyncio.wait_for(asyncio.to_thread(_announced_port, proc), START_TIMEOUT_S)
+            threading.Thread(target=proc.stdout.read, name=f"worker_{i}-stdout", daemon=True).start()  # drained
             workers.append(Worker(f"worker_{i}", self.host, port, gpu_id=i, device=device))
             log.warning("worker_%d (pid %d) on %s: http://%s:%d", i, proc.pid, device, self.host, port)
         return workers
