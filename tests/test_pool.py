@@ -126,3 +126,31 @@ def test_refusals_are_logged_once_per_interval(caplog):
         log("queue_full", "refused: %s", "full")
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["refused: busy", "refused: busy (499 more like it not logged in the last 11 s)", "refused: full"]
+
+
+def test_one_engine_per_accelerator_and_config_errors_name_the_field():
+    from llama_omni_py import ConfigError
+    from llama_omni_py.server.gateway import GatewayConfig
+    from llama_omni_py.server.gateway.workers import LocalWorkers, StaticWorkers, devices_for
+
+    assert devices_for(None, "auto") == ["cpu"] and devices_for(2, "cpu") == ["cpu", "cpu"]  # a CPU build
+    assert devices_for(None, "cuda:1") == ["cuda:1"]
+    for workers, device, field in ((0, "cpu", "workers"), (2, "cuda:0", "workers")):
+        with pytest.raises(ConfigError, match=field):
+            devices_for(workers, device)
+    cmd = LocalWorkers(["cpu"], ["--model-dir", "x"]).command("cpu")
+    assert cmd[3:5] == ["worker", "--host"] and "--numa-node" in cmd and cmd[-2:] == ["--model-dir", "x"]
+    with pytest.raises(ConfigError, match="connect"):
+        StaticWorkers(["nowhere"])
+    for field, value in (
+        ("max_queue_size", -1),
+        ("send_buffer_bytes", 1000),
+        ("idle_release_s", 0),
+        ("ping_interval_s", -1.0),
+        ("model_name", " "),
+        ("port", 70000),
+    ):
+        with pytest.raises(ConfigError, match=field):
+            GatewayConfig(**{field: value})
+    with pytest.raises(ConfigError, match="idle_release_s"):
+        GatewayConfig(idle_release_s=400, idle_timeout_s=300)

@@ -90,6 +90,8 @@ def test_audio_and_image_input(server, tmp_path):
     )
     m = events[-1]["metrics"]
     assert m["cost_apm_ms"] > 0 and m["cost_vpm_ms"] > 0 and m["audio_ms"] > 0
+    assert m["vision_slices"] == 1 and m["vision_tokens"] == 64 and m["prompt_tokens"] > 64 + 10
+    assert m["kv_cache_length"] == m["prompt_tokens"] + m["n_tokens"]
 
 
 async def _media_turn(server, items, text="what is this?"):
