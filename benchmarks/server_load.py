@@ -1,14 +1,17 @@
-"""Server load test: N clients x M turns against one `llama-omni serve` (one engine, one session
-at a time). Every turn must either complete (response.done) or be refused as busy
-(session.closed reason session_busy with a diagnostic); anything else, or a turn that takes longer
-than --turn-timeout, is a failure (exit code 1). Reports turn latency and time to first audio
-percentiles, refusals, and /health latency probed throughout (health never waits on the engine).
+"""Server load test: N clients x M turns against `llama-omni serve` (the gateway in front of
+--workers engine workers, one session each, a FIFO queue) over the demo chat API (WS /ws/chat,
+one request per connection). Every turn must complete (done); one refused (error, e.g. a full
+queue), failed or taking longer than --turn-timeout makes the exit code 1. Reports turn latency,
+queue wait (request sent -> queue_done, and the gateway's own histogram), time to first audio,
+refusals, and /health latency probed throughout.
 
-    python benchmarks/server_load.py [--clients 8] [--turns 5] [--model-dir DIR | --url URL] [--out FILE]
+    python benchmarks/server_load.py [--clients 16] [--turns 5] [--workers 2] [--model-dir DIR | --url URL]
 
-Without --url it starts `python -m llama_omni_py serve` on a free port over --model-dir (default:
-a tiny random-weight set written to a temporary directory), replies capped at --max-new-tokens
-LLM tokens and --codes-per-chunk speech codes per 10-token chunk.
+--backend measures one engine worker alone (`llama-omni worker`, WS /backend, one session at a
+time): there a turn is either completed or refused as busy (session_busy), as the backend protocol
+prescribes. Without --url the server is started on a free port over --model-dir (default: a tiny
+random-weight set written to a temporary directory), replies capped at --max-new-tokens LLM tokens
+and --codes-per-chunk speech codes per 10-token chunk.
 """
 
 from __future__ import annotations
@@ -48,13 +51,21 @@ def _health(url: str) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def start_server(model_dir: str, max_new_tokens: int, codes_per_chunk: int) -> tuple[subprocess.Popen, str]:
+def _idle_workers(url: str) -> int:
+    with urllib.request.urlopen(url + "/status", timeout=10) as r:
+        return json.loads(r.read())["idle_workers"]
+
+
+def start_server(
+    model_dir: str, max_new_tokens: int, codes_per_chunk: int, workers: int | None
+) -> tuple[subprocess.Popen, str]:
     port = _free_port()
+    command = ["worker"] if workers is None else ["serve", "--workers", str(workers)]
     cmd = [
         sys.executable,
         "-m",
         "llama_omni_py",
-        "serve",
+        *command,
         "--port",
         str(port),
         "--model-dir",
@@ -76,7 +87,7 @@ def start_server(model_dir: str, max_new_tokens: int, codes_per_chunk: int) -> t
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited: {proc.stderr.read()}")
         try:
-            if _health(url)[0] == 200:
+            if _health(url)[0] == 200 and (workers is None or _idle_workers(url) == workers):
                 return proc, url
         except OSError:
             pass
@@ -85,15 +96,45 @@ def start_server(model_dir: str, max_new_tokens: int, codes_per_chunk: int) -> t
     raise RuntimeError("the server did not become ready in 300 s")
 
 
-async def one_turn(url: str, text: str, timeout: float) -> dict:
-    """One session with one turn: {'outcome': completed | refused | failed | hung, ...}."""
+async def one_turn(url: str, text: str, timeout: float, backend: bool) -> dict:
+    """One request: {'outcome': completed | refused | failed | hung, ...}."""
     out: dict = {"outcome": "failed"}
     try:
-        return await asyncio.wait_for(_session(url, text, out), timeout)
+        return await asyncio.wait_for((_session if backend else _chat)(url, text, out), timeout)
     except asyncio.TimeoutError:
         out["outcome"] = "hung"
     except Exception as e:  # noqa: BLE001 -- counted as a failure
         out.update(outcome="failed", error=f"{type(e).__name__}: {e}")
+    return out
+
+
+async def _chat(url: str, text: str, out: dict) -> dict:
+    """One /ws/chat request through the gateway."""
+    async with connect(url.replace("http://", "ws://") + "/ws/chat", max_size=None) as ws:
+        sent = time.perf_counter()
+        await ws.send(json.dumps({"messages": [{"role": "user", "content": text}], "streaming": True}))
+        audio, started = 0, sent
+        async for raw in ws:
+            ev = json.loads(raw)
+            if ev["type"] == "queued":
+                out.update(queued=True, estimated_wait_s=ev["estimated_wait_s"], position=ev["position"])
+            elif ev["type"] == "queue_done":
+                started = time.perf_counter()
+            elif ev["type"] == "chunk" and ev.get("audio_data"):
+                out.setdefault("ttfa_ms", (time.perf_counter() - started) * 1000)
+                out.setdefault("ttfa_incl_queue_ms", (time.perf_counter() - sent) * 1000)
+                audio += len(ev["audio_data"]) * 3 // 4 // 4
+            elif ev["type"] == "done":
+                now = time.perf_counter()
+                out.update(
+                    outcome="completed",
+                    turn_ms=(now - started) * 1000,
+                    queue_wait_ms=(started - sent) * 1000,
+                    audio_s=audio / 24000,
+                )
+            elif ev["type"] == "error":
+                full = "queue_full" in ev.get("code", "") or "Queue full" in ev.get("error", "")
+                out.update(outcome="refused" if full else "failed", reason=ev.get("code"), diagnostic=ev.get("error"))
     return out
 
 
@@ -110,6 +151,7 @@ async def _session(url: str, text: str, out: dict) -> dict:
                 "diagnostic": ev.get("diagnostic", {}).get("message"),
             }
         out["setup_ms"] = (time.perf_counter() - t0) * 1000
+        out["session_id"] = ev["session_id"]
         sent = time.perf_counter()
         await ws.send(
             json.dumps(
@@ -128,18 +170,20 @@ async def _session(url: str, text: str, out: dict) -> dict:
             elif ev["type"] == "session.closed":
                 out.update(reason=ev.get("reason"), diagnostic=ev.get("diagnostic"))
                 return out
-        await ws.send(json.dumps({"type": "session.close"}))
+        sid = out.pop("session_id")
+        req = urllib.request.Request(f"{url}/sessions/{sid}/close", data=b"{}", method="POST")  # close is HTTP only
+        await asyncio.to_thread(lambda: urllib.request.urlopen(req, timeout=30).read())
         ev = json.loads(await ws.recv())
         if ev["type"] != "session.closed" or ev.get("reason") != "client_closed":
             out.update(outcome="failed", error=f"unexpected close event {ev}")
     return out
 
 
-async def client(url: str, turns: int, timeout: float, rng: random.Random) -> list[dict]:
+async def client(url: str, turns: int, timeout: float, rng: random.Random, backend: bool) -> list[dict]:
     results = []
     for i in range(turns):
         await asyncio.sleep(rng.uniform(0.0, 0.2))  # clients drift apart
-        results.append(await one_turn(url, f"Question {i}: tell me about the weather.", timeout))
+        results.append(await one_turn(url, f"Question {i}: tell me about the weather.", timeout, backend))
     return results
 
 
@@ -166,11 +210,29 @@ def pct(values) -> dict | None:
     }
 
 
-async def run(url: str, clients: int, turns: int, timeout: float, seed: int) -> dict:
+def queue_wait_histogram(url: str) -> dict:
+    """The gateway's omni_queue_wait_seconds histogram (count, sum, buckets) from /metrics."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict = {"buckets": {}}
+    for line in text.splitlines():
+        if line.startswith("omni_queue_wait_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            out["buckets"][le] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(("omni_queue_wait_seconds_count", "omni_queue_wait_seconds_sum")):
+            out[line.split(" ")[0].rsplit("_", 1)[1]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("omni_refusals_total"):
+            out.setdefault("refusals", {})[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def run(url: str, clients: int, turns: int, timeout: float, seed: int, backend: bool) -> dict:
     stop = asyncio.Event()
     prober = asyncio.create_task(probe_health(url, stop))
     t0 = time.perf_counter()
-    per_client = await asyncio.gather(*(client(url, turns, timeout, random.Random(seed + i)) for i in range(clients)))
+    per_client = await asyncio.gather(
+        *(client(url, turns, timeout, random.Random(seed + i), backend) for i in range(clients))
+    )
     wall = time.perf_counter() - t0
     stop.set()
     health_ms = await prober
@@ -184,7 +246,10 @@ async def run(url: str, clients: int, turns: int, timeout: float, seed: int) -> 
         "outcomes": count,
         "turn_ms": pct([r["turn_ms"] for r in done]),
         "ttfa_ms": pct([r["ttfa_ms"] for r in done if "ttfa_ms" in r]),
-        "setup_ms": pct([r["setup_ms"] for r in done]),
+        "ttfa_incl_queue_ms": pct([r["ttfa_incl_queue_ms"] for r in done if "ttfa_incl_queue_ms" in r]),
+        "queue_wait_ms": pct([r["queue_wait_ms"] for r in done if "queue_wait_ms" in r]),
+        "queued_turns": sum(bool(r.get("queued")) for r in flat),
+        "setup_ms": pct([r["setup_ms"] for r in done if "setup_ms" in r]),
         "health_ms": pct(health_ms),
         "audio_s_per_turn": pct([r["audio_s"] for r in done]),
         "refusal_diagnostics": sorted({r["diagnostic"] for r in flat if r["outcome"] == "refused"}),
@@ -194,8 +259,10 @@ async def run(url: str, clients: int, turns: int, timeout: float, seed: int) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--turns", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=2, help="engine workers behind the gateway")
+    ap.add_argument("--backend", action="store_true", help="one engine worker's /backend alone (no gateway)")
     ap.add_argument("--url", help="an already running server (else one is started)")
     ap.add_argument("--model-dir", help="module set for the started server (default: a fresh tiny set)")
     ap.add_argument("--max-new-tokens", type=int, default=20)
@@ -219,11 +286,15 @@ def main(argv=None) -> int:
             tmp = tempfile.TemporaryDirectory(prefix="omni-load-")
             model_dir = tmp.name
             make_models(model_dir, "tiny")
-        proc, url = start_server(model_dir, args.max_new_tokens, args.codes_per_chunk)
+        proc, url = start_server(
+            model_dir, args.max_new_tokens, args.codes_per_chunk, None if args.backend else args.workers
+        )
     try:
-        result = asyncio.run(run(url, args.clients, args.turns, args.turn_timeout, args.seed))
+        result = asyncio.run(run(url, args.clients, args.turns, args.turn_timeout, args.seed, args.backend))
         status, health = _health(url)
         result["health_after"] = {"status": status, **health}
+        if not args.backend:
+            result["gateway_queue_wait_s"] = queue_wait_histogram(url)
         if proc is not None:
             result["server_alive"] = proc.poll() is None
     finally:
@@ -237,11 +308,12 @@ def main(argv=None) -> int:
     )
     o = result["outcomes"]
     print(
-        f"{o['completed']} completed, {o['refused']} refused as busy, {o['failed']} failed, {o['hung']} hung "
-        f"in {result['wall_s']} s; turn ms {result['turn_ms']}; TTFA ms {result['ttfa_ms']}; "
-        f"health ms {result['health_ms']}"
+        f"{o['completed']} completed, {o['refused']} refused, {o['failed']} failed, {o['hung']} hung "
+        f"in {result['wall_s']} s; {result['queued_turns']} queued; queue wait ms {result['queue_wait_ms']}; "
+        f"turn ms {result['turn_ms']}; TTFA ms {result['ttfa_ms']}; health ms {result['health_ms']}"
     )
-    ok = o["failed"] == 0 and o["hung"] == 0 and status == 200 and result.get("server_alive", True)
+    lost = o["failed"] or o["hung"] or (o["refused"] and not args.backend)
+    ok = not lost and status == 200 and result.get("server_alive", True)
     return 0 if ok else 1
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import checks
 from .apm import AudioEncoder
+from .config import LlmSampling
 from .errors import InvalidArgumentError
 from .prompt import ROLES, Prompt, simplex_speech_prompt
 from .vpm import ImageEncoder
@@ -37,6 +38,7 @@ class Request:
     speech: bool = True
     tts_template: bool = True
     stack_frames: int | None = None
+    llm: LlmSampling | None = None  # this reply's LLM sampling (None: the session's)
 
     def __post_init__(self):
         if self.text is not None:
@@ -54,6 +56,8 @@ class Request:
                 raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
             checks.text(turn[1], "history text")
         object.__setattr__(self, "history", history)
+        if self.llm is not None and not isinstance(self.llm, LlmSampling):
+            raise InvalidArgumentError(f"llm must be an LlmSampling, got {type(self.llm).__name__}")
         for name in ("speech", "tts_template"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -97,6 +101,9 @@ class InputEncoder:
         for v in _items(r.video):
             media.images += vpm.encode_video(v, frames)
         times["vpm_ms"] = (time.perf_counter() - t0) * 1000
+        # one slice per image or video frame (no llava-uhd slicing); tokens are the resampler's rows
+        times["vision_slices"] = len(media.images)
+        times["vision_tokens"] = sum(int(block.shape[0]) for block in media.images)
         return media
 
 

@@ -261,3 +261,13 @@ def pin_current_thread(cpus) -> None:
     """Restricts the calling thread (and threads it starts later) to ``cpus``."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
+
+
+def pin_process_to_node(node_id: int) -> list[int]:
+    """Restricts this process (and threads started later) to the node's CPUs that it may use;
+    returns them (empty, and nothing changed, when there are none)."""
+    node = next((n for n in read_topology().nodes if n.id == node_id), None)
+    cpus = sorted(set(node.cpus if node else ()) & set(os.sched_getaffinity(0)))
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    return cpus

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import placement, stages
 from .backend import resolve_device
-from .config import DuplexConfig, SessionConfig, Token2WavConfig
+from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig
 from .constants import OUTPUT_SAMPLE_RATE
 from .demo import demo_config, demo_model_dir
 from .errors import ConfigError, InvalidArgumentError
@@ -77,6 +77,7 @@ class OmniSession:
         self.profiler = Profiler()
         self._busy = threading.Lock()
         self._cancelled = threading.Event()  # cancel() before the pipeline exists (inputs being encoded)
+        self.last_prompt_tokens: int | None = None  # the running (or last) request's prompt length
         self._pipeline: Pipeline | None = None
         self._closed = False
 
@@ -170,6 +171,7 @@ class OmniSession:
         speech: bool = True,
         tts_template: bool | None = None,
         stack_frames: int | None = None,
+        llm: LlmSampling | None = None,
     ) -> Iterator[SpeechChunk]:
         """Yields SpeechChunks as audio becomes ready; the last has ``is_final`` and ``timings``.
 
@@ -178,7 +180,8 @@ class OmniSession:
         prompt_cache voice); seed: -1 draws one (reported in timings.seed); system_prompt
         replaces the assistant role text; history: earlier (role, text) turns, role "user" or
         "assistant"; speech=False gives a text-only reply; tts_template (default: speech) ends the
-        prompt with the speech prefix; stack_frames: video frames per video."""
+        prompt with the speech prefix; stack_frames: video frames per video; llm: this reply's
+        LLM sampling (temperature, top_p, ...) instead of ``config.llm``."""
         request = Request(
             text,
             audio,
@@ -192,6 +195,7 @@ class OmniSession:
             speech,
             speech if tts_template is None else tts_template,
             stack_frames,
+            llm,
         )
         return self._stream(request)
 
@@ -219,7 +223,7 @@ class OmniSession:
         prompt = self._fitting_prompt(r, limit, counts)
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
-        reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, c.llm, c.tts, c.tts_handoff)
+        reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, r.llm or c.llm, c.tts, c.tts_handoff)
         t2w = stages.Token2WavStage(self.token2wav) if r.speech else None
         body = (
             [("tts", stages.TtsStage(self.tts, reply)), ("token2wav", t2w)]
@@ -289,6 +293,7 @@ class OmniSession:
                 history.pop(0)
             prompt = build_prompt(self.llm.model, r, media, tuple(history))
         counts["history_dropped"] = len(r.history) - len(history)
+        self.last_prompt_tokens = prompt.token_count()  # read by a server while the request runs
         if counts["history_dropped"]:
             log.info(
                 "left out the %d oldest messages to fit the context (%d tokens)",

@@ -27,7 +27,8 @@ SESSION = dict(
 
 @contextlib.contextmanager
 def running_server(model_dir, engine=None, wait=True, **overrides):
-    cfg = ServerConfig(port=0, model_dir=str(model_dir), device="cpu", session=SessionConfig(**SESSION), **overrides)
+    session = overrides.pop("session", SessionConfig(**SESSION))
+    cfg = ServerConfig(port=0, model_dir=str(model_dir), device="cpu", session=session, **overrides)
     with BackgroundServer(cfg, engine) as s:
         if wait:
             assert s.wait_ready() == "ready", s.server.engine.error
@@ -154,3 +155,60 @@ async def one_turn(base_url: str, text: str = "hello there", **extra) -> list[di
     async with Client.open(base_url) as c:
         await c.init()
         return await c.turn([user(text=text)], **extra)
+
+
+@contextlib.contextmanager
+def running_gateway(model_dir, workers: int = 2, worker_overrides=None, **overrides):
+    """`workers` in-process engine workers (each a BackgroundServer) behind a gateway on 127.0.0.1."""
+    from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
+    from llama_omni_py.server.gateway.workers import StaticWorkers
+
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(running_server(model_dir, **(worker_overrides or {}))) for _ in range(workers)]
+        cfg = GatewayConfig(port=0, health_interval_s=0.25, **overrides)
+        g = stack.enter_context(BackgroundGateway(cfg, [StaticWorkers([s.url for s in servers])]))
+        assert g.wait_ready(60) == "ready"
+        g.workers = servers
+        yield g
+
+
+def chat_request(text: str = "hello there", **extra) -> dict:
+    return {"messages": [{"role": "user", "content": text}], "streaming": True, **extra}
+
+
+async def ws_chat(base_url: str, request, **kw) -> list[dict]:
+    """Every message of one /ws/chat request until the server closes the socket."""
+    async with connect(base_url.replace("http://", "ws://") + "/ws/chat", max_size=None, **kw) as ws:
+        await ws.send(request if isinstance(request, str) else json.dumps(request))
+        out = []
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                out.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT)))
+        return out
+
+
+def slow_llm(monkeypatch, server, pause: float = 0.4) -> None:
+    """Makes an in-process worker's LLM take `pause` s per 10-token chunk."""
+    import time
+
+    llm = server.server.engine.session.llm
+    real = llm.chunks
+
+    def paced(*a, **k):
+        for chunk in real(*a, **k):
+            time.sleep(pause)
+            yield chunk
+
+    monkeypatch.setattr(llm, "chunks", paced)
+
+
+def wait_until(predicate, timeout: float = 20.0, step: float = 0.05):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")

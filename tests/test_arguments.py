@@ -96,6 +96,18 @@ def test_wrong_types_are_invalid_arguments(session):
         session.speak("hi", speech="yes")
 
 
+def test_per_request_llm_sampling(session):
+    with pytest.raises(omni.InvalidArgumentError, match="llm must be an LlmSampling"):
+        session.speak("hi", llm={"temperature": 0})
+    with pytest.raises(omni.ConfigError, match="temperature"):
+        omni.LlmSampling(temperature=-1)
+    # greedy for this request: the seed no longer matters; the session's sampling does use it
+    greedy = omni.LlmSampling(temperature=0.0)
+    a, b = (session.speak("hello there", seed=s, speech=False, llm=greedy).text for s in (1, 2))
+    sampled = {session.speak("hello there", seed=s, speech=False).text for s in range(1, 6)}
+    assert a == b and len(sampled) > 1
+
+
 def test_max_new_tokens_errors_share_one_type(session):
     with pytest.raises(omni.InvalidArgumentError, match="max_new_tokens"):
         session.speak("hello", max_new_tokens=0)

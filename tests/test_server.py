@@ -4,13 +4,28 @@ close channel, the page, readiness."""
 
 import asyncio
 import base64
+import json
 import socket
 import threading
 import time
 
 import numpy as np
 import pytest
-from server_client import SESSION, Client, b64, http, jpeg, mp4, one_turn, pcm, push, running_server, tone, user
+from server_client import (
+    SESSION,
+    Client,
+    b64,
+    ffmpeg_bytes,
+    http,
+    jpeg,
+    mp4,
+    one_turn,
+    pcm,
+    push,
+    running_server,
+    tone,
+    user,
+)
 
 from llama_omni_py.server import ServerConfig
 from llama_omni_py.server.engine import Engine
@@ -75,6 +90,8 @@ def test_audio_and_image_input(server, tmp_path):
     )
     m = events[-1]["metrics"]
     assert m["cost_apm_ms"] > 0 and m["cost_vpm_ms"] > 0 and m["audio_ms"] > 0
+    assert m["vision_slices"] == 1 and m["vision_tokens"] == 64 and m["prompt_tokens"] > 64 + 10
+    assert m["kv_cache_length"] == m["prompt_tokens"] + m["n_tokens"]
 
 
 async def _media_turn(server, items, text="what is this?"):
@@ -135,20 +152,52 @@ def test_http_close_then_404(server):
 
     sid, status, body, ev, again = run(go())
     assert status == 200 and body == {"ok": True, "session_id": sid, "closed": True}
-    assert ev["reason"] == "client_closed" and ev["session_id"] == sid
+    assert ev["reason"] == "done" and ev["session_id"] == sid  # the caller's reason (schema §2.2)
     assert again[0] == 404 and http(f"{server.url}/sessions/nope/close", "POST")[0] == 404
     status, h = http(server.url + "/health")
     assert status == 200 and h["session_active"] is False
 
 
-def test_ws_close_message(server):
+def test_http_close_without_reason_is_client_closed(server):
+    async def go():
+        async with Client.open(server.url) as c:
+            await c.init()
+            await asyncio.to_thread(http, f"{server.url}/sessions/{c.session_id}/close", "POST")
+            return await c.closed()
+
+    assert run(go())["reason"] == "client_closed"
+
+
+def test_ws_close_message_is_a_violation(server):
+    # Close travels over HTTP only (schema §3.3): on the data channel it is an unknown type.
     async def go():
         async with Client.open(server.url) as c:
             await c.init()
             await c.send({"type": "session.close", "reason": "bye"})
             return await c.closed()
 
-    assert run(go())["reason"] == "client_closed"
+    ev = run(go())
+    assert ev["reason"] == "unexpected_message_type" and "POST /sessions/" in ev["diagnostic"]["message"]
+
+
+def test_compat_accepts_the_old_aliases_and_shapes(tiny_dir, tmp_path):
+    png = ffmpeg_bytes(tmp_path, "i.png", "-f", "lavfi", "-i", "testsrc=size=32x32", "-frames:v", "1")
+    png = base64.b64encode(png).decode()
+    with running_server(tiny_dir, compat=True) as s:
+
+        async def go():
+            async with Client.open(s.url) as c:
+                await c.send({"type": "init", "mode": "turn_based"})  # alias, flat init
+                assert (await c.recv())["type"] == "session.created"
+                await c.send({"type": "push", "data": {"messages": [user({"type": "image", "data": png}, text="hi")]}})
+                while (ev := await c.recv())["type"] != "response.done":
+                    pass
+                await c.send({"type": "close", "reason": "bye"})
+                return ev, await c.closed()
+
+        done, closed = run(go())
+    assert done["metrics"]["vision_slices"] == 1 and done["metrics"]["vision_tokens"] == 64
+    assert closed["reason"] == "bye"
 
 
 def test_close_body_split_across_packets(server):
@@ -166,13 +215,9 @@ def test_close_body_split_across_packets(server):
     assert reply.startswith("HTTP/1.1 404") and sid in reply
 
 
-def test_page_and_static_files(server):
-    status, page = http(server.url + "/")
-    assert status == 200 and "/static/app.js" in page and "audio-received" in page
-    status, js = http(server.url + "/static/app.js")
-    assert status == 200 and "session.init" in js and "omniStats" in js
-    assert http(server.url + "/static/../session.py")[0] == 404
-    assert http(server.url + "/static/nothere.js")[0] == 404
+def test_worker_serves_no_page(server):
+    # The page lives on the gateway (tests/test_gateway.py); a worker is /backend, /health, close.
+    assert http(server.url + "/")[0] == 404 and http(server.url + "/static/app.js")[0] == 404
     assert http(server.url + "/nothing")[0] == 404
 
 
@@ -235,7 +280,7 @@ def test_config_errors_name_the_field():
             ServerConfig(**{field: value})
 
 
-def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
+def test_cli_worker_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
     import signal
     import subprocess
     import sys
@@ -248,7 +293,7 @@ def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
             sys.executable,
             "-m",
             "llama_omni_py",
-            "serve",
+            "worker",
             "--port",
             str(port),
             "--model-dir",
@@ -262,6 +307,7 @@ def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
             "--t2w-threads",
             "1",
         ],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tiny_dir,
@@ -280,6 +326,7 @@ def test_cli_serve_starts_reports_readiness_and_stops_on_sigterm(tiny_dir):
                 break
             time.sleep(0.02)
         assert (200, "ready") in seen
+        assert json.loads(proc.stdout.readline()) == {"listening": url, "port": port}  # for a gateway
         assert run(one_turn(url))[-1]["type"] == "response.done"
     finally:
         proc.send_signal(signal.SIGTERM)

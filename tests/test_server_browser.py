@@ -1,5 +1,6 @@
-"""The demo page in headless Chromium (selenium): a text turn streams audio that the page
-receives, decodes and schedules (window.omniStats); a screenshot is kept in tests/artifacts/."""
+"""The demo page in headless Chromium (selenium), served by the gateway: a text turn streams audio
+that the page receives, decodes and schedules (window.omniStats), a second turn follows on a fresh
+connection; the open page holds no engine. A screenshot is kept in tests/artifacts/."""
 
 import os
 import shutil
@@ -7,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_client import running_server
+from server_client import http, running_gateway, wait_until
 
 ARTIFACTS = Path(os.environ.get("OMNI_TEST_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
@@ -58,10 +59,11 @@ def _wait(browser, script, timeout=60.0):
 def test_page_streams_and_decodes_audio(tiny_dir):
     browser = _chrome()
     try:
-        with running_server(tiny_dir) as server:
+        with running_gateway(tiny_dir, workers=1) as gw:
             browser.set_page_load_timeout(30)
-            browser.get(server.url + "/")
-            _wait(browser, "return window.omniStats && window.omniStats.sessionId")
+            browser.get(gw.url + "/")
+            _wait(browser, "return document.getElementById('status').textContent === 'ready'")
+            assert http(gw.url + "/status")[1]["idle_workers"] == 1  # an open page holds no engine
             browser.find_element("id", "text").clear()
             browser.find_element("id", "text").send_keys("Hello, who are you?")
             browser.find_element("id", "send").click()
@@ -70,21 +72,14 @@ def test_page_streams_and_decodes_audio(tiny_dir):
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             shot = ARTIFACTS / "browser-demo.png"
             browser.save_screenshot(str(shot))
-            # the server closes the session: the page shows the reason and reconnects
-            browser.execute_script("window.omniStats.sessionId = null;")
-            import urllib.request
-
-            urllib.request.urlopen(
-                urllib.request.Request(f"{server.url}/sessions/{stats['sessionId']}/close", data=b"{}", method="POST"),
-                timeout=30,
-            )
-            closed = _wait(browser, "return window.omniStats.closed")
-            _wait(browser, "return window.omniStats.sessionId")  # a fresh session after the reconnect
-            diagnostic = browser.find_element("id", "closed").text
+            # a second turn carries the first one as history, on a fresh connection
+            browser.find_element("id", "send").click()
+            second = _wait(browser, "const s = window.omniStats; return s.done >= 2 ? s : null")
+            wait_until(lambda: http(gw.url + "/status")[1]["idle_workers"] == 1)
     finally:
         browser.quit()
     assert stats["audioChunks"] >= 2 and stats["decodedChunks"] == stats["audioChunks"]
     assert stats["audioSeconds"] > 1.0 and float(shown) == pytest.approx(stats["audioSeconds"], abs=1e-3)
     assert stats["ttfaMs"] > 0 and stats["rtf"] > 0  # (the random-weight reply text may be empty)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert closed["reason"] == "client_closed" and "client_closed" in diagnostic
+    assert second["errors"] == [] and second["audioChunks"] > stats["audioChunks"]

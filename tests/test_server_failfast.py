@@ -5,12 +5,18 @@ timeout, queued inputs, client disconnect freeing the engine, health during a tu
 
 import asyncio
 import base64
+import json
+import logging
+import socket
 import time
 
 import numpy as np
 import pytest
-from server_client import Client, b64, http, one_turn, push, running_server, tone, user
+from server_client import SESSION, Client, b64, http, one_turn, push, running_server, tone, user
 from websockets.exceptions import ConnectionClosed
+
+from llama_omni_py.config import SessionConfig
+from llama_omni_py.server import connection
 
 TURN = push([user(text="hello")])
 MP4_HEAD = b"\x00\x00\x00\x18ftypisom" + b"\x00" * 64
@@ -102,6 +108,22 @@ CASES = {
         "invalid_media",
         True,
     ),
+    "init_without_payload": ([{"type": "session.init", "mode": "turn_based"}], "invalid_input", False),
+    "init_payload_string": ([{"type": "session.init", "payload": "turn_based"}], "invalid_input", False),
+    "init_without_mode": ([{"type": "session.init", "payload": {}}], "invalid_mode", False),
+    "alias_init": ([{"type": "init", "payload": {"mode": "turn_based"}}], "unexpected_message_type", False),
+    "alias_push": ([{"type": "push", "input": {"messages": [user(text="hi")]}}], "unexpected_message_type", True),
+    "alias_close": ([{"type": "close"}], "unexpected_message_type", True),
+    "ws_session_close": ([{"type": "session.close"}], "unexpected_message_type", True),
+    "push_without_input": ([{"type": "input.append", "messages": [user(text="hi")]}], "invalid_input", True),
+    "push_input_not_object": ([{"type": "input.append", "input": "hi"}], "invalid_input", True),
+    "image_png": (
+        [push([user({"type": "image", "data": base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()})])],
+        "invalid_media",
+        True,
+    ),
+    "bad_temperature": ([push([user(text="hi")], generation={"temperature": -1})], "invalid_input", True),
+    "bad_seed": ([push([user(text="hi")], generation={"seed": "x"})], "invalid_input", True),
     "video_undecodable": (
         [push([user({"type": "video", "data": base64.b64encode(MP4_HEAD).decode()})])],
         "video_decode_failed",
@@ -168,16 +190,22 @@ def test_engine_error_closes_the_session(server, monkeypatch):
     still_serving(server)
 
 
-def test_oversized_message_closes_with_1009(server):
+@pytest.mark.parametrize("initialized", [True, False])
+def test_oversized_message_sends_session_closed_then_1009(server, initialized):
+    # schema §7.5: a best-effort session.closed before the close, which the WebSocket layer sends
     async def go():
         async with Client.open(server.url) as c:
-            await c.init()
+            if initialized:
+                await c.init()
+            await c.send("x" * (2 << 20))
+            ev = await c.recv()
             with pytest.raises(ConnectionClosed) as info:
-                await c.send("x" * (2 << 20))
                 await asyncio.wait_for(c.ws.recv(), 30)
-            return info.value
+            return c.session_id, ev, info.value
 
-    closed = run(go())
+    sid, ev, closed = run(go())
+    assert ev["type"] == "session.closed" and ev["reason"] == "message_too_big" and ev.get("session_id") == sid
+    assert str(1 << 20) in ev["diagnostic"]["message"]
     assert closed.rcvd is not None and closed.rcvd.code == 1009, repr(closed)
     still_serving(server)
 
@@ -269,3 +297,52 @@ def test_keepalive_pings_are_configured(tiny_dir):
 
         latency = run(go())
         assert len(latency) == 1 and latency[0] > 0  # a pong was measured (0 until the first one)
+
+
+def test_refused_sessions_are_logged_once_per_interval(server, caplog):
+    # A crowd retrying a busy engine must not write one WARNING per refusal.
+    connection.refusals._last.clear()
+
+    async def go():
+        async with Client.open(server.url) as holder:
+            await holder.init()
+            for _ in range(30):
+                async with Client.open(server.url) as c:
+                    await c.send(INIT)
+                    assert (await c.closed())["reason"] == "session_busy"
+
+    with caplog.at_level(logging.WARNING, "llama_omni_py.server.connection"):
+        run(go())
+    refused = [r for r in caplog.records if "session_busy" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in refused]
+    still_serving(server)
+
+
+def test_client_that_stops_reading_is_dropped_and_frees_the_engine(tiny_dir):
+    # Replies of minutes of audio (random weights never end a speech chunk); the client reads nothing.
+    session = SessionConfig(**dict(SESSION, max_audio_per_chunk=500))
+    with running_server(tiny_dir, session=session, send_timeout_s=0.5, max_new_tokens=60) as s:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", s.server.port))
+        sock.sendall(
+            b"GET /backend HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert b"101" in sock.recv(1024).split(b"\r\n")[0]
+        for msg in (INIT, TURN):
+            payload = json.dumps(msg).encode()
+            head = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + b"\0\0\0\0"  # zero mask
+            sock.sendall(head + payload)
+        try:
+            t0 = time.monotonic()
+            deadline = t0 + 60
+            while time.monotonic() < deadline:
+                h = http(s.url + "/health")[1]
+                if h["turns"] >= 1 or (time.monotonic() - t0 > 2 and not h["session_active"]):
+                    break
+                time.sleep(0.1)
+            assert h["session_active"] is False and h["busy"] is False, h  # dropped, engine free
+        finally:
+            sock.close()
+        assert run(one_turn(s.url))[-1]["type"] == "response.done"

@@ -1,10 +1,12 @@
-"""OmniServer: one engine, HTTP and WebSocket on one port (websockets' asyncio server).
-``serve()`` runs it until SIGINT/SIGTERM; ``BackgroundServer`` runs it in a thread (tests,
-benchmarks)."""
+"""OmniServer, the engine worker: one engine, one backend-protocol session at a time, HTTP and
+WebSocket on one port (websockets' asyncio server). ``serve()`` runs it until SIGINT/SIGTERM
+(``llama-omni worker``); ``BackgroundServer`` runs it in a thread (tests, benchmarks). The gateway
+(gateway/) puts many of these behind one public API."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import threading
@@ -45,7 +47,7 @@ class OmniServer:
         )
         self.port = self._ws.sockets[0].getsockname()[1]
         self._load = asyncio.create_task(self.engine.load())
-        log.warning("listening on http://%s:%d (WebSocket /backend, /health, demo page /)", c.host, self.port)
+        log.warning("worker listening on http://%s:%d (WebSocket /backend, /health)", c.host, self.port)
 
     def _route(self, connection, request):
         return process_request(self, connection, request)
@@ -54,11 +56,12 @@ class OmniServer:
         await Connection(ws, self).run()
 
     async def close_session(self, session_id: str, reason: str | None = None) -> bool:
-        """The HTTP control channel: True once the session is closed and its engine freed."""
+        """The HTTP control channel: True once the session is closed and its engine freed. The
+        caller's reason (default ``client_closed``) becomes session.closed's ``reason``."""
         s = self.sessions.get(session_id)
         if s is None:
             return False
-        await s.terminate("client_closed", reason)
+        await s.terminate(reason or "client_closed", code=1000)
         return True
 
     async def stop(self) -> None:
@@ -72,12 +75,16 @@ class OmniServer:
         await self.engine.close()
 
 
-def serve(config: ServerConfig) -> None:
-    """Runs the server until SIGINT or SIGTERM."""
+def serve(config: ServerConfig, announce: bool = False) -> None:
+    """Runs the server until SIGINT or SIGTERM. ``announce``: print {"listening", "port"} as one
+    JSON line on stdout once it listens (how a gateway learns a worker's port)."""
 
     async def main():
         server = OmniServer(config)
         await server.start()
+        if announce:
+            url = f"http://{config.host}:{server.port}"
+            print(json.dumps({"listening": url, "port": server.port}), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

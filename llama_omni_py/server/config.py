@@ -24,6 +24,8 @@ class ServerConfig:
     ping_timeout_s: float | None = 20.0
     max_pending_inputs: int = 4  # pushes queued behind the running turn
     warmup: bool = True  # /health says ready only after a warm-up turn ran
+    send_timeout_s: float = 10.0  # a client that reads nothing this long with a full send buffer is dropped
+    compat: bool = False  # also accept the older message aliases and shapes (docs/server-protocol.md)
 
     def __post_init__(self):
         def check(name, ok, msg):
@@ -44,7 +46,8 @@ class ServerConfig:
             self.max_new_tokens is None or (isinstance(self.max_new_tokens, int) and self.max_new_tokens > 0),
             "must be a positive integer",
         )
-        for name in ("idle_timeout_s", "init_timeout_s"):
+        check("compat", isinstance(self.compat, bool), "must be True or False")
+        for name in ("idle_timeout_s", "init_timeout_s", "send_timeout_s"):
             check(name, getattr(self, name) > 0, "must be > 0")
         for name in ("ping_interval_s", "ping_timeout_s"):
             check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")

@@ -19,8 +19,11 @@ from websockets.exceptions import ConnectionClosed
 
 from ..errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
 from . import protocol as P
+from .log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
+refusals = RateLimitedLog(log)  # a crowd retrying a busy engine must not flood the log
+REFUSALS = ("session_busy", "engine_loading")
 
 _CLOSE = object()  # writer sentinel: close the socket after what is queued
 OUT_QUEUE = 64  # events waiting for the writer; a slow client slows the turn down
@@ -34,6 +37,8 @@ CODE = {
     "omni_init_failed": 1011,
     "engine_loading": 1013,
     "session_busy": 1013,
+    "message_too_big": 1009,
+    "client_too_slow": 1008,
 }
 
 
@@ -49,6 +54,9 @@ class Connection:
         self.turns = 0
         self.started = time.perf_counter()
         self.finished = asyncio.Event()  # resources released (the HTTP close waits for it)
+        self.too_big = False  # the WebSocket layer refused an oversize message
+        if hasattr(ws, "before_fail"):
+            ws.before_fail = self._message_too_big
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -56,6 +64,8 @@ class Connection:
         try:
             await self._read()
         except ConnectionClosed:
+            if self.too_big:  # session.closed went out ahead of the 1009 close frame
+                await self.terminate("message_too_big", self._too_big_text(), notify=False)
             await self.terminate("client_disconnected", notify=False)
         except Exception as e:  # noqa: BLE001 -- a bug here must not take the server down
             log.exception("session %s failed", self.id)
@@ -66,14 +76,18 @@ class Connection:
                 await asyncio.wait_for(writer, self.cfg.init_timeout_s)
             writer.cancel()
 
-    async def terminate(self, reason: str, message: str | None = None, *, notify: bool = True) -> None:
+    async def terminate(
+        self, reason: str, message: str | None = None, *, notify: bool = True, code: int | None = None
+    ) -> None:
         """Stops the session (idempotent): cancels the turn, frees the engine, then best-effort
-        session.closed and the socket close go out through the writer."""
+        session.closed and the socket close (``code``, else the reason's) go out through the writer."""
         if self.state == "closed":
             await self.finished.wait()
             return
         self.state = "closed"
-        if message:
+        if message and reason in REFUSALS:
+            refusals(reason, "session refused: %s: %s", reason, message)
+        elif message:
             log.warning("session %s closed: %s: %s", self.id, reason, message)
         worker, me = self.worker, asyncio.current_task()
         if worker is not None and worker is not me and not worker.done():
@@ -87,16 +101,25 @@ class Connection:
         while not self.out.empty():  # no model content after a fail-fast
             self.out.get_nowait()
         if notify:
-            self.out.put_nowait(
-                P.closed(
-                    self.id,
-                    reason,
-                    message,
-                    {"backend": BACKEND, "turns": self.turns, "wall_clock_ms": self._ms(self.started)},
-                )
-            )
-        self.out.put_nowait((_CLOSE, CODE.get(reason, 1008), reason))
+            self.out.put_nowait(P.closed(self.id, reason, message, self._end_metrics()))
+        self.out.put_nowait((_CLOSE, code or CODE.get(reason, 1008), reason))
         self.finished.set()
+
+    def _too_big_text(self) -> str:
+        return f"a message over the {self.cfg.max_message_bytes}-byte limit (max_message_bytes)"
+
+    def _message_too_big(self, detail: str) -> str | None:
+        """Called by the WebSocket layer, synchronously, just before it closes with 1009: the
+        best-effort session.closed it sends first (schema §7.5)."""
+        if self.state == "closed":
+            return None
+        self.too_big = True
+        ev = P.closed(self.id, "message_too_big", f"{self._too_big_text()}: {detail}", self._end_metrics())
+        ev["server_send_ts"] = time.time()
+        return json.dumps(ev)
+
+    def _end_metrics(self) -> dict:
+        return {"backend": BACKEND, "turns": self.turns, "wall_clock_ms": self._ms(self.started)}
 
     # -- reader ----------------------------------------------------------------------------
     async def _read(self) -> None:
@@ -111,14 +134,20 @@ class Connection:
                 return
             try:
                 msg = P.decode(raw)
-                await self._dispatch(msg, P.kind(msg))
+                await self._dispatch(msg, P.kind(msg, self.cfg.compat))
             except ProtocolError as e:
                 await self.terminate(e.code, str(e))
 
     async def _dispatch(self, msg: dict, kind: str) -> None:
-        if kind == "close":
-            await self.terminate("client_closed", msg.get("reason") if isinstance(msg.get("reason"), str) else None)
+        if kind == "close":  # --compat only
+            reason = msg.get("reason")
+            await self.terminate(reason if isinstance(reason, str) and reason else "client_closed", code=1000)
         elif kind == "unknown":
+            if msg["type"] == "session.close":
+                raise ProtocolError(
+                    "session.close is not a data-channel message: close with POST /sessions/{session_id}/close",
+                    "unexpected_message_type",
+                )
             raise ProtocolError(f"unknown message type {msg['type']!r}", "unexpected_message_type")
         elif self.state == "uninitialized":
             if kind != "init":
@@ -130,7 +159,7 @@ class Connection:
             self._push(msg)
 
     async def _init(self, msg: dict) -> None:
-        req = P.parse_init(msg)
+        req = P.parse_init(msg, self.cfg.compat)
         if req.mode == "full_duplex":
             raise ProtocolError(
                 "mode full_duplex is not implemented by this backend; use turn_based", "mode_unsupported"
@@ -144,7 +173,7 @@ class Connection:
         await self._send(P.event("session.created", session_id=sid, mode=req.mode, metrics=self._metrics()))
 
     def _push(self, msg: dict) -> None:
-        turn = P.parse_turn(msg, self.init, self.cfg.max_audio_seconds, self.cfg.max_new_tokens)
+        turn = P.parse_turn(msg, self.init, self.cfg.max_audio_seconds, self.cfg.max_new_tokens, self.cfg.compat)
         running = self.worker is not None and not self.worker.done()
         if len(self.pending) + running > self.cfg.max_pending_inputs:
             raise ProtocolError(
@@ -252,10 +281,17 @@ class Connection:
                 continue  # keep draining so producers never block on a dead socket
             item["server_send_ts"] = time.time()
             try:
-                await self.ws.send(json.dumps(item))
+                await asyncio.wait_for(self.ws.send(json.dumps(item)), self.cfg.send_timeout_s)
             except ConnectionClosed:
                 alive = False
                 asyncio.create_task(self.terminate("client_disconnected", notify=False))
+            except asyncio.TimeoutError:  # the client stopped reading: free the engine, drop the socket
+                alive = False
+                asyncio.create_task(self.terminate("client_too_slow", self._slow_text(), notify=False))
+                self.ws.transport.abort()
+
+    def _slow_text(self) -> str:
+        return f"the client read nothing for {self.cfg.send_timeout_s:g} s with a full send buffer"
 
     # -- metrics ---------------------------------------------------------------------------
     @staticmethod
@@ -269,6 +305,9 @@ class Connection:
             m.update(load_ms=round((e.load_s or 0) * 1000, 1), warmup_ms=round((e.warmup_s or 0) * 1000, 1))
             return m
         m["wall_clock_ms"] = self._ms(t0)
+        prompt = getattr(self.engine.session, "last_prompt_tokens", None)
+        if prompt is not None:
+            m["prompt_tokens"] = prompt  # known once the prompt is built (before the prefill)
         if first_audio is not None:
             m["time_to_first_audio_ms"] = first_audio
         if audio_n:
@@ -286,6 +325,11 @@ class Connection:
                 cost_vpm_ms=r("vpm_ms"),
                 n_tokens=t.get("n_tokens", 0),
                 n_tts_tokens=t.get("n_tts_tokens", 0),
+                prompt_tokens=t.get("prompt_tokens", 0),
+                kv_cache_length=t.get("prompt_tokens", 0) + t.get("n_tokens", 0),
+                vision_slices=t.get("vision_slices", 0),
+                vision_tokens=t.get("vision_tokens", 0),
+                seed=t.get("seed"),
             )
             # time to first audio, step by step (ms after the turn started in the engine)
             for key, name in (("first_text_s", "first_text_ms"), ("first_codes_s", "first_codes_ms")):

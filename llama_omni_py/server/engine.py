@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from ..demo import demo_config
 from ..errors import MediaError
@@ -73,6 +74,7 @@ class Engine:
                 "load_s": round(self.load_s, 3),
                 "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
                 "turns": self.turns,
+                "capabilities": ["turn_based"],
             }
         if self.state == "failed":
             return 503, {"status": "error", "error": self.error}
@@ -111,6 +113,7 @@ class Engine:
     async def run(self, turn: Turn) -> AsyncIterator[SpeechChunk]:
         """The turn's chunks; cancelling the consumer stops generation within a chunk."""
         self.busy = True
+        self.session.last_prompt_tokens = None
         try:
             audio = turn.audio + (await asyncio.to_thread(self._video_audio, turn) if turn.videos else [])
             async for chunk in self.session.astream(
@@ -125,6 +128,8 @@ class Engine:
                 speech=turn.speech,
                 tts_template=turn.tts_template,
                 stack_frames=turn.stack_frames,
+                seed=turn.seed,
+                llm=replace(self.session.config.llm, **turn.sampling) if turn.sampling else None,
             ):
                 yield chunk
             self.turns += 1

@@ -1,6 +1,11 @@
 """The MiniCPM-o demo backend protocol as this server speaks it (docs/server-protocol.md): message
-kinds and their aliases, parsing and validation of uplink messages into dataclasses, downlink
-event builders. Every violation raises ProtocolError whose ``code`` is the session.closed reason."""
+kinds, parsing and validation of uplink messages into dataclasses, downlink event builders. Every
+violation raises ProtocolError whose ``code`` is the session.closed reason.
+
+Strict by default: only the schema's type names and shapes. ``compat=True`` (``--compat``) also
+takes the older aliases and shapes: ``init``/``backend.init``, ``push``/``input``/``backend.push``,
+a close message on the WebSocket, a flat init (no ``payload``, or the mode as a string), a push
+without ``input`` (``data`` or the message itself), and PNG images."""
 
 from __future__ import annotations
 
@@ -14,9 +19,11 @@ import numpy as np
 from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ProtocolError
 
-INIT_TYPES = ("session.init", "init", "backend.init")
-PUSH_TYPES = ("input.append", "push", "input", "backend.push")
-CLOSE_TYPES = ("session.close", "close", "backend.close")
+INIT_TYPES = ("session.init",)
+PUSH_TYPES = ("input.append",)
+COMPAT_INIT_TYPES = ("init", "backend.init")
+COMPAT_PUSH_TYPES = ("push", "input", "backend.push")
+COMPAT_CLOSE_TYPES = ("session.close", "close", "backend.close")  # strict: close is HTTP only (§3.3)
 MODES = ("turn_based", "full_duplex")
 INPUT_RATE = INPUT_SAMPLE_RATE  # input audio: float32 mono
 OUTPUT_RATE = OUTPUT_SAMPLE_RATE  # output audio: float32 mono
@@ -51,6 +58,8 @@ class Turn:
     speech: bool = True
     tts_template: bool = True
     voice: np.ndarray | None = None
+    sampling: dict = field(default_factory=dict)  # LLM sampling overrides (temperature, top_p, top_k)
+    seed: int | None = None  # None: the session's seed
 
 
 def decode(raw) -> dict:
@@ -65,10 +74,16 @@ def decode(raw) -> dict:
     return msg
 
 
-def kind(msg: dict) -> str:
-    """'init', 'push', 'close' or 'unknown'."""
+def kind(msg: dict, compat: bool = False) -> str:
+    """'init', 'push', 'close' (compat only) or 'unknown'."""
     t = msg["type"]
-    return "init" if t in INIT_TYPES else "push" if t in PUSH_TYPES else "close" if t in CLOSE_TYPES else "unknown"
+    if t in INIT_TYPES or (compat and t in COMPAT_INIT_TYPES):
+        return "init"
+    if t in PUSH_TYPES or (compat and t in COMPAT_PUSH_TYPES):
+        return "push"
+    if compat and t in COMPAT_CLOSE_TYPES:
+        return "close"
+    return "unknown"
 
 
 def _b64(value, what: str, code: str) -> bytes:
@@ -113,9 +128,21 @@ def _obj(d: dict, key: str) -> dict:
     return v
 
 
-def parse_init(msg: dict) -> InitRequest:
-    p = msg["payload"] if isinstance(msg.get("payload"), dict) else msg  # the spec accepts a flat init too
-    mode = p.get("mode", "full_duplex")
+def parse_init(msg: dict, compat: bool = False) -> InitRequest:
+    p = msg.get("payload")
+    if compat and isinstance(p, str):
+        p = {"mode": p}  # an old client's payload: "turn_based"
+    elif compat and p is None:
+        p = msg  # a flat init
+    if not isinstance(p, dict):
+        got = "missing" if p is None else f"a {type(p).__name__} ({json.dumps(p)[:40]})"
+        raise ProtocolError(
+            f'session.init needs a payload object, got {got}; send {{"payload": {{"mode": "turn_based"}}}}',
+            "invalid_input",
+        )
+    if "mode" not in p and not compat:
+        raise ProtocolError("payload.mode is required: turn_based (or full_duplex)", "invalid_mode")
+    mode = p.get("mode", "full_duplex")  # compat: the reference backend's default
     if mode not in MODES:
         raise ProtocolError(f"payload.mode must be one of {MODES}, got {mode!r}", "invalid_mode")
     system = p.get("system_prompt")
@@ -153,7 +180,7 @@ def _text_of(items: list, where: str) -> str:
     return "".join(out)
 
 
-def _media(turn: Turn, items: list, where: str, max_audio_s: float) -> None:
+def _media(turn: Turn, items: list, where: str, max_audio_s: float, compat: bool) -> None:
     audio_s = 0.0
     for i, item in enumerate(items):
         at, t = f"{where}.content[{i}]", item["type"]
@@ -169,8 +196,10 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float) -> None:
             turn.audio.append(x)
         elif t == "image":
             data = _b64(item.get("data"), f"{at}.data", "invalid_media")
-            if not (data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n"):
-                raise ProtocolError(f"{at}.data is not a JPEG (or PNG) image", "invalid_media")
+            png = data[:8] == b"\x89PNG\r\n\x1a\n"
+            if not (data[:3] == b"\xff\xd8\xff" or (compat and png)):
+                what = "a PNG: images must be JPEG (PNG only with --compat)" if png else "not a JPEG image"
+                raise ProtocolError(f"{at}.data is {what}", "invalid_media")
             turn.images.append(data)
         elif t == "video":
             data = _b64(item.get("data"), f"{at}.data", "invalid_media")
@@ -183,12 +212,15 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float) -> None:
             turn.stack_frames = max(turn.stack_frames or 1, min(n, MAX_STACK_FRAMES))
 
 
-def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_cap: int | None) -> Turn:
+def parse_turn(
+    msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_cap: int | None, compat: bool = False
+) -> Turn:
     """A turn_based push. Earlier messages give (role, text) history; a system message replaces
     the init's system prompt; the last message must be the user's and holds the inputs."""
-    inp = msg.get("input", msg.get("data", msg))
+    inp = msg.get("input", msg.get("data", msg)) if compat else msg.get("input")
     if not isinstance(inp, dict):
-        raise ProtocolError("'input' must be an object", "invalid_input")
+        got = "missing" if inp is None else f"a {type(inp).__name__}"
+        raise ProtocolError(f"input.append needs an 'input' object, got {got}", "invalid_input")
     if "messages" not in inp and ("audio" in inp or "video_frames" in inp):
         raise ProtocolError("a full_duplex input (audio/video_frames) in a turn_based session", "mode_mismatch")
     messages = inp.get("messages")
@@ -208,7 +240,7 @@ def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_
             raise ProtocolError("the last message must be the user's", "invalid_input")
         else:
             turn.text = _text_of(items, where)
-            _media(turn, items, where, max_audio_s)
+            _media(turn, items, where, max_audio_s, compat)
     if not (turn.text.strip() or turn.audio or turn.images or turn.videos):
         raise ProtocolError("the user message has no text, audio, image or video", "empty_messages")
     turn.streaming = _bool(inp, "streaming", True)
@@ -220,6 +252,7 @@ def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_
         turn.max_new_tokens = min(n, max_new_tokens_cap) if max_new_tokens_cap else n
     elif max_new_tokens_cap:
         turn.max_new_tokens = max_new_tokens_cap
+    _sampling(turn, gen)
     tts = _obj(inp, "tts")
     turn.speech = _bool(tts, "enabled", init.use_tts)
     turn.tts_template = _bool(inp, "use_tts_template", False) or turn.speech  # the spec: template OR enabled
@@ -234,6 +267,30 @@ def parse_turn(msg: dict, init: InitRequest, max_audio_s: float, max_new_tokens_
     ):
         raise ProtocolError("image.max_slice_nums must be an int or one int per image", "invalid_input")
     return turn
+
+
+def _sampling(turn: Turn, gen: dict) -> None:
+    """generation.temperature / top_p / top_k / seed: this turn's LLM sampling (an extension of
+    the schema's generation object, which names max_new_tokens and length_penalty)."""
+    from ..config import LlmSampling
+    from ..errors import ConfigError
+
+    for key, types in (("temperature", (int, float)), ("top_p", (int, float)), ("top_k", (int,))):
+        v = gen.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, types):
+            raise ProtocolError(f"generation.{key} must be a number, got {v!r}", "invalid_input")
+        turn.sampling[key] = v
+    try:
+        LlmSampling(**turn.sampling)  # the ranges the engine accepts
+    except ConfigError as e:
+        raise ProtocolError(f"generation.{e}", "invalid_input") from None
+    seed = gen.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -1 <= seed < 2**32:
+            raise ProtocolError("generation.seed must be an integer in -1..2**32-1 (-1: random)", "invalid_input")
+        turn.seed = seed
 
 
 # -- downlink ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Plain HTTP on the WebSocket port: /health, /v1/health, the demo page, the close control
+"""Plain HTTP on the worker's WebSocket port: /health, /v1/health, the close control
 channel. websockets' handshake parser refuses a request body, so BodyConnection lifts a small
 body (the close request's JSON) off the request before the parser sees it."""
 
@@ -7,28 +7,40 @@ from __future__ import annotations
 import http
 import json
 import re
-from importlib import resources
 
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
+from websockets.frames import CloseCode
 from websockets.http11 import Response
+from websockets.protocol import State
 
 MAX_BODY = 64 << 10
 MAX_HEAD = 16 << 10
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r\n")
 _CLOSE_PATH = re.compile(r"/sessions/([A-Za-z0-9_.-]{1,128})/close")
-_STATIC_NAME = re.compile(r"[A-Za-z0-9_-]+\.(html|js|css)")
-_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
 
 
 class BodyConnection(ServerConnection):
-    """Feeds websockets the request head without its body (kept in ``request_body``)."""
+    """Feeds websockets the request head without its body (kept in ``request_body``). Also lets
+    the session send one last text frame when the protocol layer fails the connection for an
+    oversize message (``before_fail``: reason -> JSON text or None), ahead of the 1009 close."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._head = b""
         self._through = False
         self.request_body = b""
+        self.before_fail = None
+        fail = self.protocol.fail
+
+        def fail_after_notice(code, reason=""):
+            if code == CloseCode.MESSAGE_TOO_BIG and self.before_fail and self.protocol.state is State.OPEN:
+                text = self.before_fail(reason)
+                if text:
+                    self.protocol.send_text(text.encode())
+            fail(code, reason)
+
+        self.protocol.fail = fail_after_notice
 
     def data_received(self, data: bytes) -> None:
         if self._through:
@@ -77,15 +89,6 @@ def json_response(status: int, obj: dict) -> Response:
     return respond(status, json.dumps(obj).encode(), "application/json")
 
 
-def static_file(name: str) -> Response | None:
-    if not _STATIC_NAME.fullmatch(name):
-        return None
-    f = resources.files(__package__) / "static" / name
-    if not f.is_file():
-        return None
-    return respond(200, f.read_bytes(), _TYPES[name.rsplit(".", 1)[1]])
-
-
 async def process_request(server, connection, request) -> Response | None:
     """Routes plain HTTP; None lets the WebSocket handshake of /backend go ahead."""
     path = request.path.split("?", 1)[0]
@@ -94,9 +97,6 @@ async def process_request(server, connection, request) -> Response | None:
         return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
     if method == "GET" and path in ("/health", "/v1/health"):
         return json_response(*server.engine.health())
-    if method == "GET" and (path == "/" or path.startswith("/static/")):
-        page = static_file("index.html" if path == "/" else path[len("/static/") :])
-        return page or json_response(404, {"error": "no such file"})
     m = _CLOSE_PATH.fullmatch(path)
     if m and method == "POST":
         reason = None

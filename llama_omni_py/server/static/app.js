@@ -1,14 +1,16 @@
-// Demo page for the llama-omni-py server: one turn_based session over WS /backend, text or
-// microphone/file input, text deltas shown as they arrive, audio deltas (float32 24 kHz)
-// scheduled back to back on one Web Audio clock so playback is gapless. window.omniStats
-// exposes what was received (the browser test reads it).
+// Demo page for the llama-omni-py gateway: each turn is one request on WS /ws/chat (the demo's
+// turn-based chat API), so the page holds no engine between turns; while every engine is busy it
+// shows the queue position and estimated wait. Text or microphone/file input, text shown as it
+// arrives, audio chunks (float32 24 kHz) scheduled back to back on one Web Audio clock so
+// playback is gapless. window.omniStats exposes what was received (the browser test reads it).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const OUT_RATE = 24000, IN_RATE = 16000;
 const stats = window.omniStats = { audioSeconds: 0, audioChunks: 0, decodedChunks: 0, textDeltas: 0,
-                                   done: 0, ttfaMs: null, rtf: null, closed: null, sessionId: null };
-let ws = null, ctx = null, playAt = 0, sentAt = 0, lastAudioAt = 0, turnAudio = 0, attachment = null;
+                                   done: 0, ttfaMs: null, rtf: null, queued: 0, errors: [] };
+const history = [];  // earlier turns' text, sent with each request (the server keeps no session)
+let ctx = null, playAt = 0, sentAt = 0, lastAudioAt = 0, turnAudio = 0, attachment = null, pendingUser = "";
 
 function status(text, cls) { const s = $("status"); s.textContent = text; s.className = "status " + (cls || ""); }
 
@@ -68,32 +70,41 @@ function onAudio(b64) {
 }
 
 function onEvent(ev) {
-  if (ev.type === "session.created") { stats.sessionId = ev.session_id; status("ready · session " + ev.session_id.slice(0, 8), "ready"); }
-  else if (ev.type === "response.output.delta" && ev.kind === "text") { stats.textDeltas += 1; $("reply").textContent += ev.text; }
-  else if (ev.type === "response.output.delta" && ev.kind === "audio") onAudio(ev.audio);
-  else if (ev.type === "response.done") {
+  if (ev.type === "queued" || ev.type === "queue_update") {
+    stats.queued += ev.type === "queued" ? 1 : 0;
+    status("waiting for a free engine: position " + ev.position + " of " + ev.queue_length +
+           ", about " + Math.round(ev.estimated_wait_s) + " s", "queued");
+  } else if (ev.type === "queue_done") status("your turn", "ready");
+  else if (ev.type === "prefill_done") status("answering…", "ready");
+  else if (ev.type === "chunk" && ev.text_delta) { stats.textDeltas += 1; $("reply").textContent += ev.text_delta; }
+  else if (ev.type === "chunk" && ev.audio_data) onAudio(ev.audio_data);
+  else if (ev.type === "done") {
     stats.done += 1;
-    if (ev.audio) onAudio(ev.audio);
+    if (ev.audio_data) onAudio(ev.audio_data);
     if (!$("reply").textContent) $("reply").textContent = ev.text;
-    $("send").disabled = false;
-  } else if (ev.type === "session.closed") {
-    stats.closed = ev;
+    history.push({ role: "user", content: pendingUser }, { role: "assistant", content: ev.text });
+    status("ready", "ready");
+  } else if (ev.type === "error") {
+    stats.errors.push(ev.error);
     const box = $("closed");
     box.hidden = false;
-    box.textContent = "session closed: " + ev.reason + (ev.diagnostic ? "\n" + ev.diagnostic.message : "");
+    box.textContent = "error: " + ev.error;
+    status("ready", "ready");
   }
 }
 
-function connect() {
-  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/backend";
-  status("connecting…");
-  ws = new WebSocket(url);
-  ws.onopen = () => ws.send(JSON.stringify({ type: "session.init", payload: { mode: "turn_based" } }));
+function request(content) {
+  // One WebSocket per turn: the page holds no engine while the user reads or types.
+  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/chat";
+  const ws = new WebSocket(url);
+  const body = { messages: history.concat([{ role: "user", content }]), streaming: $("streaming").checked,
+                 tts: { enabled: $("tts").checked } };
+  pendingUser = content.filter((c) => c.type === "text").map((c) => c.text).join("");
+  ws.onopen = () => { status("sent", "ready"); ws.send(JSON.stringify(body)); };
   ws.onmessage = (m) => onEvent(JSON.parse(m.data));
   ws.onclose = (e) => {
-    status("disconnected (" + (stats.closed ? stats.closed.reason : "code " + e.code) + "); reconnecting…", "error");
     $("send").disabled = false;
-    setTimeout(connect, 2000);  // a closed session is never resumed: start a fresh one
+    if (e.code !== 1000) status("connection closed (code " + e.code + ")", "error");
   };
 }
 
@@ -137,7 +148,6 @@ async function toggleRecord() {
 }
 
 function send() {
-  if (!ws || ws.readyState !== WebSocket.OPEN) return;
   audioContext();  // created on the click, so autoplay policies let it run
   const content = [];
   if (attachment) content.push(attachment);
@@ -149,9 +159,7 @@ function send() {
   stats.ttfaMs = null; turnAudio = 0;
   $("ttfa").textContent = "–"; $("rtf").textContent = "–";
   sentAt = performance.now();
-  ws.send(JSON.stringify({ type: "input.append", input: {
-    messages: [{ role: "user", content }], streaming: $("streaming").checked,
-    tts: { enabled: $("tts").checked } } }));
+  request(content);
   attachment = null; $("attached").textContent = "";
   $("send").disabled = true;
 }
@@ -159,4 +167,4 @@ function send() {
 $("send").onclick = send;
 $("record").onclick = () => toggleRecord().catch((e) => { $("attached").textContent = "microphone: " + e; });
 $("file").onchange = (e) => e.target.files[0] && attach(e.target.files[0]).catch((err) => { $("attached").textContent = String(err); });
-connect();
+status("ready", "ready");

@@ -1,0 +1,163 @@
+"""The gateway as an ASGI app (Starlette; uvicorn serves it, and so can a Ray Serve ingress):
+the demo's public API, the OpenAI API, read-outs and the page, all over one worker pool.
+``run_gateway()`` serves it until SIGINT/SIGTERM; ``BackgroundGateway`` runs it in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from importlib import resources
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+
+from . import chat_api, duplex_api, openai_api, status_api
+from .config import GatewayConfig
+from .service import Gateway
+
+log = logging.getLogger(__name__)
+_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
+STATIC = ("index.html", "app.js", "style.css")
+
+
+async def page(request: Request) -> Response:
+    name = request.path_params.get("name", "index.html")
+    if name not in STATIC:
+        return JSONResponse({"error": "no such file"}, 404)
+    data = (resources.files("llama_omni_py.server") / "static" / name).read_bytes()
+    return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]], headers={"Cache-Control": "no-store"})
+
+
+async def _not_found(request: Request, exc: HTTPException) -> JSONResponse:
+    body = (
+        {"error": f"no route for {request.method} {request.url.path}"}
+        if exc.status_code == 404
+        else {"error": exc.detail}
+    )
+    if request.url.path.startswith("/v1/"):
+        body = {
+            "error": {
+                "message": str(body["error"]),
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "not_found" if exc.status_code == 404 else None,
+            }
+        }
+    return JSONResponse(body, exc.status_code)
+
+
+def build_app(gateway: Gateway) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    routes = [
+        Route("/health", status_api.health),
+        Route("/v1/health", status_api.health),
+        Route("/status", status_api.status),
+        Route("/workers", status_api.workers),
+        Route("/api/queue", status_api.queue),
+        Route("/api/queue/{ticket_id}", status_api.ticket, methods=["GET", "DELETE"]),
+        Route("/metrics", status_api.metrics),
+        Route("/api/chat", chat_api.api_chat, methods=["POST"]),
+        WebSocketRoute("/ws/chat", chat_api.ws_chat),
+        WebSocketRoute("/ws/duplex/{session_id}", duplex_api.ws_duplex),
+        WebSocketRoute("/ws/half_duplex/{session_id}", duplex_api.ws_half_duplex),
+        Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
+        Route("/v1/models", openai_api.models),
+        Route("/v1/models/{model}", openai_api.model),
+        Route("/", page),
+        Route("/static/{name}", page),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _not_found})
+    app.state.gateway = gateway
+    return app
+
+
+def uvicorn_config(app, cfg: GatewayConfig):
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        ws="websockets-sansio",
+        ws_max_size=cfg.max_message_bytes,
+        ws_ping_interval=cfg.ping_interval_s,
+        ws_ping_timeout=cfg.ping_timeout_s,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+
+
+def run_gateway(cfg: GatewayConfig, sources: list) -> None:
+    """Serves until SIGINT or SIGTERM, then stops the workers and returns (exit status 0)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()  # uvicorn would raise the signal again on the way out
+
+    gateway = Gateway(cfg, sources)
+    server = Server(uvicorn_config(build_app(gateway), cfg))
+    log.warning("gateway on http://%s:%d (%s)", cfg.host, cfg.port, ", ".join(s.describe() for s in sources))
+    server.run()
+
+
+class BackgroundGateway:
+    """A gateway on its own event loop in a daemon thread (tests, benchmarks):
+    ``with BackgroundGateway(cfg, sources) as g: g.url``."""
+
+    def __init__(self, config: GatewayConfig, sources: list):
+        import uvicorn
+
+        self.gateway = Gateway(config, sources)
+        self.server = uvicorn.Server(uvicorn_config(build_app(self.gateway), config))
+        self.server.install_signal_handlers = lambda: None  # not the main thread
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+
+    def __enter__(self) -> BackgroundGateway:
+        self._thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self._thread.join(60)
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.gateway.config.host}:{self.port}"
+
+    def wait_ready(self, timeout: float = 120.0, workers: int | None = None) -> str:
+        """Waits until ``workers`` (default: all) are idle; returns the gateway state."""
+        deadline = time.monotonic() + timeout
+        pool = self.gateway.pool
+        want = len(pool.workers) if workers is None else workers
+        while time.monotonic() < deadline:
+            if sum(w.status == "idle" for w in list(pool.workers.values())) >= want:
+                break
+            time.sleep(0.05)
+        return self.gateway.state()

@@ -1,0 +1,56 @@
+"""Audio and image conversions of the OpenAI API: reply audio (float32 24 kHz) to wav, pcm16,
+flac or mp3 (mp3 where the installed libsndfile writes it); request audio (wav/mp3 bytes) to the
+backend's float32 16 kHz PCM; request images to JPEG, the only image encoding the backend takes."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+
+from ...media import load_audio, run_ffmpeg
+
+RATE = 24000
+_SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III")}
+
+
+def output_formats() -> tuple[str, ...]:
+    import soundfile as sf
+
+    have = sf.available_formats()
+    return ("pcm16", *(f for f, (container, _) in _SUBTYPES.items() if container in have))
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """Raw signed 16-bit little-endian mono (OpenAI's pcm16)."""
+    return (np.clip(np.asarray(samples, np.float32), -1.0, 1.0) * 32767).round().astype("<i2").tobytes()
+
+
+def encode(samples: np.ndarray, fmt: str) -> bytes:
+    if fmt == "pcm16":
+        return pcm16(samples)
+    import soundfile as sf
+
+    container, subtype = _SUBTYPES[fmt]
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(np.asarray(samples, np.float32), -1.0, 1.0), RATE, format=container, subtype=subtype)
+    return buf.getvalue()
+
+
+def float_pcm_b64_to_array(b64: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), "<f4")
+
+
+def input_audio_to_pcm_b64(data: bytes, max_seconds: float) -> str:
+    """wav/mp3 bytes -> base64 float32 16 kHz mono (raises MediaError)."""
+    x = load_audio(data, max_seconds)
+    return base64.b64encode(np.asarray(x, "<f4").tobytes()).decode("ascii")
+
+
+def to_jpeg(data: bytes) -> bytes:
+    """JPEG bytes unchanged; any other image ffmpeg reads (PNG, WebP, GIF, ...) re-encoded."""
+    if data[:3] == b"\xff\xd8\xff":
+        return data
+    args = ["-nostdin", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-frames:v", "1"]
+    return run_ffmpeg([*args, "-f", "image2pipe", "-c:v", "mjpeg", "-q:v", "2", "pipe:1"], data)

@@ -1,0 +1,62 @@
+"""Gateway knobs, validated at construction (every error names the field)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765  # 0: any free port (tests)
+    max_queue_size: int = 1000  # tickets waiting for a worker; one more is refused (503 / 429 / error)
+    queue_update_s: float = 3.0  # queue_update messages to a waiting client
+    first_message_timeout_s: float = 30.0  # a /ws/chat client must send its request within this
+    idle_release_s: float = 30.0  # a whole-life session idle this long gives its worker back while others wait
+    idle_timeout_s: float = 300.0  # ... and this long when nobody waits
+    send_buffer_bytes: int = 16 << 20  # unsent bytes for one client before it counts as a slow reader
+    send_timeout_s: float = 10.0  # one send blocked this long: a slow reader
+    max_message_bytes: int = 32 << 20  # one WebSocket message from a client
+    ping_interval_s: float | None = 20.0
+    ping_timeout_s: float | None = 20.0
+    health_interval_s: float = 2.0  # how often each worker's /health is read
+    turn_timeout_s: float = 600.0  # one request's time on a worker, queue wait excluded
+    model_name: str = "MiniCPM-o-4.5"  # the id of /v1/models
+    audio_ttl_s: float = 3600.0  # OpenAI audio ids stay valid (for follow-up turns) this long
+    log_interval_s: float = 10.0  # repeated refusals are logged once per interval
+
+    def __post_init__(self):
+        def check(name, ok, msg):
+            if not ok:
+                raise ConfigError(name, msg)
+
+        check("host", isinstance(self.host, str) and self.host, "must be a host name or address")
+        check("port", isinstance(self.port, int) and 0 <= self.port <= 65535, "must be an integer in 0..65535")
+        check(
+            "max_queue_size",
+            isinstance(self.max_queue_size, int) and self.max_queue_size >= 0,
+            "must be an integer >= 0",
+        )
+        for name in (
+            "queue_update_s",
+            "first_message_timeout_s",
+            "idle_release_s",
+            "idle_timeout_s",
+            "send_timeout_s",
+            "health_interval_s",
+            "turn_timeout_s",
+            "audio_ttl_s",
+            "log_interval_s",
+        ):
+            v = getattr(self, name)
+            check(name, isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "must be a number > 0")
+        check("idle_release_s", self.idle_release_s <= self.idle_timeout_s, "must be <= idle_timeout_s")
+        v = self.send_buffer_bytes  # one second of audio is a 128 KiB message
+        check("send_buffer_bytes", isinstance(v, int) and v >= 1 << 18, "must be an integer >= 262144")
+        v = self.max_message_bytes
+        check("max_message_bytes", isinstance(v, int) and v >= 1024, "must be an integer >= 1024")
+        for name in ("ping_interval_s", "ping_timeout_s"):
+            check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")
+        check("model_name", isinstance(self.model_name, str) and self.model_name.strip(), "must be a non-empty string")

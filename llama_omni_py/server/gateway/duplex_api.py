@@ -1,0 +1,68 @@
+"""``WS /ws/duplex/{session_id}`` and ``WS /ws/half_duplex/{session_id}``: sessions that hold a
+worker for their whole life. The queue part is the demo's (``queued``, ``queue_update`` every few
+seconds, always ``queue_done``); what runs on the worker is a handler registered for the
+session type by the engine that serves it (``register``). Until a worker advertises the
+capability, these routes answer with an error and close (1013). See docs/serving.md."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+from starlette.websockets import WebSocket
+
+from .client_channel import ClientChannel, SlowReader
+from .pool import NoWorkerFor, QueueFull
+
+HANDLERS: dict = {}  # session type -> async handler(websocket, channel, lease, gateway)
+
+
+def register(session_type: str, handler) -> None:
+    """Plugs in the engine side of a whole-life session type ("omni_duplex", "audio_duplex",
+    "half_duplex_audio"). The handler relays between the client and ``lease.worker`` until the
+    session ends; it calls ``lease.touch()`` on client activity so idle reclaim can tell."""
+    HANDLERS[session_type] = handler
+
+
+def _clean(session_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", session_id)[:128]
+
+
+async def ws_duplex(websocket: WebSocket) -> None:
+    sid = _clean(websocket.path_params["session_id"])
+    await _whole_life(websocket, "audio_duplex" if sid.startswith("adx_") else "omni_duplex", sid)
+
+
+async def ws_half_duplex(websocket: WebSocket) -> None:
+    await _whole_life(websocket, "half_duplex_audio", _clean(websocket.path_params["session_id"]))
+
+
+async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
+    gw = websocket.app.state.gateway
+    cfg = gw.config
+    await websocket.accept()
+    channel = ClientChannel(websocket, cfg.send_buffer_bytes, cfg.send_timeout_s)
+    try:
+        async with gw.pool.lease(type_name, sid, notify=channel.send) as lease:
+            handler = HANDLERS.get(type_name)
+            if handler is None:  # a worker advertises the capability but no engine side is plugged in
+                raise NoWorkerFor(f"this gateway has no handler for {type_name} sessions")
+            await gw.pool.hold_for_life(
+                lease,
+                handler(websocket, channel, lease, gw),
+                cfg.idle_release_s,
+                cfg.idle_timeout_s,
+                lambda idle: channel.put({"type": "timeout", "reason": f"idle for {idle:.0f} s"}),
+            )
+    except (NoWorkerFor, QueueFull) as e:
+        if isinstance(e, QueueFull):
+            gw.metrics.refusals.labels(reason="queue_full").inc()
+            gw.refusal_log("queue_full", "duplex session refused: %s", e)
+        with contextlib.suppress(SlowReader):
+            channel.put({"type": "error", "error": str(e)})
+        channel.close(1013, "Queue full" if isinstance(e, QueueFull) else "No worker available")
+    except SlowReader:
+        pass
+    finally:
+        channel.close(1000, "session ended")
+        await channel.closed(cfg.send_timeout_s + 1)

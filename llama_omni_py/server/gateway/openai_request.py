@@ -1,0 +1,261 @@
+"""``POST /v1/chat/completions`` request bodies: checked field by field and turned into the
+backend protocol's turn_based input. Every problem is an OpenAIError (HTTP status, message,
+``param``, ``code``) before the request takes a queue place."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import MediaError
+from . import audio_codec
+
+MAX_AUDIO_SECONDS = 30.0
+INPUT_RATE = 16000
+VOICES = ("default", "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+IGNORED = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on one reply
+KNOWN = {
+    "model",
+    "messages",
+    "modalities",
+    "audio",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stream",
+    "stream_options",
+    "n",
+    "frequency_penalty",
+    "presence_penalty",
+    "logprobs",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "stop",
+} | IGNORED
+_DATA_URL = re.compile(r"data:(image/[A-Za-z0-9.+-]+)?(;[A-Za-z0-9=.+-]+)*;base64,(.*)", re.S)
+
+
+class OpenAIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, type_=None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type_ or {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}.get(
+            status, "server_error"
+        )
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(message: str, param: str | None = None, code: str = "invalid_value") -> OpenAIError:
+    return OpenAIError(400, message, param, code)
+
+
+@dataclass
+class ChatCompletion:
+    model: str
+    inp: dict  # the backend input
+    stream: bool
+    include_usage: bool
+    audio_out: bool
+    voice: str | None
+    audio_format: str | None
+
+
+def _number(body: dict, key: str, lo: float, hi: float, lo_open: bool = False):
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo < v if lo_open else lo <= v) or v > hi:
+        raise bad(f"'{key}' must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}", key)
+    return v
+
+
+def _int(body: dict, key: str, lo: int, hi: int):
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise bad(f"'{key}' must be an integer in [{lo}, {hi}], got {v!r}", key)
+    return v
+
+
+def parse(body, model_name: str, audio_transcript, formats: tuple[str, ...]) -> ChatCompletion:
+    """``audio_transcript(id)``: the transcript of an earlier reply's audio, or None."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object", None, "invalid_request")
+    unknown = sorted(set(body) - KNOWN)
+    if unknown:
+        raise bad(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0], "unknown_parameter")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("'model' is required (see GET /v1/models)", "model", "missing_required_parameter")
+    if model != model_name:
+        raise OpenAIError(
+            404, f"The model '{model}' does not exist; this server serves '{model_name}'", "model", "model_not_found"
+        )
+    _unsupported(body)
+    modalities = body.get("modalities") or ["text"]
+    if not isinstance(modalities, list) or not set(modalities) <= {"text", "audio"} or "text" not in modalities:
+        raise bad('\'modalities\' must be ["text"] or ["text", "audio"]', "modalities")
+    audio_out = "audio" in modalities
+    voice = fmt = None
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad("'stream' must be a boolean", "stream")
+    if audio_out:
+        audio = body.get("audio")
+        if not isinstance(audio, dict):
+            raise bad(
+                "'audio' ({voice, format}) is required when modalities include \"audio\"",
+                "audio",
+                "missing_required_parameter",
+            )
+        voice, fmt = audio.get("voice"), audio.get("format")
+        if voice not in VOICES:
+            raise bad(f"audio.voice must be one of {list(VOICES)} (one voice: the model set's)", "audio.voice")
+        if fmt not in formats:
+            raise bad(f"audio.format must be one of {list(formats)}, got {fmt!r}", "audio.format")
+        if stream and fmt != "pcm16":
+            raise bad('streamed audio is pcm16 only (set audio.format to "pcm16")', "audio.format")
+    elif body.get("audio") is not None:
+        raise bad("'audio' is given but modalities do not include \"audio\"", "audio")
+    options = body.get("stream_options")
+    if options is not None and (not stream or not isinstance(options, dict)):
+        raise bad("'stream_options' is only allowed with stream: true, as an object", "stream_options")
+    include_usage = bool((options or {}).get("include_usage", False))
+    generation: dict = {}
+    tokens = [_int(body, k, 1, 1 << 20) for k in ("max_completion_tokens", "max_tokens")]
+    if tokens[0] is not None or tokens[1] is not None:
+        generation["max_new_tokens"] = tokens[0] if tokens[0] is not None else tokens[1]
+    for key, lo, hi, lo_open in (("temperature", 0.0, 2.0, False), ("top_p", 0.0, 1.0, True)):
+        v = _number(body, key, lo, hi, lo_open)
+        if v is not None:
+            generation[key] = v
+    seed = _int(body, "seed", -(2**63), 2**63 - 1)
+    if seed is not None:
+        generation["seed"] = seed % 2**32  # the engine's seeds are 32-bit
+    messages = _messages(body.get("messages"), audio_transcript)
+    inp = {"messages": messages, "streaming": True, "tts": {"enabled": audio_out}, "generation": generation}
+    return ChatCompletion(model, inp, stream, include_usage, audio_out, voice, fmt)
+
+
+def _unsupported(body: dict) -> None:
+    if body.get("n", 1) != 1:
+        raise bad("only n = 1 is supported", "n")
+    for key in ("frequency_penalty", "presence_penalty"):
+        if body.get(key, 0) not in (0, 0.0):
+            raise bad(f"'{key}' is not supported (only 0)", key, "unsupported_parameter")
+    if body.get("logprobs"):
+        raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
+    if body.get("tools") or body.get("tool_choice") not in (None, "none"):
+        raise bad("tools are not supported by this model server", "tools", "unsupported_parameter")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise bad('only response_format {"type": "text"} is supported', "response_format", "unsupported_parameter")
+    if body.get("stop") not in (None, [], ""):
+        raise bad("'stop' sequences are not supported", "stop", "unsupported_parameter")
+
+
+def _messages(messages, audio_transcript) -> list:
+    if not isinstance(messages, list) or not messages:
+        raise bad("'messages' must be a non-empty array", "messages", "missing_required_parameter")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad(f"{where} must be an object", where)
+        role = m.get("role")
+        if role in ("system", "developer"):
+            out.append({"role": "system", "content": _text_only(m.get("content"), where)})
+        elif role == "user":
+            out.append({"role": "user", "content": _user_content(m.get("content"), where)})
+        elif role == "assistant":
+            text = _text_only(m.get("content"), where) if m.get("content") is not None else ""
+            audio = m.get("audio")
+            if isinstance(audio, dict) and audio.get("id"):
+                said = audio_transcript(audio["id"])
+                if said is None:
+                    raise bad(f"{where}.audio.id {audio['id']!r} is unknown or expired", f"{where}.audio.id")
+                text = text or said
+            out.append({"role": "assistant", "content": text})
+        else:
+            raise bad(f"{where}.role must be system, developer, user or assistant, got {role!r}", f"{where}.role")
+    if out[-1]["role"] != "user":
+        raise bad("the last message must be the user's", f"messages[{len(out) - 1}].role")
+    return out
+
+
+def _text_only(content, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        if all(isinstance(p.get("text"), str) for p in content):
+            return "".join(p["text"] for p in content)
+    raise bad(f"{where}.content must be a string or an array of text parts", f"{where}.content")
+
+
+def _b64(value, param: str) -> bytes:
+    if not isinstance(value, str) or not value:
+        raise bad(f"{param} must be a non-empty base64 string", param)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise bad(f"{param} is not valid base64: {e}", param) from None
+
+
+def _user_content(content, where: str) -> list:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        raise bad(f"{where}.content must be a string or a non-empty array of parts", f"{where}.content")
+    items, audio_s = [], 0.0
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            items.append({"type": "text", "text": part["text"]})
+        elif kind == "input_audio" and isinstance(part.get("input_audio"), dict):
+            spec = part["input_audio"]
+            if spec.get("format") not in ("wav", "mp3"):
+                raise bad(f"{at}.input_audio.format must be wav or mp3", f"{at}.input_audio.format")
+            data = _b64(spec.get("data"), f"{at}.input_audio.data")
+            try:
+                x = audio_codec.load_audio(data, None)
+            except MediaError as e:
+                raise bad(
+                    f"{at}.input_audio.data could not be decoded as {spec['format']}: {e}", f"{at}.input_audio.data"
+                ) from None
+            audio_s += x.size / INPUT_RATE
+            if audio_s > MAX_AUDIO_SECONDS:
+                raise bad(
+                    f"input audio is {audio_s:.1f} s in all; the limit is {MAX_AUDIO_SECONDS:g} s", f"{at}.input_audio"
+                )
+            if x.size < INPUT_RATE // 10:
+                raise bad(f"{at}.input_audio is shorter than 0.1 s", f"{at}.input_audio")
+            items.append({"type": "audio", "data": base64.b64encode(np.asarray(x, "<f4").tobytes()).decode("ascii")})
+        elif kind == "image_url" and isinstance(part.get("image_url"), dict):
+            url = part["image_url"].get("url")
+            m = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+            if m is None:
+                raise bad(
+                    f"{at}.image_url.url must be a data URL (data:image/...;base64,...); this server fetches "
+                    "no remote URLs",
+                    f"{at}.image_url.url",
+                )
+            data = _b64(m.group(3), f"{at}.image_url.url")
+            try:
+                jpeg = audio_codec.to_jpeg(data)
+            except MediaError as e:
+                raise bad(f"{at}.image_url is not an image ffmpeg can read: {e}", f"{at}.image_url.url") from None
+            items.append({"type": "image", "data": base64.b64encode(jpeg).decode("ascii")})
+        else:
+            raise bad(f"{at} must be a text, input_audio or image_url part", f"{at}.type")
+    return items

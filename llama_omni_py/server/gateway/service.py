@@ -1,0 +1,85 @@
+"""The gateway's state: the worker pool, where its workers come from, their health checks,
+metrics and the rate-limited refusal log. The HTTP/WebSocket routes (app.py) read and drive it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from ..log_limits import RateLimitedLog
+from .audio_store import AudioStore
+from .backend_client import WorkerUnavailable, health
+from .config import GatewayConfig
+from .metrics import GatewayMetrics
+from .pool import Worker, WorkerPool
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, sources: list):
+        self.config = config
+        self.sources = sources  # each: async start() -> [Worker], async stop(), describe() -> str
+        self.pool = WorkerPool(config.max_queue_size, config.queue_update_s)
+        self.metrics = GatewayMetrics(lambda: self.pool)
+        self.refusal_log = RateLimitedLog(log, config.log_interval_s)
+        self.audio = AudioStore(config.audio_ttl_s)
+        self.started = time.time()
+        self._health_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        try:
+            for source in self.sources:
+                for worker in await source.start():
+                    self.pool.add(worker)
+        except BaseException:
+            for source in self.sources:  # no orphaned worker processes or actors
+                await source.stop()
+            raise
+        await self.check_all()
+        self._health_task = asyncio.create_task(self._health_loop())
+
+    async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+        for source in self.sources:
+            await source.stop()
+
+    # -- health of the workers ---------------------------------------------------------------
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            await self.check_all()
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(w) for w in list(self.pool.workers.values())))
+
+    async def check(self, worker: Worker) -> None:
+        try:
+            status, body = await health(worker.url)
+        except WorkerUnavailable as e:
+            self.pool.report_health(worker, "offline", str(e))
+            return
+        facts = {}
+        if body.get("device"):
+            facts["device"] = body["device"]
+        if body.get("capabilities"):
+            facts["capabilities"] = frozenset(body["capabilities"])
+        if status == 200 and body.get("status") == "ready":
+            self.pool.report_health(worker, "busy" if body.get("session_active") else "idle", None, **facts)
+        elif body.get("status") == "loading":
+            self.pool.report_health(worker, "loading", None, **facts)
+        else:
+            self.pool.report_health(worker, "error", body.get("error") or f"/health answered {status}", **facts)
+
+    # -- readiness ---------------------------------------------------------------------------
+    def state(self) -> str:
+        """ready (some worker can serve), loading (none yet, some still loading) or unavailable."""
+        c = self.pool.counts()
+        if c["idle"] or any(self.pool.workers[w].busy for w in self.pool.workers):
+            return "ready"
+        return "loading" if c["loading"] else "unavailable"

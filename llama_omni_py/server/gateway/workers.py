@@ -1,0 +1,127 @@
+"""Where the gateway's workers come from. Each source has ``async start() -> [Worker]``,
+``async stop()`` and ``describe()``:
+
+* ``LocalWorkers``: one ``llama-omni worker`` process per device on this host, each pinned to
+  its device's NUMA node (the placement plan), announcing its port on stdout;
+* ``StaticWorkers``: workers started elsewhere, by address;
+* ``RayWorkers`` (ray_workers.py): one Ray actor per GPU/NPU, across hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+from ...errors import ConfigError
+from .pool import Worker
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 120.0
+
+
+def devices_for(workers: int | None, device: str = "auto") -> list[str]:
+    """One engine per accelerator: ``auto`` takes every accelerator of the build (or one CPU
+    worker on a host without one); ``cpu`` gives ``workers`` CPU engines (default 1); a named
+    device takes one worker."""
+    from ...backend import backends
+
+    if workers is not None and workers < 1:
+        raise ConfigError("workers", f"must be >= 1, got {workers}")
+    if device == "auto":
+        accelerators = [b for b in backends() if b != "cpu"]
+        if not accelerators:
+            return ["cpu"] * (workers or 1)
+        if workers is not None and workers > len(accelerators):
+            raise ConfigError(
+                "workers", f"{workers} workers but {len(accelerators)} accelerators ({accelerators}): one engine each"
+            )
+        return accelerators[: workers or len(accelerators)]
+    if device == "cpu":
+        return ["cpu"] * (workers or 1)
+    if workers not in (None, 1):
+        raise ConfigError("workers", f"one engine per accelerator: {device} takes one worker, not {workers}")
+    return [device]
+
+
+def numa_node_of(device: str) -> int | None:
+    """The NUMA node the placement plan puts a session on ``device`` on (None: no NUMA info)."""
+    from ...placement import plan_for_device
+
+    try:
+        return plan_for_device(device).node
+    except Exception as e:  # noqa: BLE001 -- no pinning is better than no worker
+        log.warning("no placement plan for %s: %s", device, e)
+        return None
+
+
+class LocalWorkers:
+    def __init__(self, devices: list[str], worker_args: list[str], host: str = "127.0.0.1", pin: bool = True):
+        self.devices, self.worker_args, self.host, self.pin = devices, list(worker_args), host, pin
+        self.procs: list[subprocess.Popen] = []
+
+    def describe(self) -> str:
+        return f"{len(self.devices)} local worker(s) on {', '.join(self.devices)}"
+
+    def command(self, device: str) -> list[str]:
+        cmd = [sys.executable, "-m", "llama_omni_py", "worker", "--host", self.host, "--port", "0", "--device", device]
+        node = numa_node_of(device) if self.pin else None
+        if node is not None:
+            cmd += ["--numa-node", str(node)]
+        return cmd + self.worker_args
+
+    async def start(self) -> list[Worker]:
+        workers = []
+        for i, device in enumerate(self.devices):
+            cmd = self.command(device)
+            # not from a source tree: `-m llama_omni_py` there would import the uncompiled package
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+            self.procs.append(proc)
+            port = await asyncio.wait_for(asyncio.to_thread(_announced_port, proc), START_TIMEOUT_S)
+            threading.Thread(target=proc.stdout.read, name=f"worker_{i}-stdout", daemon=True).start()  # drained
+            workers.append(Worker(f"worker_{i}", self.host, port, gpu_id=i, device=device))
+            log.warning("worker_%d (pid %d) on %s: http://%s:%d", i, proc.pid, device, self.host, port)
+        return workers
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                await asyncio.to_thread(proc.wait, 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _announced_port(proc: subprocess.Popen) -> int:
+    """The worker's first stdout line: {"listening": url, "port": N}."""
+    for line in proc.stdout:
+        try:
+            return int(json.loads(line)["port"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    raise RuntimeError(f"worker {proc.args} exited ({proc.wait()}) before it listened")
+
+
+class StaticWorkers:
+    def __init__(self, addresses: list[str]):
+        self.addresses = []
+        for a in addresses:
+            host, _, port = a.strip().removeprefix("http://").rstrip("/").rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError("connect", f"a worker address is host:port, got {a!r}")
+            self.addresses.append((host, int(port)))
+
+    def describe(self) -> str:
+        return f"{len(self.addresses)} worker(s) at " + ", ".join(f"{h}:{p}" for h, p in self.addresses)
+
+    async def start(self) -> list[Worker]:
+        return [Worker(f"worker_{i}", h, p, gpu_id=i) for i, (h, p) in enumerate(self.addresses)]
+
+    async def stop(self) -> None:
+        pass

@@ -1,0 +1,48 @@
+"""``llama-omni serve --workers 2``: the gateway starts two engine worker processes, routes two
+concurrent turns to different workers, and SIGTERM stops the gateway and its workers."""
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+from server_client import chat_request, http, ws_chat
+
+
+def test_serve_starts_workers_routes_turns_and_stops(tiny_dir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--workers", "2"]
+    cmd += ["--device", "cpu", "--model-dir", str(tiny_dir), "--max-new-tokens", "8", "--max-audio-per-chunk", "25"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=tiny_dir)  # not the source tree
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline, body = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            try:
+                status, body = http(url + "/status")
+                if status == 200 and body["idle_workers"] == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert body and body["idle_workers"] == 2, body
+        workers = http(url + "/workers")[1]["workers"]
+        children = psutil.Process(proc.pid).children()
+        assert len(children) == 2 and {w["port"] for w in workers} != {None}
+
+        async def two():
+            return await asyncio.gather(*(ws_chat(url, chat_request(f"hi {i}")) for i in range(2)))
+
+        assert all(r[-1]["type"] == "done" for r in asyncio.run(two()))
+        served = [w["total_requests"] for w in http(url + "/workers")[1]["workers"]]
+        assert sum(served) == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(90)
+    assert rc == 0, proc.stderr.read()
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
