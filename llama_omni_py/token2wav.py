@@ -56,6 +56,11 @@ class Token2Wav:
             raise InvalidArgumentError(f"tokens must be integers, got {arr.dtype}")
         return self._native.push(arr.astype(np.int32, copy=False).reshape(-1), bool(final))
 
+    def flush(self) -> np.ndarray:
+        """The audio of the codes waiting in the buffer now, without ending the stream (windows
+        of up to 28 codes while at least 8 wait; the last 3 stay as look-ahead)."""
+        return self._native.flush()
+
     def reset(self) -> None:
         """Back to the start of a stream (voice prompt caches, silence prefix, fresh noise)."""
         self._native.reset()

@@ -5,8 +5,9 @@ the codes back in groups. After the reply's last chunk a second pass (text end +
 closes the turn (docs/speech-path.md).
 
 Replies of any length: the decoder's KV cache holds ``n_ctx`` positions. Before a chunk would
-not fit, the oldest finished chunks (their condition rows and codes) are dropped and the kept
-ones are evaluated again from position 0, so a reply of any length completes."""
+not fit, the oldest finished chunks (their condition rows and codes) are dropped until at most
+half the context is used, and the kept ones are evaluated again from position 0, so a reply of
+any length completes."""
 
 from __future__ import annotations
 
@@ -96,8 +97,10 @@ class TtsModel:
             )
         if self.tts.n_past + positions + 1 <= self.n_ctx:
             return
+        # Down to half the context, so the next slide is far away (each slide evaluates the kept
+        # units again).
         kept = list(self._units)
-        while kept and sum(u.positions for u in kept) + positions + 1 > self.n_ctx:
+        while kept and sum(u.positions for u in kept) + positions + 1 > self.n_ctx // 2:
             kept.pop(0)
         self.tts.clear()
         self._units = kept
@@ -108,13 +111,18 @@ class TtsModel:
             self.tts.forward(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))
 
     def generate(
-        self, rows: np.ndarray, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None
+        self,
+        rows: np.ndarray,
+        sampler,
+        limit: int,
+        on_codes: Callable[[list[int]], bool] | None = None,
+        min_codes: int = 0,
     ) -> list[int]:
         """Evaluates condition rows, then samples codes until the end code or ``limit`` codes, in
         one native call; ``on_codes`` gets every 25 codes (and the rest at the end) and stops the
-        loop by returning False."""
+        loop by returning False. The end code cannot come before ``min_codes`` codes."""
         self._make_room(len(rows) + limit)
-        codes = list(self.tts.generate(rows, sampler, limit, CODES_PER_SECOND, on_codes))
+        codes = list(self.tts.generate(rows, sampler, limit, CODES_PER_SECOND, on_codes, min_codes))
         self._units.append(_Unit(rows, codes))
         return codes
 

@@ -128,8 +128,14 @@ class DuplexSession:
             raise InvalidArgumentError("the duplex session is closed")
 
     def results(self) -> Iterator[DuplexResult]:
-        """The results of sent units, in order (blocks until each is ready)."""
-        yield from self._results
+        """The results of sent units, in order (blocks until each is ready). Dropping this
+        iterator leaves the session running."""
+        while True:
+            try:
+                result = next(self._results)
+            except StopIteration:
+                return
+            yield result
 
     def push(self, audio, frame=None, force_listen: bool = False) -> DuplexResult:
         """Sends one unit and waits for its result (use send()/results() to overlap units)."""
@@ -243,7 +249,7 @@ class DuplexSession:
         if d.is_listen:
             audio = np.zeros(OUTPUT_SAMPLE_RATE, np.float32)
         else:
-            parts = [self.token2wav.push(item.codes, flush=True)] if item.codes else []
+            parts = [self.token2wav.push(item.codes), self.token2wav.flush()] if item.codes else []
             if d.end_of_turn:
                 parts.append(self.token2wav.push([], final=True))
                 self.token2wav.reset()

@@ -46,6 +46,14 @@ void register_token2wav(py::module_ & m) {
             }
             return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
         }, py::arg("tokens"), py::arg("final") = false)
+        .def("flush", [](Token2Wav & t) {
+            std::vector<float> audio;
+            {
+                py::gil_scoped_release release;
+                audio = t.flush();
+            }
+            return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
+        }, "Audio of what the buffer holds now (windows of up to 28 tokens), the stream going on.")
         .def("reset", &Token2Wav::reset, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("steps", &Token2Wav::steps)
         .def_property_readonly("threads", &Token2Wav::threads)

@@ -192,4 +192,23 @@ std::vector<float> Token2Wav::push(const int32_t * tokens, int n, bool final) {
     return audio;
 }
 
+std::vector<float> Token2Wav::flush() {
+    if (finished_) throw InvalidArgument("flush after the final push: call reset() to start a new stream");
+    constexpr int kMinFlush = 3 + 5;  // look-ahead plus the fewest tokens worth a window
+    last_ = Token2WavTimings{};
+    std::vector<float> audio;
+    while (static_cast<int>(buffer_.size()) >= kMinFlush) {
+        const int n = std::min<int>(kWindow, static_cast<int>(buffer_.size()));
+        std::vector<float> a = window(buffer_.data(), n, false);
+        audio.insert(audio.end(), a.begin(), a.end());
+        buffer_.erase(buffer_.begin(), buffer_.begin() + std::min(kHop, n - 3));
+    }
+    last_.samples = audio.size();
+    total_.token2mel_ms += last_.token2mel_ms;
+    total_.vocoder_ms += last_.vocoder_ms;
+    total_.windows += last_.windows;
+    total_.samples += last_.samples;
+    return audio;
+}
+
 }  // namespace omni

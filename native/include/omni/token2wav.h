@@ -44,6 +44,10 @@ public:
     // Appends tokens (0..6560) and returns the audio that became ready. final=true flushes the
     // rest (tokens may then be empty); after it only reset() is accepted.
     std::vector<float> push(const int32_t * tokens, int n, bool final);
+    // Turns what the buffer holds into audio now, without ending the stream: windows of up to
+    // 28 tokens (3 of them look-ahead) while at least 8 tokens wait, keeping the last 3 as the
+    // next window's context (full duplex flushes every unit this way).
+    std::vector<float> flush();
     // Back to the state right after loading (prompt caches, silence prefix, fresh noise seed).
     void reset();
 
