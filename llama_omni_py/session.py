@@ -20,7 +20,7 @@ from .pipeline import Pipeline
 from .profile import Profiler, compute_rtf
 from .prompt import simplex_speech_prompt
 from .speech import SpeechCore, SpeechCoreConfig
-from .token2wav import Token2Wav
+from .token2wav import CACHE_POLICIES, Token2Wav
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class SessionConfig:
 
     threads: int = 0                      # LLM/TTS CPU threads (<= 0: libllama's default)
     t2w_threads: int | None = None        # vocoder pool; None: OMNI_T2W_THREADS or up to 16
+    t2w_cache_policy: str = "llama.cpp-omni"  # Token2Wav streaming rules, or "reference"
     tts_queue: int = field(default_factory=lambda: _env_int("OMNI_TTS_QUEUE", 16))
     audio_queue: int = 16
     cfm_steps: int = 5
@@ -63,6 +64,8 @@ class SessionConfig:
                 raise ConfigError(name, msg)
         check("tts_queue", isinstance(self.tts_queue, int) and self.tts_queue >= 1, "must be a positive integer")
         check("audio_queue", isinstance(self.audio_queue, int) and self.audio_queue >= 1, "must be a positive integer")
+        check("t2w_cache_policy", self.t2w_cache_policy in CACHE_POLICIES,
+              f"must be one of {', '.join(map(repr, CACHE_POLICIES))}, got {self.t2w_cache_policy!r}")
         check("cfm_steps", isinstance(self.cfm_steps, int) and 1 <= self.cfm_steps <= 100, "must be an integer in 1..100")
         check("audio_mode", self.audio_mode in ("clamp", "window"), "must be 'clamp' or 'window'")
         check("stack_frames", isinstance(self.stack_frames, int) and self.stack_frames >= 1, "must be a positive integer")
@@ -175,9 +178,10 @@ class OmniSession:
         report("Token2Wav")
         if plan is not None:
             log.info("placement: %s", plan.describe())
-            return plan, Token2Wav(self.model_dir, self.device, steps=c.cfm_steps,
-                                   threads=len(plan.vocoder_cpus), cpus=plan.vocoder_cpus)
-        return None, Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=t2w_threads)
+            return plan, Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=len(plan.vocoder_cpus),
+                                   cpus=plan.vocoder_cpus, cache_policy=c.t2w_cache_policy)
+        return None, Token2Wav(self.model_dir, self.device, steps=c.cfm_steps, threads=t2w_threads,
+                               cache_policy=c.t2w_cache_policy)
 
     def set_t2w_threads(self, t2w_threads: int | None) -> None:
         """Rebuilds the Token2Wav stage (and its placement) with another vocoder thread count,

@@ -8,6 +8,10 @@
 
 Token2Mel (conformer + DiT flow matching) runs on ``device``; the HiFT vocoder always runs on
 the CPU with its own pool of ``threads`` workers, optionally pinned to ``cpus``.
+
+``cache_policy`` chooses how the streaming caches evolve between windows and how the final
+window is run: ``"llama.cpp-omni"`` (default; reproduces llama.cpp-omni's audio) or
+``"reference"`` (the PyTorch stepaudio2 streaming path). See docs/token2wav-streaming.md.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .models import discover, validate
 
 DEFAULT_THREADS = 16
 SAMPLE_RATE = 24000
+CACHE_POLICIES = ("llama.cpp-omni", "reference")
 
 
 def _allowed_cpus() -> list[int]:
@@ -43,6 +48,7 @@ class Token2WavConfig:
     cpus: Sequence[int] | None = None     # pin the vocoder workers (one CPU per thread)
     temperature: float = 1.0
     seed: int = 42
+    cache_policy: str = "llama.cpp-omni"  # or "reference"; see docs/token2wav-streaming.md
     resolved_threads: int = field(init=False, default=0)
 
     def __post_init__(self):
@@ -52,6 +58,9 @@ class Token2WavConfig:
             raise ConfigError("temperature", f"must be a number in 0..10, got {self.temperature!r}")
         if not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
             raise ConfigError("seed", f"must be an integer in 0..2**32-1, got {self.seed!r}")
+        if self.cache_policy not in CACHE_POLICIES:
+            raise ConfigError("cache_policy", f"must be one of {', '.join(map(repr, CACHE_POLICIES))}, "
+                                              f"got {self.cache_policy!r}")
         allowed = _allowed_cpus()
         threads = self.threads
         if threads is None:
@@ -85,8 +94,9 @@ class Token2Wav:
     """Streaming Token2Wav over a module set (or its token2wav-gguf directory)."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", steps: int = 5, threads: int | None = None,
-                 cpus: Sequence[int] | None = None, temperature: float = 1.0, seed: int = 42):
-        self.config = Token2WavConfig(device, steps, threads, cpus, temperature, seed)
+                 cpus: Sequence[int] | None = None, temperature: float = 1.0, seed: int = 42,
+                 cache_policy: str = "llama.cpp-omni"):
+        self.config = Token2WavConfig(device, steps, threads, cpus, temperature, seed, cache_policy)
         path = Path(model_dir)
         t2w_dir = path if (path / "encoder.gguf").exists() else path / ms.T2W_DIR
         device_id = resolve_device(device)
@@ -94,7 +104,7 @@ class Token2Wav:
             validate(discover(path), ["token2wav"], device_id)
         self.device = device_id
         self._native = core.Token2Wav(str(t2w_dir), device_id, steps, self.config.resolved_threads,
-                                      list(cpus or []), float(temperature), seed)
+                                      list(cpus or []), float(temperature), seed, cache_policy)
 
     def push(self, tokens, final: bool = False) -> np.ndarray:
         """Appends speech tokens (ints in 0..6560); returns the float32 24 kHz audio now ready."""
@@ -114,6 +124,10 @@ class Token2Wav:
     @property
     def total_timings(self) -> dict:
         return self._native.total_timings
+
+    @property
+    def cache_policy(self) -> str:
+        return self._native.cache_policy
 
     @property
     def threads(self) -> int:

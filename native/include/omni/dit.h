@@ -1,4 +1,4 @@
-// The flow-matching estimator of Token2Wav (DiT, engine-spec §2.5.3) as a ggml graph on the
+// The flow-matching estimator of Token2Wav (DiT) as a ggml graph on the
 // session's device: in_proj -> depth x [adaLN-modulated attention, causal conv block, GELU-tanh
 // MLP] -> final adaLN + linear. Dimensions come from flow_matching.gguf.
 //
@@ -29,7 +29,7 @@ struct DitCache {
     std::vector<float> cnn, att;  // host copies (empty while the cache lives on the device)
     int att_frames = 0;
     // Bounding applied after every call once the attention frames exceed head + tail: keep the
-    // first `keep_head` and the last `keep_tail` frames (0, 0: unbounded).
+    // first `keep_head` (newest) and the last `keep_tail` (oldest) frames (tail 0: unbounded).
     int keep_head = 0, keep_tail = 0;
     std::shared_ptr<DitDeviceState> device;
 };
