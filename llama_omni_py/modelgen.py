@@ -49,6 +49,18 @@ def _fixed_values(spec: ms.TensorSpec) -> np.ndarray:
     raise ValueError(f"no fixed initialiser for {spec.name}")
 
 
+def _draw(spec: ms.TensorSpec, rng: np.random.Generator, m: int) -> np.ndarray:
+    if spec.init == "linear":
+        return rng.standard_normal(m, dtype=np.float32) * np.float32(spec.gain / np.sqrt(max(1, spec.fan_in)))
+    if spec.init in ("embed", "bias"):
+        return rng.standard_normal(m, dtype=np.float32) * np.float32(0.02)
+    if spec.init == "norm":
+        return 1.0 + rng.standard_normal(m, dtype=np.float32) * np.float32(0.05)
+    if spec.init == "alpha":
+        return rng.uniform(0.5, 1.5, m).astype(np.float32)
+    raise ValueError(f"unknown init {spec.init!r} for {spec.name}")
+
+
 def _tensor_chunks(spec: ms.TensorSpec, rng: np.random.Generator, np_dtype) -> Iterable[np.ndarray]:
     n = int(np.prod(spec.ne, dtype=np.int64))
     if spec.init == "fixed":
@@ -58,23 +70,8 @@ def _tensor_chunks(spec: ms.TensorSpec, rng: np.random.Generator, np_dtype) -> I
     live = n if not spec.live_rows else spec.live_rows * int(np.prod(spec.ne[:-1], dtype=np.int64))
     for start in range(0, n, _CHUNK):
         m = min(_CHUNK, n - start)
-        if start >= live:
-            yield np.zeros(m, np_dtype)
-            continue
-        if start + m > live:
-            head = next(_tensor_chunks(replace(spec, ne=(live - start,), live_rows=0), rng, np_dtype))
-            yield np.concatenate([head, np.zeros(start + m - live, np_dtype)])
-            continue
-        if spec.init == "linear":
-            x = rng.standard_normal(m, dtype=np.float32) * np.float32(spec.gain / np.sqrt(max(1, spec.fan_in)))
-        elif spec.init in ("embed", "bias"):
-            x = rng.standard_normal(m, dtype=np.float32) * np.float32(0.02)
-        elif spec.init == "norm":
-            x = 1.0 + rng.standard_normal(m, dtype=np.float32) * np.float32(0.05)
-        elif spec.init == "alpha":
-            x = rng.uniform(0.5, 1.5, m).astype(np.float32)
-        else:
-            raise ValueError(f"unknown init {spec.init!r} for {spec.name}")
+        k = min(m, max(0, live - start))  # live elements in this chunk
+        x = _draw(spec, rng, k) if k == m else np.concatenate([_draw(spec, rng, k), np.zeros(m - k, np.float32)])
         yield x.astype(np_dtype, copy=False)
 
 
