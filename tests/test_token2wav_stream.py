@@ -15,6 +15,15 @@ from reference.token2wav_stream import LlamaCppOmniStream, ReferenceStream, prom
 POLICIES = {"reference": ReferenceStream, "llama.cpp-omni": LlamaCppOmniStream}
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    # PyTorch's spinning worker threads slow it several-fold on a shared 2-core machine.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def t2w_dir(tiny_dir):
     return str(tiny_dir / "token2wav-gguf")
