@@ -22,7 +22,7 @@ from .errors import ModelFileError
 
 log = logging.getLogger(__name__)
 
-# CANN's MUL_MAT supports these weight types (ascend-and-serving §5.3); anything else, e.g. the
+# CANN's MUL_MAT supports these weight types; anything else, e.g. the
 # K-quants of Q4_K_M, silently runs on the CPU there, 10x slower.
 CANN_MATMUL_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0"}
 CANN_PREFERRED = {"f16", "f32", "bf16"}
