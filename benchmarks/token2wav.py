@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     for threads in [int(t) for t in args.threads.split(",")]:
         # Ours: the real streaming path. Each timed push adds 25 tokens = one steady window
         # (Token2Mel with bounded prompt+recent caches, then the vocoder on 8 cached + 50 frames).
-        stream = core.Token2Wav(str(t2w), "cpu", args.steps, threads)
+        # The reference cache policy, so both engines attend over the same bounded caches.
+        stream = core.Token2Wav(str(t2w), "cpu", args.steps, threads, cache_policy="reference")
         stream.push(window)  # the first window (no vocoder cache yet) is not steady state
         row = {"threads": threads, "token2mel_ms": [], "vocoder_ms": [], "ref_token2mel_ms": [], "ref_vocoder_ms": []}
         if torch is not None:

@@ -51,23 +51,29 @@ def _fixed_values(spec: ms.TensorSpec) -> np.ndarray:
     raise ValueError(f"no fixed initialiser for {spec.name}")
 
 
+def _draw(spec: ms.TensorSpec, rng: np.random.Generator, m: int) -> np.ndarray:
+    if spec.init == "linear":
+        return rng.standard_normal(m, dtype=np.float32) * np.float32(spec.gain / np.sqrt(max(1, spec.fan_in)))
+    if spec.init in ("embed", "bias"):
+        return rng.standard_normal(m, dtype=np.float32) * np.float32(0.02)
+    if spec.init == "norm":
+        return 1.0 + rng.standard_normal(m, dtype=np.float32) * np.float32(0.05)
+    if spec.init == "alpha":
+        return rng.uniform(0.5, 1.5, m).astype(np.float32)
+    raise ValueError(f"unknown init {spec.init!r} for {spec.name}")
+
+
 def _tensor_chunks(spec: ms.TensorSpec, rng: np.random.Generator, np_dtype) -> Iterable[np.ndarray]:
     n = int(np.prod(spec.ne, dtype=np.int64))
     if spec.init == "fixed":
         yield _fixed_values(spec).astype(np_dtype)
         return
+    # Values for the first live_rows rows only; the rest of a padded table stays zero.
+    live = n if not spec.live_rows else spec.live_rows * int(np.prod(spec.ne[:-1], dtype=np.int64))
     for start in range(0, n, _CHUNK):
         m = min(_CHUNK, n - start)
-        if spec.init == "linear":
-            x = rng.standard_normal(m, dtype=np.float32) * np.float32(spec.gain / np.sqrt(max(1, spec.fan_in)))
-        elif spec.init in ("embed", "bias"):
-            x = rng.standard_normal(m, dtype=np.float32) * np.float32(0.02)
-        elif spec.init == "norm":
-            x = 1.0 + rng.standard_normal(m, dtype=np.float32) * np.float32(0.05)
-        elif spec.init == "alpha":
-            x = rng.uniform(0.5, 1.5, m).astype(np.float32)
-        else:
-            raise ValueError(f"unknown init {spec.init!r} for {spec.name}")
+        k = min(m, max(0, live - start))  # live elements in this chunk
+        x = _draw(spec, rng, k) if k == m else np.concatenate([_draw(spec, rng, k), np.zeros(m - k, np.float32)])
         yield x.astype(np_dtype, copy=False)
 
 
@@ -77,13 +83,13 @@ def _metadata(file: ms.FileSpec, dims: ms.SetDims, vocab: ms.Vocab) -> ms.Meta:
     if file.key == "apm":
         # The real mel filter bank, not noise: the audio front end reads it from this file.
         return ms.apm_metadata(dims.apm, mel_filterbank(16000, 400, dims.apm.n_mel).reshape(-1).tolist())
-    if file.key == "tts" and vocab.special_base != ms.SPECIAL_TOKEN_BASE:
-        bos, eos = ms.tts_special_ids(vocab.special_base)
-        # Not in llama.cpp-omni's files (it hard-codes 151687/151692); only the tiny set needs them.
-        return file.metadata(dims) + [
-            ("omni.tts.audio_bos_token_id", "uint32", bos),
-            ("omni.tts.text_eos_token_id", "uint32", eos),
-        ]
+    if file.key == "tts":
+        meta = file.metadata(dims) + ms.tts_vocab_metadata(ms.tts_vocab(vocab, dims.tts))
+        if vocab.special_base != ms.SPECIAL_TOKEN_BASE:
+            bos, eos = ms.tts_special_ids(vocab.special_base)
+            # Not in llama.cpp-omni's files (it hard-codes 151687/151692); only the tiny set needs them.
+            meta += [("omni.tts.audio_bos_token_id", "uint32", bos), ("omni.tts.text_eos_token_id", "uint32", eos)]
+        return meta
     return file.metadata(dims)
 
 

@@ -3,9 +3,10 @@
 A module set is a directory with the LLM GGUF at its root and ``audio/``, ``vision/``,
 ``tts/`` and ``token2wav-gguf/`` beneath it (docs/model-files.md). :func:`discover`
 finds the files from the directory or from the LLM file's path; :func:`validate` opens
-each one with the native validating reader and checks architecture, every tensor's name,
-shape and dtype against :mod:`modelspec`, and the dtype rules of the target device. Every
-problem raises :class:`ModelFileError` naming the file and what is wrong.
+each one with the native validating reader and checks architecture, the metadata keys the
+loaders need (and the vocabulary llama.cpp reads from the LLM and TTS files), every tensor's
+name, shape and dtype against :mod:`modelspec`, and the dtype rules of the target device.
+Every problem raises :class:`ModelFileError` naming the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .errors import ModelFileError
 
 log = logging.getLogger(__name__)
 
-# CANN's MUL_MAT supports these weight types (docs/ascend.md); anything else, e.g. the
+# CANN's MUL_MAT supports these weight types; anything else, e.g. the
 # K-quants of Q4_K_M, silently runs on the CPU there, 10x slower.
 CANN_MATMUL_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0"}
 CANN_PREFERRED = {"f16", "f32", "bf16"}
@@ -156,11 +157,46 @@ def _check_tensors(
     return tuple(sorted(weight_types))
 
 
+_KINDS = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, float),
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "str[]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "int[]": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+    "float[]": lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v),
+}
+
+
+def _check_metadata(reader: _Reader, file: ms.FileSpec, dims: ms.SetDims) -> None:
+    """The keys file.keys lists, with their kinds, values and lengths; then the vocabulary."""
+    g = reader.g
+    for rule in file.keys:
+        if not g.has_key(rule.key):
+            if rule.required:
+                reader._fail(f"missing metadata key '{rule.key}' (the {file.key} loader needs it)")
+            continue
+        v = g.value(rule.key)
+        if not _KINDS[rule.kind](v):
+            reader._fail(f"metadata key '{rule.key}' should be {rule.kind}, found {type(v).__name__}")
+        if rule.value is not None and v != rule.value(dims):
+            reader._fail(f"metadata key '{rule.key}' is {v!r}, expected {rule.value(dims)!r}")
+        if rule.length is not None and len(v) != rule.length(dims):
+            reader._fail(f"metadata key '{rule.key}' has {len(v)} entries, expected {rule.length(dims)}")
+    if file.vocab_rows is not None:
+        keys = ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+        meta = {k: g.value(k) for k in keys if g.has_key(k)}
+        problems = ms.vocab_problems(meta, file.vocab_rows(dims))
+        if problems:
+            reader._fail("; ".join(problems))
+
+
 def validate(model_set: ModelSet, modules: Sequence[str] | None = None, device: str = "cpu") -> list[FileReport]:
     """Checks every file of ``modules`` (default: all) for ``device``; returns one report per file.
 
     Raises ModelFileError for the first missing file, unreadable GGUF, wrong architecture,
-    missing or misshapen tensor, or dtype the module or device cannot use.
+    missing or mistyped metadata key, unusable vocabulary, missing or misshapen tensor, or
+    dtype the module or device cannot use.
     """
     modules = list(modules) if modules else list(ms.MODULES)
     backend = device.split(":")[0]
@@ -190,6 +226,7 @@ def validate(model_set: ModelSet, modules: Sequence[str] | None = None, device: 
         set_dims = _single_module_dims(module, dims)
         for f in files:
             r = readers[f.key]
+            _check_metadata(r, f, set_dims)
             wt = _check_tensors(r, f.tensors(set_dims), f, backend)
             reports.append(FileReport(f.key, r.path, len(r.g.tensors), r.g.file_size, wt))
     return reports

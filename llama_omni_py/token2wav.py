@@ -7,8 +7,11 @@
         audio = t2w.push([], final=True)      # flush
 
 Token2Mel (conformer + DiT flow matching) runs on ``device``; the HiFT vocoder always runs on
-the CPU with its own pool of ``threads`` workers, optionally pinned to ``cpus``. The streaming
-rules are in docs/streaming.md.
+the CPU with its own pool of ``threads`` workers, optionally pinned to ``cpus``.
+
+``cache_policy`` chooses how the streaming caches evolve between windows and how the final
+window is run: ``"llama.cpp-omni"`` (default; reproduces llama.cpp-omni's audio) or
+``"reference"`` (the PyTorch stepaudio2 streaming path). See docs/token2wav-streaming.md.
 """
 
 from __future__ import annotations
@@ -46,7 +49,14 @@ class Token2Wav:
         if (path / ms.T2W_DIR).exists():
             validate(discover(path), ["token2wav"], self.device)
         self._native = core.Token2Wav(
-            str(t2w_dir), self.device, c.steps, c.resolved_threads, list(c.cpus or []), float(c.temperature), c.seed
+            str(t2w_dir),
+            self.device,
+            c.steps,
+            c.resolved_threads,
+            list(c.cpus or []),
+            float(c.temperature),
+            c.seed,
+            c.cache_policy,
         )
 
     def push(self, tokens, final: bool = False) -> np.ndarray:
@@ -73,6 +83,10 @@ class Token2Wav:
     @property
     def total_timings(self) -> dict:
         return self._native.total_timings
+
+    @property
+    def cache_policy(self) -> str:
+        return self._native.cache_policy
 
     @property
     def threads(self) -> int:

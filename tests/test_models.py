@@ -3,6 +3,7 @@
 import shutil
 import struct
 
+import numpy as np
 import pytest
 
 import llama_omni_py as omni
@@ -80,36 +81,143 @@ def test_k_quant_llm_is_refused_for_cann_only(tiny_copy):
         omni.validate(s, ["llm"], device="cann:0")
 
 
-def test_shape_mismatch_is_named(tiny_copy, tmp_path):
-    # A TTS file whose head_code is the wrong way round (numpy (6562, hidden) instead of (hidden, 6562)).
+def _rewrite(path, meta=None, tensors=None):
+    """Rewrites a GGUF in place; meta(dict) and tensors(dict of numpy arrays) may edit the copies."""
+    from llama_omni_py._native import core
     from llama_omni_py.gguf_writer import GgufWriter
 
-    src = omni.discover(tiny_copy)
-    from llama_omni_py._native import core
-
-    g = core.GgufFile(str(src.path("tts")))
-    w = GgufWriter(tiny_copy / ms.TTS_FILE)
-    for k in g.keys:
-        v = g.value(k)
-        if isinstance(v, bool):
-            w.add(k, "bool", v)
-        elif isinstance(v, int):
-            w.add(k, "uint32", v)
-        elif isinstance(v, float):
-            w.add(k, "float32", v)
-        else:
-            w.add(k, "string", v)
-    arrays = {}
-    for t in g.tensors:
-        a = g.read(t.name)
-        if t.name == "head_code.0.weight":
-            a = a.T.copy()
-        arrays[t.name] = a
-        w.declare(t.name, tuple(reversed(a.shape)), t.type_name)
+    g = core.GgufFile(str(path))
+    kv = g.metadata()
+    arrays = {t.name: (g.read(t.name), t.type_name) for t in g.tensors}
     del g
-    w.write(lambda name, ne, dt: [arrays[name].reshape(-1)])
+    if meta:
+        meta(kv)
+    if tensors:
+        tensors(arrays)
+
+    def vtype(v):
+        if isinstance(v, list):
+            return (
+                "string[]"
+                if all(isinstance(x, str) for x in v)
+                else "float32[]"
+                if any(isinstance(x, float) for x in v)
+                else "int32[]"
+            )
+        return (
+            "bool"
+            if isinstance(v, bool)
+            else "uint32"
+            if isinstance(v, int)
+            else "float32"
+            if isinstance(v, float)
+            else "string"
+        )
+
+    w = GgufWriter(path)
+    for k, v in kv.items():
+        w.add(k, vtype(v), v)
+    for name, (a, t) in arrays.items():
+        w.declare(name, tuple(reversed(a.shape)), t)
+    w.write(lambda name, ne, dt: [arrays[name][0].reshape(-1)])
+
+
+def test_shape_mismatch_is_named(tiny_copy):
+    # A TTS file whose head_code is the wrong way round (numpy (6562, hidden) instead of (hidden, 6562)).
+    def transpose(arrays):
+        a, t = arrays["head_code.0.weight"]
+        arrays["head_code.0.weight"] = (a.T.copy(), t)
+
+    _rewrite(tiny_copy / ms.TTS_FILE, tensors=transpose)
     with pytest.raises(omni.ModelFileError, match="head_code.0.weight' has shape"):
         omni.validate(omni.discover(tiny_copy), ["tts"])
+
+
+def test_tts_tokenizer_round_trip(tiny_dir):
+    # The TTS file carries the LLM's tokenizer padded with "[PAD{i}]" to token_embd's rows
+    # (6562 audio tokens + emb_text rows), as llama.cpp's loader needs; the pad rows are zero.
+    from llama_omni_py._native import core
+
+    g = core.GgufFile(str(tiny_dir / ms.TTS_FILE))
+    llm = core.GgufFile(str(tiny_dir / ms.LLM_FILE))
+    rows = g.find_tensor("emb_text.weight").ne[1] + ms.AUDIO_TOKENS
+    tokens, llm_tokens = g.value("tokenizer.ggml.tokens"), llm.value("tokenizer.ggml.tokens")
+    assert g.find_tensor("token_embd.weight").ne == [64, rows] and g.value("llama.vocab_size") == rows
+    assert len(tokens) == rows and tokens[: len(llm_tokens)] == llm_tokens
+    assert tokens[len(llm_tokens) :] == [f"[PAD{i}]" for i in range(len(llm_tokens), rows)]
+    assert g.value("tokenizer.ggml.token_type")[-1] == 5  # unused
+    assert (g.value("tokenizer.ggml.model"), g.value("tokenizer.ggml.pre")) == ("gpt2", "qwen2")
+    assert g.value("tokenizer.ggml.merges") == llm.value("tokenizer.ggml.merges")
+    assert g.value("tokenizer.ggml.eos_token_id") == ms.build_vocab(False).special_id("<|im_end|>")
+    assert not g.has_key("tokenizer.ggml.bos_token_id")
+    assert g.value("llama.rope.dimension_count") == 16
+    embd = np.asarray(g.read("token_embd.weight"), np.float32)
+    assert np.abs(embd[:256]).min(axis=1).max() > 0 and not embd[256:].any()
+
+
+def test_real_tts_vocabulary_matches_the_converters():
+    d = ms.preset("real").tts
+    v = ms.tts_vocab(ms.build_vocab(full_size=True), d)
+    assert d.token_rows == v.size == 158626 and len(set(v.tokens)) == v.size
+    assert v.tokens[151747] == "<|timbre_31|>" and v.tokens[151748] == "[PAD151748]"
+    assert v.tokens[-1] == "[PAD158625]"
+    tts = next(f for f in ms.FILES if f.key == "tts")
+    embd = next(s for s in tts.tensors(ms.preset("real")) if s.name == "token_embd.weight")
+    assert (embd.ne, embd.live_rows) == ((768, 158626), 32000)
+
+
+@pytest.mark.parametrize(
+    "drop",
+    [
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.merges",
+        "llama.context_length",
+        "llama.attention.layer_norm_rms_epsilon",
+    ],
+)
+def test_tts_without_loader_keys_is_refused(tiny_copy, drop):
+    _rewrite(tiny_copy / ms.TTS_FILE, meta=lambda kv: kv.pop(drop))
+    with pytest.raises(omni.ModelFileError, match=drop.replace(".", r"\.")) as err:
+        omni.validate(omni.discover(tiny_copy), ["tts"])
+    assert err.value.path.endswith(ms.TTS_FILE)
+
+
+def test_tts_without_any_tokenizer_is_refused(tiny_copy):
+    _rewrite(tiny_copy / ms.TTS_FILE, meta=lambda kv: [kv.pop(k) for k in list(kv) if k.startswith("tokenizer.")])
+    with pytest.raises(omni.ModelFileError, match="missing metadata key 'tokenizer.ggml.model'"):
+        omni.validate(omni.discover(tiny_copy), ["tts"])
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda kv: kv["tokenizer.ggml.tokens"].pop(), "entries but token_embd.weight has"),
+        (lambda kv: kv["tokenizer.ggml.tokens"].__setitem__(-1, kv["tokenizer.ggml.tokens"][0]), "duplicate"),
+        (lambda kv: kv.__setitem__("tokenizer.ggml.model", "sentencepiece"), "not one of"),
+        (lambda kv: kv.__setitem__("llama.rope.dimension_count", 32), "expected 16"),
+        (lambda kv: kv.__setitem__("llama.block_count", "2"), "'llama.block_count' should be"),
+    ],
+)
+def test_tts_with_unusable_keys_is_refused(tiny_copy, edit, message):
+    _rewrite(tiny_copy / ms.TTS_FILE, meta=edit)
+    with pytest.raises(omni.ModelFileError, match=message):
+        omni.validate(omni.discover(tiny_copy), ["tts"])
+
+
+@pytest.mark.parametrize(
+    "relpath, drop",
+    [
+        (ms.APM_FILE, "filters"),
+        (ms.VPM_FILE, "clip.vision.image_mean"),
+        (ms.LLM_FILE, "tokenizer.ggml.tokens"),
+        ("token2wav-gguf/prompt_cache.gguf", "mtmd.prompt_cache.n_timesteps"),
+    ],
+)
+def test_other_files_need_their_loader_keys(tiny_copy, relpath, drop):
+    _rewrite(tiny_copy / relpath, meta=lambda kv: kv.pop(drop))
+    with pytest.raises(omni.ModelFileError, match=drop.replace(".", r"\.")):
+        omni.validate(omni.discover(tiny_copy))
 
 
 def test_load_returns_validated_set(tiny_dir):

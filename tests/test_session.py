@@ -117,6 +117,18 @@ def test_bad_requests_and_config():
         omni.SessionConfig(tts_queue=0)
     with pytest.raises(omni.ConfigError, match="audio_mode"):
         omni.SessionConfig(audio_mode="all")
+    with pytest.raises(omni.ConfigError) as err:
+        omni.SessionConfig(token2wav=omni.Token2WavConfig(cache_policy="pytorch"))
+    assert err.value.field == "cache_policy"
+
+
+def test_token2wav_cache_policy_reaches_token2wav(session, tiny_dir):
+    assert session.token2wav.cache_policy == "llama.cpp-omni"
+    cfg = omni.SessionConfig(
+        max_new_tokens=10, pin=False, token2wav=omni.Token2WavConfig(threads=1, cache_policy="reference")
+    )
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        assert s.token2wav.cache_policy == "reference"
 
 
 def test_empty_request_and_close(tiny_dir):

@@ -16,7 +16,8 @@ def test_streams_through_the_package(tiny_dir):
         assert (a.dtype, a.size, b.size) == (np.float32, 20160, 24000)
         assert c.size > 0 and np.isfinite(np.concatenate([a, b, c])).all()
         assert t2w.timings["windows"] == 1 and t2w.total_timings["windows"] == 3
-        assert t2w.threads == 2
+        assert t2w.threads == 2 and t2w.cache_policy == "llama.cpp-omni"
+    assert omni.Token2Wav(tiny_dir, threads=1, cache_policy="reference").cache_policy == "reference"
 
 
 def test_config_names_the_bad_field(monkeypatch):
@@ -29,6 +30,9 @@ def test_config_names_the_bad_field(monkeypatch):
         omni.Token2WavConfig(cpus=[10**6])
     with pytest.raises(omni.ConfigError, match="one CPU per thread"):
         omni.Token2WavConfig(threads=2, cpus=[min(os.sched_getaffinity(0))])
+    with pytest.raises(omni.ConfigError) as e:
+        omni.Token2WavConfig(cache_policy="pytorch")
+    assert e.value.field == "cache_policy"
     monkeypatch.setenv("OMNI_T2W_THREADS", "many")
     with pytest.raises(omni.ConfigError, match="OMNI_T2W_THREADS"):
         omni.Token2WavConfig()

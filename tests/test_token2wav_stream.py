@@ -1,13 +1,27 @@
-"""Token2Wav streaming (windows, caches, vocoder cache and cross-fade) vs the reference stream."""
+"""Token2Wav streaming (windows, caches, vocoder cache and cross-fade) under both cache policies:
+"reference" vs the PyTorch streaming path, "llama.cpp-omni" vs its rules restated on the PyTorch
+modules (tests/reference/token2wav_stream.py)."""
 
 import numpy as np
 import pytest
+import torch  # reference dependency, installed by scripts/install-reference.sh
 from reference import flow as flow_ref
 from reference import hift as hift_ref
-from reference.token2wav_stream import ReferenceStream, prompt_caches, stream_all
+from reference.token2wav_stream import LlamaCppOmniStream, ReferenceStream, prompt_caches, stream_all
 
 from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
+
+POLICIES = {"reference": ReferenceStream, "llama.cpp-omni": LlamaCppOmniStream}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    # PyTorch's spinning worker threads slow it several-fold on a shared 2-core machine.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
@@ -15,31 +29,73 @@ def t2w_dir(tiny_dir):
     return str(tiny_dir / "token2wav-gguf")
 
 
-def _reference(t2w_dir, steps=5):
+def _reference(t2w_dir, policy="reference", steps=5):
     flow = flow_ref.build_flow(t2w_dir, steps)
     flow.decoder.rand_noise.zero_()  # matched by temperature 0 on our side
     dit = flow.decoder.estimator
     cache, spk = prompt_caches(f"{t2w_dir}/prompt_cache.gguf", steps, len(dit.blocks), dit.blocks[0].attn.num_heads)
-    return ReferenceStream(flow, hift_ref.build(f"{t2w_dir}/hifigan2.gguf"), cache, spk, steps)
+    return POLICIES[policy](flow, hift_ref.build(f"{t2w_dir}/hifigan2.gguf"), cache, spk, steps)
 
 
-def test_stream_matches_reference(t2w_dir):
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, 6561, 25 * 5 + 11).astype(np.int32)
-    ours = core.Token2Wav(t2w_dir, "cpu", 5, 2, temperature=0.0)
-    got = [ours.push(tokens[i : i + 25]) for i in range(0, 125, 25)]
-    got.append(ours.push(tokens[125:], final=True))
+def _ours(t2w_dir, policy, tokens, pieces=25):
+    """Our stream fed `pieces` tokens per push, then the final flush; one array per push. One
+    thread: results do not depend on it (see below), and it stays fast on a busy machine."""
+    t = core.Token2Wav(t2w_dir, "cpu", 5, 1, temperature=0.0, cache_policy=policy)
+    n_full = len(tokens) // pieces * pieces
+    got = [t.push(tokens[i : i + pieces]) for i in range(0, n_full, pieces)]
+    got.append(t.push(tokens[n_full:], final=True))
+    return got
 
-    want = stream_all(_reference(t2w_dir), tokens)
 
-    assert [len(g) for g in got] == [20160, 24000, 24000, 24000, 24000, len(want[-1])]
+def _assert_close(got, want, tol=1e-4):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         rms = np.sqrt(np.mean(w.astype(np.float64) ** 2))
         assert g.shape == w.shape, i
-        assert np.abs(g - w).max() <= 1e-4 * rms, f"chunk {i}: {np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
-    total = sum(len(g) for g in got)
-    assert total == (3 + len(tokens)) * 960  # every token is 2 mel frames of 480 samples
+        assert np.abs(g - w).max() <= tol * rms, f"chunk {i}: {np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("tail", [11, 24])  # final windows of 14 and 27 tokens
+def test_stream_matches_its_restatement(t2w_dir, policy, tail):
+    # 9 full windows, so both caches pass their bounds and slide (the tiny prompt is 20 frames).
+    tokens = np.random.default_rng(tail).integers(0, 6561, 25 * 9 + tail).astype(np.int32)
+    got = _ours(t2w_dir, policy, tokens)
+    want = stream_all(_reference(t2w_dir, policy), tokens)
+    assert [len(g) for g in got] == [20160] + [24000] * 8 + [len(want[-1])]
+    _assert_close(got, want)
+    assert sum(len(g) for g in got) == (3 + len(tokens)) * 960  # every token is 2 mel frames of 480 samples
+
+
+def test_policies_differ_where_their_rules_do(t2w_dir):
+    tokens = np.random.default_rng(3).integers(0, 6561, 25 * 4 + 5).astype(np.int32)
+    a = _ours(t2w_dir, "llama.cpp-omni", tokens)
+    b = _ours(t2w_dir, "reference", tokens)
+    np.testing.assert_array_equal(a[0], b[0])  # the first window reads only the prompt's caches
+    assert [len(x) for x in a] == [len(x) for x in b]
+    assert not np.allclose(a[1], b[1], rtol=0, atol=1e-6)  # the caches part ways after one update
+
+
+def test_last_window_is_padded_with_silence_tokens(t2w_dir):
+    # A final window of n < 28 tokens runs as 28 (padded with 4218) and keeps 2n mel frames: its
+    # audio equals the PyTorch modules fed the padded window, cropped.
+    tokens = np.random.default_rng(4).integers(0, 6561, 25 + 6).astype(np.int32)  # final window: 9 tokens
+    got = _ours(t2w_dir, "llama.cpp-omni", tokens)
+    ref = _reference(t2w_dir, "reference")  # no padding of its own; the test pads
+    first = ref.stream(np.r_[[4218] * 3, tokens[:25]], False)
+    ref.cache["conformer_att_cache"] = ref.cache["conformer_att_cache"][:, :, :, -20:]  # slide as llama.cpp-omni does
+    ref.cache["estimator_att_cache"] = ref.cache["estimator_att_cache"][..., -20:, :]  # the prompt's frames
+    mel = ref.flow_chunk(np.r_[tokens[22:], [4218] * 19], True)[0]
+    assert mel.shape[2] == 56
+    _assert_close(got, [first, ref.vocode(mel[:, :, :18], True)])
+    unpadded = _ours(t2w_dir, "reference", tokens)[-1]
+    assert unpadded.shape == got[-1].shape and not np.allclose(unpadded, got[-1], rtol=0, atol=1e-6)
+
+
+def test_cache_policy_is_checked(t2w_dir):
+    with pytest.raises(InvalidArgumentError, match="cache_policy"):
+        core.Token2Wav(t2w_dir, "cpu", 5, 1, cache_policy="pytorch")
+    assert core.Token2Wav(t2w_dir, "cpu", 5, 1).cache_policy == "llama.cpp-omni"
 
 
 def test_determinism_across_runs_and_threads(t2w_dir):
@@ -100,18 +156,21 @@ def test_nan_in_prompt_cache_is_refused(t2w_dir, tmp_path):
         core.Token2Wav(str(d), "cpu", 5, 1)
 
 
-@pytest.mark.slow
-def test_stream_matches_reference_at_real_dimensions(tmp_path):
-    """Real-dimension Token2Wav (random weights): 3 windows and the final flush vs the reference."""
+@pytest.fixture(scope="module")
+def real_t2w_dir(tmp_path_factory):
     import llama_omni_py as omni
 
-    omni.make_models(tmp_path, "real", only=["token2wav"])
-    t2w_dir = str(tmp_path / "token2wav-gguf")
-    tokens = np.random.default_rng(5).integers(0, 6561, 25 * 3 + 4).astype(np.int32)
-    ours = core.Token2Wav(t2w_dir, "cpu", 5, 2, temperature=0.0)
-    got = [ours.push(tokens[:75]), ours.push(tokens[75:], final=True)]
-    want = stream_all(_reference(t2w_dir), tokens)
-    g, w = np.concatenate(got), np.concatenate(want)
-    assert g.shape == w.shape
-    rms = np.sqrt(np.mean(w.astype(np.float64) ** 2))
-    assert np.abs(g - w).max() <= 1e-4 * rms, f"{np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
+    d = tmp_path_factory.mktemp("real_t2w")
+    omni.make_models(d, "real", only=["token2wav"])
+    return str(d / "token2wav-gguf")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_stream_matches_its_restatement_at_real_dimensions(real_t2w_dir, policy):
+    """Real-dimension Token2Wav (random weights, the real 100-frame prompt cache): 8 windows and
+    a final window of 7 tokens vs the PyTorch modules under the same rules."""
+    tokens = np.random.default_rng(5).integers(0, 6561, 25 * 8 + 4).astype(np.int32)
+    got = _ours(real_t2w_dir, policy, tokens, pieces=len(tokens))
+    want = stream_all(_reference(real_t2w_dir, policy), tokens)
+    _assert_close([np.concatenate(got)], [np.concatenate(want)])

@@ -3,7 +3,7 @@
 Every file of a module set is a :class:`FileSpec`: where it lives, which architecture string
 it carries, and its tensors and metadata as functions of the set's dimensions. The
 generator writes from this table, the validator checks against it, and the native loaders
-mirror it. Facts: docs/model-files.md.
+mirror it. Per-file facts: docs/model-files.md.
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ from .common import (
     T2W_VOCAB,
     TTS_FILE,
     VPM_FILE,
+    KeyRule,
     Meta,
     TensorSpec,
 )
 from .encoders import (
+    APM_KEYS,
     APM_REAL,
     APM_TINY,
+    VPM_KEYS,
     VPM_REAL,
     VPM_TINY,
     ApmDims,
@@ -45,11 +48,12 @@ from .encoders import (
     vpm_resampler_heads,
     vpm_tensors,
 )
-from .llm import LLM_BENCH, LLM_TINY, LlmDims, llm_infer, llm_metadata, llm_tensors
-from .token2wav import T2W_REAL, T2W_TABLES, T2W_TINY, T2wDims, prompt_cache_metadata, t2w_infer
+from .llm import LLM_BENCH, LLM_KEYS, LLM_TINY, LlmDims, llm_infer, llm_metadata, llm_tensors
+from .token2wav import PROMPT_CACHE_KEYS, T2W_REAL, T2W_TABLES, T2W_TINY, T2wDims, prompt_cache_metadata, t2w_infer
 from .tts import (
     PROJECTOR_REAL,
     PROJECTOR_TINY,
+    TTS_KEYS,
     TTS_REAL,
     TTS_TINY,
     ProjectorDims,
@@ -61,8 +65,10 @@ from .tts import (
     tts_metadata,
     tts_special_ids,
     tts_tensors,
+    tts_vocab,
+    tts_vocab_metadata,
 )
-from .vocab import Vocab, build_vocab
+from .vocab import Vocab, build_vocab, vocab_problems
 
 MODULES = ("llm", "apm", "vpm", "tts", "projector", "token2wav")
 SIZES = ("tiny", "real")
@@ -100,6 +106,8 @@ class FileSpec:
     architecture: str | None  # expected general.architecture (None: file has no metadata)
     tensors: Callable[[SetDims], list[TensorSpec]]
     metadata: Callable[[SetDims], Meta]
+    keys: tuple[KeyRule, ...] = ()  # metadata the loaders need (validated)
+    vocab_rows: Callable[[SetDims], int] | None = None  # has a llama.cpp vocabulary of this many tokens
 
 
 def _no_meta(_: SetDims) -> Meta:
@@ -107,10 +115,28 @@ def _no_meta(_: SetDims) -> Meta:
 
 
 FILES: tuple[FileSpec, ...] = (
-    FileSpec("llm", "llm", LLM_FILE, "qwen3", lambda d: llm_tensors(d.llm), lambda d: llm_metadata(d.llm)),
-    FileSpec("apm", "apm", APM_FILE, "whisper", lambda d: apm_tensors(d.apm), lambda d: apm_metadata(d.apm)),
-    FileSpec("vpm", "vpm", VPM_FILE, "clip", lambda d: vpm_tensors(d.vpm), lambda d: vpm_metadata(d.vpm)),
-    FileSpec("tts", "tts", TTS_FILE, "llama", lambda d: tts_tensors(d.tts), lambda d: tts_metadata(d.tts)),
+    FileSpec(
+        "llm",
+        "llm",
+        LLM_FILE,
+        "qwen3",
+        lambda d: llm_tensors(d.llm),
+        lambda d: llm_metadata(d.llm),
+        LLM_KEYS,
+        lambda d: d.llm.n_vocab,
+    ),
+    FileSpec("apm", "apm", APM_FILE, "whisper", lambda d: apm_tensors(d.apm), lambda d: apm_metadata(d.apm), APM_KEYS),
+    FileSpec("vpm", "vpm", VPM_FILE, "clip", lambda d: vpm_tensors(d.vpm), lambda d: vpm_metadata(d.vpm), VPM_KEYS),
+    FileSpec(
+        "tts",
+        "tts",
+        TTS_FILE,
+        "llama",
+        lambda d: tts_tensors(d.tts),
+        lambda d: tts_metadata(d.tts),
+        TTS_KEYS,
+        lambda d: d.tts.token_rows,
+    ),
     FileSpec(
         "projector",
         "projector",
@@ -127,6 +153,7 @@ FILES: tuple[FileSpec, ...] = (
             None,
             (lambda fn: lambda d: fn(d.t2w))(T2W_TABLES[stem]),
             (lambda d: prompt_cache_metadata(d.t2w)) if stem == "prompt_cache" else _no_meta,
+            PROMPT_CACHE_KEYS if stem == "prompt_cache" else (),
         )
         for stem in T2W_FILES
     ),
@@ -170,6 +197,7 @@ __all__ = [
     "LLM_FILE",
     "LLM_FILE_GLOB",
     "MODULES",
+    "KeyRule",
     "PROJECTOR_FILE",
     "SILENCE_TOKEN",
     "SIZES",
@@ -190,5 +218,8 @@ __all__ = [
     "preset",
     "set_dims_field",
     "tts_special_ids",
+    "tts_vocab",
+    "tts_vocab_metadata",
+    "vocab_problems",
     "vpm_resampler_heads",
 ]

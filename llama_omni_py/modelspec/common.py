@@ -13,6 +13,7 @@ function and an ``infer(gguf)`` function that reads the dimensions back from a f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 F32, F16 = "f32", "f16"
 
@@ -35,6 +36,8 @@ class TensorSpec:
     ``init`` is one of: ``linear`` (N(0, gain/sqrt(fan_in))), ``embed`` (N(0, 0.02)),
     ``norm`` (1 + N(0, 0.05)), ``bias`` (N(0, 0.02)), ``alpha`` (U(0.5, 1.5), positive),
     or ``fixed`` (values computed by the generator, e.g. sin-cos position tables).
+    ``live_rows`` > 0: only the first rows (outermost ``ne``) get values, the rest are zero
+    (a table zero-padded to a larger vocabulary).
     """
 
     name: str
@@ -43,6 +46,7 @@ class TensorSpec:
     init: str = "linear"
     fan_in: int = 0
     gain: float = 1.0
+    live_rows: int = 0
 
 
 def _w(name: str, ne: tuple[int, ...], dtype: str = F16, fan_in: int | None = None, gain: float = 1.0) -> TensorSpec:
@@ -76,8 +80,22 @@ def _conv1d(prefix: str, n_in: int, n_out: int, k: int, dtype: str = F32, gain: 
 # Metadata entries: (key, gguf value type, value). Types follow the gguf spec names.
 Meta = list[tuple[str, str, object]]
 
+
+@dataclass(frozen=True)
+class KeyRule:
+    """A metadata key a loader needs (docs/model-files.md): its kind ("int", "float", "str",
+    "bool", "str[]", "int[]", "float[]"), whether its absence is an error, and optionally the value
+    or array length it must have, as a function of the set's dimensions (a SetDims)."""
+
+    key: str
+    kind: str
+    required: bool = True
+    value: Callable[[object], object] | None = None
+    length: Callable[[object], int] | None = None
+
+
 # ---------------------------------------------------------------------------------------
-# MiniCPM-o / Qwen3 special tokens at their real ids (docs/speech-path.md). Ids in the
+# MiniCPM-o / Qwen3 special tokens at their real ids. Ids in the
 # gaps of the published table are filled with reserved placeholders so the vocabulary
 # stays dense; the generator places this list at REAL ids when the vocabulary is full
 # size and right after the ordinary tokens in the tiny set (same order, same names).
@@ -144,7 +162,7 @@ SPECIAL_TOKENS: tuple[str, ...] = tuple(
     _SPECIALS_BY_ID.get(SPECIAL_TOKEN_BASE + i, f"<|omni_reserved_{SPECIAL_TOKEN_BASE + i}|>")
     for i in range(SPECIAL_TOKEN_COUNT)
 )
-# TTS-side ids into emb_text (docs/speech-path.md), hard-coded in llama.cpp-omni.
+# TTS-side ids into emb_text, hard-coded in llama.cpp-omni.
 TTS_AUDIO_BOS_ID = 151687
 TTS_TEXT_EOS_ID = 151692
 AUDIO_TOKENS = 6562  # 6561 speech codes + EOS (rel 6561)

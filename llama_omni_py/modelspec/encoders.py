@@ -1,15 +1,15 @@
-"""Audio (APM) and vision (VPM) encoder files (docs/model-files.md)."""
+"""Audio (APM) and vision (VPM) encoder files."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import F16, F32, Meta, TensorSpec, _b, _linear, _norm, _w
+from .common import F16, F32, KeyRule, Meta, TensorSpec, _b, _linear, _norm, _w
 from .llm import LLM_TINY
 
 
 # =======================================================================================
-# APM: Whisper-medium encoder + projector (docs/model-files.md).
+# APM: Whisper-medium encoder + projector (convert_apm layout).
 @dataclass(frozen=True)
 class ApmDims:
     d_model: int
@@ -20,6 +20,7 @@ class ApmDims:
     n_mel: int = 80
     n_audio_ctx: int = 1500
     pool_step: int = 5
+    n_fft_bins: int = 201  # width of the mel filter bank (n_fft 400); the file's "n_fft" key
 
 
 APM_REAL = ApmDims(1024, 24, 16, 4096, 4096)
@@ -52,7 +53,7 @@ def apm_tensors(d: ApmDims) -> list[TensorSpec]:
 
 
 def apm_metadata(d: ApmDims, mel_filters: list[float] | None = None) -> Meta:
-    n_fft_bins = 201  # librosa filter width for n_fft 400 (the file stores the width, not n_fft)
+    n_fft_bins = d.n_fft_bins  # the file stores the filter width, not n_fft
     return [
         ("general.architecture", "string", "whisper"),
         ("general.file_type", "uint32", 1),
@@ -80,11 +81,22 @@ def apm_infer(g) -> ApmDims:
         n_mel=g.get_int("n_mel", 80),
         n_audio_ctx=g.tensor_ne("encoder.positional_embedding")[1],
         pool_step=g.get_int("audio_pool_step", 5),
+        n_fft_bins=g.get_int("n_fft", 400),  # the audio loader's default when the key is absent
     )
 
 
+# What llama.cpp-omni's audio loader needs (docs/model-files.md): it copies n_mel x n_fft floats
+# out of "filters".
+APM_KEYS = (
+    KeyRule("d_model", "int"),
+    KeyRule("encoder_attention_heads", "int"),
+    KeyRule("encoder_layers", "int"),
+    KeyRule("filters", "float[]", length=lambda d: d.apm.n_mel * d.apm.n_fft_bins),
+)
+
+
 # =======================================================================================
-# VPM: SigLIP + MiniCPM-V resampler (docs/model-files.md; MiniCPM-V version 100045).
+# VPM: SigLIP + MiniCPM-V resampler (convert_vpm layout, version 100045).
 @dataclass(frozen=True)
 class VpmDims:
     hidden: int
@@ -162,6 +174,27 @@ def vpm_metadata(d: VpmDims) -> Meta:
         ("clip.vision.image_std", "float32[]", [0.5, 0.5, 0.5]),
         ("clip.use_gelu", "bool", True),
     ]
+
+
+# What llama.cpp-omni's vision loader needs (docs/model-files.md).
+VPM_KEYS = (
+    *(
+        KeyRule(f"clip.vision.{k}", "int")
+        for k in (
+            "embedding_length",
+            "attention.head_count",
+            "feed_forward_length",
+            "block_count",
+            "projection_dim",
+            "image_size",
+            "patch_size",
+        )
+    ),
+    KeyRule("clip.vision.attention.layer_norm_epsilon", "float"),
+    KeyRule("clip.vision.image_mean", "float[]", length=lambda d: 3),
+    KeyRule("clip.vision.image_std", "float[]", length=lambda d: 3),
+    KeyRule("clip.minicpmv_version", "int", required=False),
+)
 
 
 def vpm_infer(g) -> VpmDims:

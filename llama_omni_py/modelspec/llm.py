@@ -1,10 +1,11 @@
-"""LLM (Qwen3) tensors and metadata: standard llama.cpp "qwen3" names (docs/model-files.md)."""
+"""LLM (Qwen3) tensors and metadata: standard llama.cpp "qwen3" names."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import F16, F32, Meta, TensorSpec, _w
+from .common import F16, F32, KeyRule, Meta, TensorSpec, _w
+from .vocab import VOCAB_KEYS
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,19 @@ def llm_metadata(d: LlmDims) -> Meta:
         (f"{a}.rope.freq_base", "float32", d.rope_theta),
         (f"{a}.attention.layer_norm_rms_epsilon", "float32", d.rms_eps),
     ]
+
+
+# What libllama needs of an arch "qwen3" file (docs/model-files.md); the vocabulary is checked
+# against token_embd by the validator.
+LLM_KEYS = (
+    KeyRule("qwen3.context_length", "int"),
+    KeyRule("qwen3.embedding_length", "int"),
+    KeyRule("qwen3.block_count", "int"),
+    KeyRule("qwen3.feed_forward_length", "int"),
+    KeyRule("qwen3.attention.head_count", "int"),
+    KeyRule("qwen3.attention.layer_norm_rms_epsilon", "float"),
+    *VOCAB_KEYS,
+)
 
 
 def llm_infer(g) -> LlmDims:

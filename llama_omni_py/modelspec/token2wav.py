@@ -1,4 +1,4 @@
-"""Token2Wav files (docs/model-files.md): token2wav-gguf/*.gguf, all F32.
+"""Token2Wav files: token2wav-gguf/*.gguf, all F32.
 
 encoder / flow_matching / flow_extra / hifigan2 carry no metadata (llama.cpp-omni hard-codes
 the hyperparameters); names are the PyTorch state-dict names with the prefix stripped, HiFT
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import F32, T2W_VOCAB, Meta, TensorSpec, _conv1d, _linear, _norm
+from .common import F32, T2W_VOCAB, KeyRule, Meta, TensorSpec, _conv1d, _linear, _norm
 
 MEL = 80
 SPK_DIM = 192
@@ -184,6 +184,10 @@ def prompt_cache_metadata(d: T2wDims) -> Meta:
         (f"{p}.chunk_total", "int32", 28),
         (f"{p}.up_rate", "int32", 2),
     ]
+
+
+# llama.cpp-omni reads n_timesteps if present (it must match the run's steps); we require it.
+PROMPT_CACHE_KEYS = (KeyRule("mtmd.prompt_cache.n_timesteps", "int"),)
 
 
 T2W_TABLES = {

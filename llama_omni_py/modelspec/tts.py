@@ -1,4 +1,4 @@
-"""TTS backbone + extras and the separate projector file (docs/model-files.md)."""
+"""TTS backbone + extras and the separate projector file."""
 
 from __future__ import annotations
 
@@ -11,16 +11,18 @@ from .common import (
     SPECIAL_TOKEN_BASE,
     TTS_AUDIO_BOS_ID,
     TTS_TEXT_EOS_ID,
+    KeyRule,
     Meta,
     TensorSpec,
     _linear,
     _w,
 )
 from .llm import LLM_TINY
+from .vocab import TOKEN_UNUSED, VOCAB_KEYS, Vocab
 
 
 # =======================================================================================
-# TTS: 20-layer LLaMA + MiniCPM-o extras (docs/model-files.md), and the separate projector.
+# TTS: 20-layer LLaMA + MiniCPM-o extras, and the separate projector.
 @dataclass(frozen=True)
 class TtsDims:
     hidden: int
@@ -29,19 +31,28 @@ class TtsDims:
     n_ff: int
     text_vocab: int  # rows of emb_text (LLM token ids)
     llm_embd: int
-    n_token_vocab: int = 32000  # the unused token_embd table of the LLaMA backbone
+    # Rows of the LLaMA backbone's token_embd = entries of its tokenizer; 0: audio_tokens +
+    # text_vocab, the size llama.cpp-omni's converter gives it (docs/model-files.md).
+    n_token_vocab: int = 0
+    live_token_rows: int = 32000  # rows with values; the converter zero-pads the rest
     audio_tokens: int = AUDIO_TOKENS
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
 
+    @property
+    def token_rows(self) -> int:
+        return self.n_token_vocab or self.audio_tokens + self.text_vocab
+
 
 TTS_REAL = TtsDims(768, 20, 12, 3072, 152064, 4096)
-TTS_TINY = TtsDims(64, 2, 4, 128, 0, LLM_TINY.n_embd, n_token_vocab=256)  # text_vocab = tiny LLM vocab
+TTS_TINY = TtsDims(64, 2, 4, 128, 0, LLM_TINY.n_embd, live_token_rows=256)  # text_vocab = tiny LLM vocab
 
 
 def tts_tensors(d: TtsDims) -> list[TensorSpec]:
     t = d.hidden
-    out = [TensorSpec("token_embd.weight", (t, d.n_token_vocab), F16, "embed")]
+    out = [
+        TensorSpec("token_embd.weight", (t, d.token_rows), F16, "embed", live_rows=min(d.live_token_rows, d.token_rows))
+    ]
     for i in range(d.n_layer):
         p = f"blk.{i}"
         out += [
@@ -82,9 +93,48 @@ def tts_metadata(d: TtsDims) -> Meta:
         (f"{a}.attention.head_count_kv", "uint32", d.n_head),
         (f"{a}.attention.layer_norm_rms_epsilon", "float32", d.rms_eps),
         (f"{a}.rope.freq_base", "float32", d.rope_theta),
-        (f"{a}.vocab_size", "uint32", d.n_token_vocab),
+        (f"{a}.vocab_size", "uint32", d.token_rows),
     ]
     return meta
+
+
+def tts_vocab(llm_vocab: Vocab, d: TtsDims) -> Vocab:
+    """The TTS file's tokenizer: the LLM's, padded with unique "[PAD{id}]" entries (type unused)
+    up to token_embd's rows, as llama.cpp-omni's converter writes it. Only llama.cpp's loader
+    reads it; no text is ever tokenized with it."""
+    n = d.token_rows
+    if n < llm_vocab.size:
+        raise ValueError(f"TTS token_embd has {n} rows, fewer than the {llm_vocab.size} LLM tokens")
+    pad = range(llm_vocab.size, n)
+    return Vocab(
+        llm_vocab.tokens + [f"[PAD{i}]" for i in pad],
+        llm_vocab.token_types + [TOKEN_UNUSED] * len(pad),
+        llm_vocab.merges,
+        llm_vocab.special_base,
+    )
+
+
+def tts_vocab_metadata(v: Vocab) -> Meta:
+    """Tokenizer keys of the TTS file: no BOS (Qwen has none), EOS <|im_end|>, pad <|endoftext|>."""
+    return [m for m in v.metadata() if m[0] not in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token")]
+
+
+def _head_dim(d) -> int:
+    return d.tts.hidden // d.tts.n_head
+
+
+# What llama.cpp's loader needs of an arch "llama" file (docs/model-files.md). The vocabulary
+# (tokenizer.ggml.tokens, merges) is checked against token_embd by the validator.
+TTS_KEYS = (
+    KeyRule("llama.context_length", "int"),
+    KeyRule("llama.embedding_length", "int"),
+    KeyRule("llama.block_count", "int"),
+    KeyRule("llama.feed_forward_length", "int"),
+    KeyRule("llama.attention.head_count", "int"),
+    KeyRule("llama.attention.layer_norm_rms_epsilon", "float"),
+    KeyRule("llama.rope.dimension_count", "int", required=False, value=_head_dim),
+    *VOCAB_KEYS,
+)
 
 
 def tts_special_ids(special_base: int = SPECIAL_TOKEN_BASE) -> tuple[int, int]:

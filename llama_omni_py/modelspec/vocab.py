@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .common import SPECIAL_TOKEN_BASE, SPECIAL_TOKENS
+from .common import SPECIAL_TOKEN_BASE, SPECIAL_TOKENS, KeyRule
 
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
 # Qwen marks the think tags as user-defined (they appear in text); the rest are control tokens.
@@ -113,3 +113,40 @@ def build_vocab(full_size: bool, n_merges: int = 64) -> Vocab:
     tokens += list(SPECIAL_TOKENS)
     types += [TOKEN_USER_DEFINED if t in _USER_DEFINED else TOKEN_CONTROL for t in SPECIAL_TOKENS]
     return Vocab(tokens, types, [f"{a} {b}" for a, b in merges], base)
+
+
+# Vocabulary keys llama.cpp's loader reads (docs/model-files.md): the model is required; the
+# rest are checked against it and the token table by vocab_problems().
+VOCAB_KEYS = (
+    KeyRule("tokenizer.ggml.model", "str"),
+    KeyRule("tokenizer.ggml.pre", "str", required=False),
+    KeyRule("tokenizer.ggml.tokens", "str[]", required=False),
+    KeyRule("tokenizer.ggml.token_type", "int[]", required=False),
+    KeyRule("tokenizer.ggml.merges", "str[]", required=False),
+)
+# Tokenizer models llama.cpp knows; "none"/"no_vocab" load without a token list.
+TOKENIZER_MODELS = ("gpt2", "llama", "bert", "t5", "rwkv", "plamo2", "none", "no_vocab")
+
+
+def vocab_problems(meta: dict, rows: int) -> list[str]:
+    """What llama.cpp's vocabulary loader would reject in ``meta`` (the file's metadata), for a
+    token_embd of ``rows`` rows."""
+    model = meta.get("tokenizer.ggml.model")
+    if model not in TOKENIZER_MODELS:
+        return [f"tokenizer.ggml.model is {model!r}, not one of {', '.join(TOKENIZER_MODELS)}"]
+    if model in ("none", "no_vocab"):
+        return []
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return ["missing metadata key 'tokenizer.ggml.tokens'"]
+    problems = []
+    if len(tokens) != rows:
+        problems.append(f"tokenizer.ggml.tokens has {len(tokens)} entries but token_embd.weight has {rows} rows")
+    if len(set(tokens)) != len(tokens):
+        problems.append("tokenizer.ggml.tokens has duplicate entries (llama.cpp needs them unique)")
+    types = meta.get("tokenizer.ggml.token_type")
+    if types is not None and len(types) != len(tokens):
+        problems.append(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+    if model == "gpt2" and "tokenizer.ggml.merges" not in meta:
+        problems.append("missing metadata key 'tokenizer.ggml.merges' (a gpt2 tokenizer needs it)")
+    return problems

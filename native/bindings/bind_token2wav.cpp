@@ -24,7 +24,7 @@ void register_token2wav(py::module_ & m) {
     using i32array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
     py::class_<Token2Wav>(m, "Token2Wav")
         .def(py::init([](const std::string & dir, const std::string & device, int steps, int threads, std::vector<int> cpus,
-                         float temperature, uint32_t seed) {
+                         float temperature, uint32_t seed, const std::string & cache_policy) {
                  Token2WavOptions o;
                  o.device = device;
                  o.steps = steps;
@@ -32,10 +32,12 @@ void register_token2wav(py::module_ & m) {
                  o.cpus = std::move(cpus);
                  o.temperature = temperature;
                  o.seed = seed;
+                 o.cache_policy = parse_cache_policy(cache_policy);
                  return std::make_unique<Token2Wav>(dir, o);
              }),
              py::arg("token2wav_dir"), py::arg("device") = "cpu", py::arg("steps") = 5, py::arg("threads") = 1,
              py::arg("cpus") = std::vector<int>{}, py::arg("temperature") = 1.0f, py::arg("seed") = 42u,
+             py::arg("cache_policy") = "llama.cpp-omni",
              py::call_guard<py::gil_scoped_release>())
         .def("push", [](Token2Wav & t, i32array tokens, bool final) {
             if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
@@ -58,6 +60,7 @@ void register_token2wav(py::module_ & m) {
         .def_property_readonly("steps", &Token2Wav::steps)
         .def_property_readonly("threads", &Token2Wav::threads)
         .def_property_readonly("finished", &Token2Wav::finished)
+        .def_property_readonly("cache_policy", [](const Token2Wav & t) { return cache_policy_name(t.cache_policy()); })
         .def_property_readonly("last_timings", [](const Token2Wav & t) { return timings_dict(t.last_timings()); })
         .def_property_readonly("total_timings", [](const Token2Wav & t) { return timings_dict(t.total_timings()); });
 }

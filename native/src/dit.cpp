@@ -65,6 +65,7 @@ namespace {
 // The frames of a new-first sequence of `total` frames that the bounding keeps, as (start, len).
 std::vector<std::pair<int, int>> kept_ranges(int total, int head, int tail) {
     if (tail <= 0 || total <= head + tail) return {{0, total}};
+    if (head <= 0) return {{total - tail, tail}};  // the oldest frames only
     return {{0, head}, {total - tail, tail}};
 }
 

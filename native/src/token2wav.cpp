@@ -12,7 +12,7 @@ namespace omni {
 namespace {
 
 constexpr int kMaxEstimatorFrames = 600;  // llama.cpp-omni's TOKEN2WAV_FM_MAX_T_CACHE default
-constexpr int kRecentFrames = 100;        // generated frames kept beside the prompt's
+constexpr int kRecentFrames = 100;        // reference policy: mel frames kept beside the prompt's
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -26,7 +26,47 @@ std::vector<float> finite_tensor(const GgufFile & g, const std::string & name, s
     return v;
 }
 
+// Reference policy, conformer cache (layers, heads, frames, row): keep the prompt's frames and the
+// newest `recent` mel frames, each scale on its own. The first `token_layers` layers hold token-rate
+// frames tiled [c, c] over the shared time axis: un-tile (first half), keep prompt/2 + recent/2
+// token frames, tile again. The other layers keep prompt + recent mel frames.
+std::vector<float> trim_per_scale(const std::vector<float> & v, int token_layers, int layers, int heads, int frames,
+                                  int row, int prompt, int recent) {
+    const int keep = prompt + recent, half = frames / 2, ph = prompt / 2, rh = recent / 2;
+    std::vector<float> out(static_cast<size_t>(layers) * heads * keep * row);
+    auto copy = [&](const float * src, int first, int n, float * dst) {
+        std::copy_n(src + static_cast<size_t>(first) * row, static_cast<size_t>(n) * row, dst);
+    };
+    for (int l = 0; l < layers; ++l)
+        for (int h = 0; h < heads; ++h) {
+            const size_t slab = static_cast<size_t>(l) * heads + h;
+            const float * src = v.data() + slab * frames * row;
+            float * dst = out.data() + slab * keep * row;
+            if (l < token_layers) {
+                for (int rep = 0; rep < 2; ++rep) {
+                    float * d = dst + static_cast<size_t>(rep) * (ph + rh) * row;
+                    copy(src, 0, ph, d);
+                    copy(src, half - rh, rh, d + static_cast<size_t>(ph) * row);
+                }
+            } else {
+                copy(src, 0, prompt, dst);
+                copy(src, frames - recent, recent, dst + static_cast<size_t>(prompt) * row);
+            }
+        }
+    return out;
+}
+
 }  // namespace
+
+CachePolicy parse_cache_policy(const std::string & name) {
+    if (name == "llama.cpp-omni") return CachePolicy::LlamaCppOmni;
+    if (name == "reference") return CachePolicy::Reference;
+    throw InvalidArgument("cache_policy must be 'llama.cpp-omni' or 'reference', got '" + name + "'");
+}
+
+const char * cache_policy_name(CachePolicy p) {
+    return p == CachePolicy::LlamaCppOmni ? "llama.cpp-omni" : "reference";
+}
 
 Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
     t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps);
@@ -76,10 +116,27 @@ Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) 
         }
     }
     conf_window_ = T;
-    est_window_ = std::min(Te, kMaxEstimatorFrames - kRecentFrames);
-    for (DitCache & c : prompt_cache_.estimator) {
-        c.keep_head = est_window_;  // bounded inside the estimator call, on the device
-        c.keep_tail = kRecentFrames;
+    if (options.cache_policy == CachePolicy::LlamaCppOmni) {
+        // The estimator cache stays the prompt's: of [chunk, prompt] only the prompt's Te frames
+        // are kept. llama.cpp-omni attends over at most 600 frames; beyond that its rule changes.
+        if (Te + 2 * kWindow > kMaxEstimatorFrames) {
+            throw ModelFileError(pc.path(), "estimator_att_cache has " + std::to_string(Te) +
+                                                " frames; the llama.cpp-omni cache policy supports at most " +
+                                                std::to_string(kMaxEstimatorFrames - 2 * kWindow) +
+                                                " (use cache_policy='reference')");
+        }
+        est_window_ = Te;
+    } else {
+        est_window_ = std::min(Te, kMaxEstimatorFrames - kRecentFrames);
+    }
+    for (DitCache & c : prompt_cache_.estimator) {  // bounded inside the estimator call, on the device
+        if (options.cache_policy == CachePolicy::LlamaCppOmni) {
+            c.keep_head = 0;
+            c.keep_tail = Te;
+        } else {
+            c.keep_head = est_window_;
+            c.keep_tail = kRecentFrames;
+        }
     }
     reset();
 }
@@ -89,7 +146,7 @@ Token2Wav::~Token2Wav() = default;
 void Token2Wav::reset() {
     cache_ = prompt_cache_;
     // The estimator caches stay resident on the Token2Mel device from here on.
-    t2m_->caches_to_device(cache_, est_window_ + kRecentFrames + 2 * kWindow);
+    t2m_->caches_to_device(cache_, est_window_ + kRecentFrames + 2 * kWindow);  // enough for either policy
     cache_.rng.seed(opt_.seed);
     buffer_.assign(3, kSilence);
     mel_cache_.clear();
@@ -99,24 +156,49 @@ void Token2Wav::reset() {
     last_ = total_ = Token2WavTimings{};
 }
 
-void Token2Wav::trim_caches() {
-    // The reference (minicpmo stepaudio2 streaming) keeps the prompt's frames plus the newest 100
-    // once a cache outgrows that. llama.cpp-omni instead slides a window of the prompt's length,
-    // which drops the voice prompt after a few chunks; we follow the reference.
+void Token2Wav::update_conformer_cache() {
     const ConformerDims & ed = t2m_->encoder_dims();
-    if (cache_.conformer_frames > conf_window_ + kRecentFrames) {
-        const int layers = ed.blocks + ed.up_blocks;
-        cache_.conformer_att = keep_head_tail(cache_.conformer_att, static_cast<size_t>(layers) * ed.heads,
-                                              cache_.conformer_frames, 2 * ed.d_head, conf_window_, kRecentFrames);
+    const int layers = ed.blocks + ed.up_blocks, frames = cache_.conformer_frames;
+    if (opt_.cache_policy == CachePolicy::LlamaCppOmni) {
+        // Every layer keeps its newest L frames (L = the prompt's). On the tiled token-rate
+        // layers this keeps [new tail, older] out of order; that is the rule being reproduced.
+        if (frames > conf_window_) {
+            cache_.conformer_att = keep_head_tail(cache_.conformer_att, static_cast<size_t>(layers) * ed.heads, frames,
+                                                  2 * ed.d_head, 0, conf_window_);
+            cache_.conformer_frames = conf_window_;
+        }
+    } else if (frames > conf_window_ + kRecentFrames) {
+        cache_.conformer_att = trim_per_scale(cache_.conformer_att, ed.blocks, layers, ed.heads, frames, 2 * ed.d_head,
+                                              conf_window_, kRecentFrames);
         cache_.conformer_frames = conf_window_ + kRecentFrames;
     }
+}
+
+std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last, int * frames) {
+    if (opt_.cache_policy == CachePolicy::Reference || n == kWindow) {
+        std::vector<float> mel = t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, frames);
+        update_conformer_cache();
+        return mel;
+    }
+    // llama.cpp-omni runs a short (final) window as a full one, padded with silence tokens, and
+    // keeps the first 2 mel frames per real token.
+    std::vector<int32_t> padded(tokens, tokens + n);
+    padded.resize(kWindow, kSilence);
+    int T = 0;
+    std::vector<float> mel = t2m_->chunk(padded.data(), kWindow, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, &T);
+    update_conformer_cache();
+    const int keep = std::min(T, 2 * n);
+    std::vector<float> out(static_cast<size_t>(Token2Mel::kMel) * keep);
+    for (int c = 0; c < Token2Mel::kMel; ++c)
+        std::copy_n(mel.data() + static_cast<size_t>(c) * T, keep, out.data() + static_cast<size_t>(c) * keep);
+    *frames = keep;
+    return out;
 }
 
 std::vector<float> Token2Wav::window(const int32_t * tokens, int n, bool last) {
     auto t0 = std::chrono::steady_clock::now();
     int frames = 0;
-    std::vector<float> mel = t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, &frames);
-    trim_caches();
+    std::vector<float> mel = token2mel(tokens, n, last, &frames);
     last_.token2mel_ms += ms_since(t0);
 
     // Vocoder input: 8 cached mel frames + this chunk's, channel-major.

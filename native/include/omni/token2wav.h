@@ -1,12 +1,20 @@
-// Token2Wav streaming (docs/token2wav-streaming.md): speech tokens in, 24 kHz audio out.
+// Token2Wav streaming: speech tokens in, 24 kHz audio out (docs/token2wav-streaming.md).
 //
 // Tokens are buffered behind 3 silence tokens (4218); every full window of 28 tokens (25 new +
 // 3 look-ahead) goes through Token2Mel, then slides by 25. The fixed voice comes from
-// prompt_cache.gguf (speaker vector and the encoder/estimator caches); the attention caches keep
-// the prompt's frames plus the newest 100 (estimator capped at 600 frames). The HiFT
-// vocoder runs on the CPU with an 8-frame mel cache and a 3840-sample source cache; each chunk's
-// first 3840 samples are cross-faded (Hamming, 7680) with the previous chunk's held-back tail and
-// its own last 3840 samples are held back until the final push: 24000 samples per 25 tokens.
+// prompt_cache.gguf (speaker vector and the encoder/estimator caches). How the attention caches
+// evolve between windows, and how the final window is run, is the cache policy:
+//  - LlamaCppOmni: the estimator cache stays the prompt's for the whole stream; each conformer
+//    layer keeps the newest L frames of its cache (L = the prompt's length), so the prompt slides
+//    out; the final window is padded to 28 tokens with 4218 and its mel cropped to 2 frames per
+//    real token.
+//  - Reference: the PyTorch streaming path (stepaudio2, minicpmo-utils 1.0.7): both caches keep
+//    the prompt's frames plus the newest 100 mel frames (50 token frames for the token-rate
+//    conformer layers, trimmed on their own scale); the final window runs its real tokens only.
+// The HiFT vocoder is the same for both: it runs on the CPU with an 8-frame mel cache and a
+// 3840-sample source cache; each chunk's first 3840 samples are cross-faded (Hamming, 7680) with
+// the previous chunk's held-back tail and its own last 3840 samples are held back until the final
+// push: 24000 samples per 25 tokens.
 #pragma once
 
 #include "omni/hift.h"
@@ -19,6 +27,12 @@
 
 namespace omni {
 
+enum class CachePolicy { LlamaCppOmni, Reference };
+
+// "llama.cpp-omni" or "reference"; throws InvalidArgument for anything else.
+CachePolicy parse_cache_policy(const std::string & name);
+const char * cache_policy_name(CachePolicy p);
+
 struct Token2WavOptions {
     std::string device = "cpu";   // Token2Mel device
     int steps = 5;                // CFM steps; must match the prompt cache
@@ -26,6 +40,7 @@ struct Token2WavOptions {
     std::vector<int> cpus;        // vocoder workers' CPUs (empty: not pinned)
     float temperature = 1.0f;
     uint32_t seed = 42;           // noise generator seed (llama.cpp-omni: 42)
+    CachePolicy cache_policy = CachePolicy::LlamaCppOmni;
 };
 
 struct Token2WavTimings {
@@ -56,10 +71,12 @@ public:
     int steps() const { return t2m_->steps(); }
     int threads() const { return vocoder_->threads(); }
     bool finished() const { return finished_; }
+    CachePolicy cache_policy() const { return opt_.cache_policy; }
 
 private:
     std::vector<float> window(const int32_t * tokens, int n, bool last);
-    void trim_caches();
+    std::vector<float> token2mel(const int32_t * tokens, int n, bool last, int * frames);
+    void update_conformer_cache();
 
     Token2WavOptions opt_;
     std::unique_ptr<Token2Mel> t2m_;
