@@ -51,7 +51,6 @@ CASES = {
     "not_json": (["{nope"], "invalid_json", False),
     "binary_frame": ([b"\x00\x01"], "invalid_json", False),
     "no_type": ([{"payload": {}}], "invalid_json", False),
-    "full_duplex": ([{"type": "session.init", "payload": {"mode": "full_duplex"}}], "mode_unsupported", False),
     "bad_mode": ([{"type": "session.init", "payload": {"mode": "half"}}], "invalid_mode", False),
     "bad_voice": (
         [{"type": "session.init", "payload": {"mode": "turn_based", "voice": {"ref_audio": "!!"}}}],

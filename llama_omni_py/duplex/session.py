@@ -201,6 +201,7 @@ class DuplexSession:
             decision = self.decoder.decode(logits, force_listen=unit.force_listen)
             t3 = time.perf_counter()
             timings = {
+                "vision_images": len(images),
                 "cost_encode_ms": (t1 - t0) * 1000,
                 "cost_prefill_ms": (t2 - t1) * 1000,
                 "cost_llm_ms": (t3 - t1) * 1000,
