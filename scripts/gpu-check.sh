@@ -20,7 +20,8 @@
 #   OMNI_GPU_CHECK_BUDGET_S    seconds the whole check may take (default 570 on the GPU, so it
 #                              ends inside the device tool's 600 s command limit; 0 = none);
 #                              a step that would start with too little time left is skipped
-#   OMNI_GPU_CHECK_WORK        scratch folder (default /tmp/omni-gpu-check): site/, build/, models/
+#   OMNI_GPU_CHECK_WORK        scratch folder: site/, build/, models/ (default /tmp/omni-gpu-check, or
+#                              .gpu-work in the checkout when only that file system has room)
 #   OMNI_GPU_CHECK_JOBS        parallel compile jobs (default: all CPUs)
 #   PYTHON                     the interpreter (default python3)
 set -uo pipefail
@@ -30,7 +31,15 @@ cd "$ROOT"
 PY=${PYTHON:-python3}
 CPU_MODE=${OMNI_GPU_CHECK_CPU:-0}
 OUT=${OUT:-$ROOT/gpu-check-out}
-WORK=${OMNI_GPU_CHECK_WORK:-/tmp/omni-gpu-check}
+WORK=${OMNI_GPU_CHECK_WORK:-}
+if [ -z "$WORK" ]; then
+  # /tmp, unless its file system is too small for the set and the checkout's is not
+  need_kb=$(( (CPU_MODE == 1 ? 10 : 26) * 1024 * 1024 ))
+  free_kb() { mkdir -p "$1" && df -Pk "$1" | awk 'NR == 2 { print $4 }'; }
+  WORK=/tmp/omni-gpu-check
+  if [ "$(free_kb /tmp)" -lt "$need_kb" ] && [ "$(free_kb "$ROOT")" -ge "$need_kb" ]; then WORK=$ROOT/.gpu-work; fi
+fi
+export OMNI_GPU_CHECK_WORK=$WORK OUT  # the steps (run as separate processes) use the same folders
 CARRY=${OMNI_GPU_CHECK_CARRY:-$ROOT/.carry}
 JOBS=${OMNI_GPU_CHECK_JOBS:-$(nproc)}
 ALL_STEPS=env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench
@@ -88,19 +97,21 @@ PIP=("$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile
 # -P: the checkout (the working directory) must not shadow the installed package
 PYRUN=("$PY" -P)
 
-step_env() {
-  date -u; uname -a; nproc; free -g; df -h "$WORK"
-  "$PY" --version; cmake --version | head -1; ninja --version
+step_env() {  # facts only: nothing here fails the step
+  date -u; uname -a; nproc; free -g; df -h "$WORK" "$ROOT" || true
+  "$PY" --version; cmake --version | head -1 || true; ninja --version || true
   if [ "$CPU_MODE" != 1 ]; then
-    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
-    "$NVCC" --version | tail -2
-    echo "cuBLAS: include $CUBLAS_INC, library $CUBLAS_LIB"
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv || true
+    "$NVCC" --version | tail -2 || true
+    echo "CUDA $CUDA_HOME; cuBLAS: include ${CUBLAS_INC:-none}, library ${CUBLAS_LIB:-none}"
   fi
 }
 
 step_deps() {
   [ -d "$CARRY/wheels" ] || { echo "no $CARRY/wheels: run scripts/gpu-carry.sh and carry .carry"; return 1; }
-  mapfile -t missing < <("$PY" scripts/gpu_check.py missing-wheels "$CARRY/wheels" | sed "/^$/d")
+  # scipy-openblas32 always: the extension finds it through a run path relative to itself
+  mapfile -t missing < <("$PY" scripts/gpu_check.py missing-wheels "$CARRY/wheels" --always scipy-openblas32 |
+    sed "/^$/d")
   echo "installing ${#missing[@]} carried wheels: ${missing[*]:-none}"
   [ ${#missing[@]} -eq 0 ] || "${PIP[@]}" "${missing[@]}"
 }
@@ -126,8 +137,7 @@ step_llama() {
   # unpacked once to a fixed place outside any git checkout, so the build directory is reused
   local src; src=$WORK/src/$(basename "$sdist" .tar.gz)
   if [ ! -d "$src" ]; then mkdir -p "$WORK/src" && tar xzf "$sdist" -C "$WORK/src" || return 1; fi
-  # no mtmd (only a CPU test compares our vision encoder with it); build info instead of the
-  # git metadata the trimmed sdist lacks
+  # no mtmd (only a CPU test compares our vision encoder with it)
   local args="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
   if [ "$CPU_MODE" != 1 ]; then
     [ -n "$CUBLAS_INC" ] || { echo "no cuBLAS headers (CUDA toolkit or nvidia-cublas wheel)"; return 1; }
@@ -179,10 +189,11 @@ step_bench() {
     --out-dir "$OUT/bench" --allow-realtime-miss
 }
 
-if [ "${1:-}" = --step ]; then  # one step, run by run_step
+if [ "${1:-}" = --step ]; then  # one step, run by run_step; its first failing command fails it
   [ "$CPU_MODE" = 1 ] || find_cuda
+  set -e
   "step_$2"
-  exit $?
+  exit 0
 fi
 
 : > "$LOG"

@@ -1,6 +1,7 @@
 """Helpers of scripts/gpu-check.sh (the one-command check on a lent GPU machine).
 
-    python scripts/gpu_check.py missing-wheels DIR      carried wheels whose distribution is not installed
+    python scripts/gpu_check.py missing-wheels DIR [--always NAME ...]
+                                                    carried wheels whose distribution is not installed
     python scripts/gpu_check.py models DIR [--llm-layers N] [--workers W] [--size real]
     python scripts/gpu_check.py summary OUT STEPS.tsv   summary.json + a Markdown table of the results
 
@@ -11,7 +12,6 @@ plain Python and numpy), so the 16 GB set can be written while the native code c
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import re
 import statistics
@@ -24,12 +24,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def missing_wheels(wheel_dir: str) -> list[str]:
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def missing_wheels(wheel_dir: str, always: tuple[str, ...] = ()) -> list[str]:
+    """Wheels in ``wheel_dir`` whose distribution is not installed, and those named in ``always``
+    (scipy-openblas32 must sit beside the package: the extension's run path is relative)."""
     out = []
     for whl in sorted(Path(wheel_dir).glob("*.whl")):
         name = re.split(r"-\d", whl.name, maxsplit=1)[0]
         try:
             metadata.version(name)
+            if _normal(name) in {_normal(a) for a in always}:
+                out.append(str(whl))
         except metadata.PackageNotFoundError:
             out.append(str(whl))
     return out
@@ -86,7 +94,7 @@ def summary(args) -> int:
     parity = _load(out / "parity.json") or {}
     llm_tts = _load(out / "llm_tts.json") or {}
     t2w = _load(out / "token2wav.json") or {}
-    bench = [b for b in (_load(p) for p in sorted(glob.glob(str(out / "bench" / "*.json")))) if b]
+    bench = [b for b in (_load(p) for p in sorted((out / "bench").glob("*.json"))) if b]
     result = {
         "steps": steps,
         "devices": [d["id"] + ": " + d["description"] for d in info.get("devices", [])],
@@ -156,6 +164,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("missing-wheels")
     w.add_argument("dir")
+    w.add_argument("--always", nargs="*", default=[], help="distributions to install even when present")
     m = sub.add_parser("models")
     m.add_argument("dir")
     m.add_argument("--size", default="real", choices=("tiny", "real"))
@@ -166,7 +175,7 @@ def main(argv=None) -> int:
     s.add_argument("steps")
     args = ap.parse_args(argv)
     if args.cmd == "missing-wheels":
-        print("\n".join(missing_wheels(args.dir)))
+        print("\n".join(missing_wheels(args.dir, tuple(args.always))))
         return 0
     return models(args) if args.cmd == "models" else summary(args)
 

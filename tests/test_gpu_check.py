@@ -33,6 +33,8 @@ def test_missing_wheels_lists_only_absent_distributions(tmp_path):
         (tmp_path / name).write_bytes(b"")
     lines = _run("missing-wheels", str(tmp_path)).split()
     assert lines == [str(tmp_path / "surely_not_installed_pkg-1.0-py3-none-any.whl")]
+    lines = _run("missing-wheels", str(tmp_path), "--always", "NumPy").split()  # names compare normalised
+    assert len(lines) == 2 and lines[0].endswith("numpy-1.0-py3-none-any.whl")
 
 
 def test_summary_reads_what_the_steps_wrote(tmp_path):
