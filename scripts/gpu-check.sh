@@ -2,20 +2,22 @@
 # The CUDA check on a lent GPU machine, as one command: build llama.cpp's CUDA backend and the
 # native core from the carried sources, list the device, compare every module graph on cuda:0
 # with the CPU, write the real-dimension module set with the whole 36-layer LLM (F16, ~16 GB),
-# and benchmark it (LLM and TTS per token, Token2Wav RTF, the speak pipeline).
+# and benchmark it (LLM and TTS per token, Token2Wav RTF, the speak pipeline, duplex units).
 #
 #   scripts/gpu-carry.sh                      # once, here: fills .carry/ (trimmed sdist + wheels)
 #   bash scripts/gpu-check.sh                 # there, from the repository root, .carry carried
 #
 # Results go to $OUT (the device tool's output folder; default ./gpu-check-out): gpu-check.log
-# (every step's full output), summary.json, info.json, parity.json, llm_tts.json,
-# token2wav.json, bench/<run>.json -- at most 8 files. The last lines printed are the summary.
+# (every step's full output), summary.json, parity.json, llm_tts.json, token2wav.json,
+# duplex.json, bench/<run>.json -- 7 files (the device tool brings back at most 8). The last
+# lines printed are the summary.
 #
 # Environment:
 #   OMNI_GPU_CHECK_CPU=1       the same steps without CUDA (test the script on a CPU machine):
 #                              CPU build, tests on "cpu", a 2-layer LLM, small benchmarks
 #   OMNI_GPU_CHECK_STEPS       comma list of steps to run (default: all, in this order):
-#                              env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench
+#                              env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench,
+#                              duplex
 #   OMNI_GPU_CHECK_LLM_LAYERS  LLM layers of the generated set (36 on the GPU, 2 with CPU=1)
 #   OMNI_GPU_CHECK_BUDGET_S    seconds the whole check may take (default 570 on the GPU, so it
 #                              ends inside the device tool's 600 s command limit; 0 = none);
@@ -42,14 +44,16 @@ fi
 export OMNI_GPU_CHECK_WORK=$WORK OUT  # the steps (run as separate processes) use the same folders
 CARRY=${OMNI_GPU_CHECK_CARRY:-$ROOT/.carry}
 JOBS=${OMNI_GPU_CHECK_JOBS:-$(nproc)}
-ALL_STEPS=env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench
+ALL_STEPS=env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench,duplex
 STEPS=",${OMNI_GPU_CHECK_STEPS:-$ALL_STEPS},"
 if [ "$CPU_MODE" = 1 ]; then
   DEV=cpu LAYERS=${OMNI_GPU_CHECK_LLM_LAYERS:-2} BUDGET=${OMNI_GPU_CHECK_BUDGET_S:-0}
   GEN_WORKERS=2 T2W_THREADS=1,2 BENCH_ARGS=(--t2w-threads 2 --pin off --prompts story --repeats 3 --warmup 1)
+  DUPLEX_UNITS=5
 else
   DEV=cuda:0 LAYERS=${OMNI_GPU_CHECK_LLM_LAYERS:-36} BUDGET=${OMNI_GPU_CHECK_BUDGET_S:-570}
   GEN_WORKERS=4 T2W_THREADS=4,8,16 BENCH_ARGS=(--t2w-threads 8 --repeats 3 --warmup 1)
+  DUPLEX_UNITS=20
 fi
 SITE=$WORK/site MODELS=$WORK/models
 mkdir -p "$OUT" "$WORK"
@@ -161,7 +165,7 @@ step_core() {
 step_info() {
   "${PYRUN[@]}" -c "import llama_omni_py, sys; print(llama_omni_py.__file__); assert llama_omni_py.__file__.startswith('$SITE')"
   "${PYRUN[@]}" -m llama_omni_py info
-  "${PYRUN[@]}" -m llama_omni_py info --json > "$OUT/info.json"
+  "${PYRUN[@]}" -m llama_omni_py info --json > "$WORK/info.json"
   "${PYRUN[@]}" -c "import llama_omni_py as o; b = o.backends(); print(b); assert '$DEV' in b, '$DEV not listed'"
 }
 
@@ -182,6 +186,11 @@ step_llm_tts() {
 step_token2wav() {
   "${PYRUN[@]}" benchmarks/token2wav.py --model-dir "$MODELS" --device "$DEV" --threads "$T2W_THREADS" \
     --chunks 5 --no-reference --out "$OUT/token2wav.json"
+}
+
+step_duplex() {
+  "${PYRUN[@]}" benchmarks/duplex.py --model-dir "$MODELS" --device "$DEV" --units "$DUPLEX_UNITS" \
+    --out "$OUT/duplex.json"
 }
 
 step_bench() {
@@ -243,8 +252,9 @@ if [ $BUILT -eq 0 ] && [ -d "$MODELS" ]; then
   run_step llm_tts 40
   run_step token2wav 30
   run_step bench 90
+  run_step duplex 45
 fi
 
 say "done in $(( $(date +%s) - START ))s"
-"$PY" scripts/gpu_check.py summary "$OUT" "$STEPS_TSV" 2>&1 | tee -a "$LOG"
+"$PY" scripts/gpu_check.py summary "$OUT" "$STEPS_TSV" --info "$WORK/info.json" 2>&1 | tee -a "$LOG"
 exit $FAILED

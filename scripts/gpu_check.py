@@ -3,7 +3,8 @@
     python scripts/gpu_check.py missing-wheels DIR [--always NAME ...]
                                                     carried wheels whose distribution is not installed
     python scripts/gpu_check.py models DIR [--llm-layers N] [--workers W] [--size real]
-    python scripts/gpu_check.py summary OUT STEPS.tsv   summary.json + a Markdown table of the results
+    python scripts/gpu_check.py summary OUT STEPS.tsv [--info INFO.json]
+                                                    summary.json + a Markdown table of the results
 
 ``models`` runs the generator from this checkout without its native core (the generator is
 plain Python and numpy), so the 16 GB set can be written while the native code compiles.
@@ -90,10 +91,11 @@ def summary(args) -> int:
     for line in Path(args.steps).read_text().splitlines():
         name, status, seconds, *note = line.split("\t")
         steps.append({"step": name, "status": status, "seconds": float(seconds), "note": " ".join(note)})
-    info = _load(out / "info.json") or {}
+    info = (_load(Path(args.info)) if args.info else None) or {}
     parity = _load(out / "parity.json") or {}
     llm_tts = _load(out / "llm_tts.json") or {}
     t2w = _load(out / "token2wav.json") or {}
+    duplex = _load(out / "duplex.json")
     bench = [b for b in (_load(p) for p in sorted((out / "bench").glob("*.json"))) if b]
     result = {
         "steps": steps,
@@ -109,6 +111,7 @@ def summary(args) -> int:
             {k: r.get(k) for k in ("device", "threads", "token2mel_ms_median", "vocoder_ms_median", "rtf")}
             for r in t2w.get("results", [])
         ],
+        "duplex": {k: v for k, v in duplex.items() if k != "manifest"} if duplex else None,
         "bench": [
             {
                 "label": b["label"],
@@ -146,6 +149,12 @@ def summary(args) -> int:
             f"Token2Wav ({r['device']}, vocoder {r['threads']} threads): Token2Mel {_fmt(r['token2mel_ms_median'], 1)}"
             f" ms + vocoder {_fmt(r['vocoder_ms_median'], 1)} ms per 1 s of audio = RTF {_fmt(r['rtf'])}"
         )
+    if duplex:
+        lines.append(
+            f"duplex ({duplex['device']}): {duplex['units']} units in {_fmt(duplex['wall_s'], 2)} s, RTF "
+            f"{_fmt(duplex['rtf'])}, first result {_fmt(duplex['first_result_ms'], 0)} ms, then "
+            f"{_fmt(duplex['unit_ms_median'], 0)} ms per unit; {duplex['speaking_units']} units spoke"
+        )
     for b in result["bench"]:
         s = b["summary"]
         stages = ", ".join(f"{k} {v:.0f}" for k, v in b["stage_ms_median"].items())
@@ -173,6 +182,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("summary")
     s.add_argument("out")
     s.add_argument("steps")
+    s.add_argument("--info", help="`llama-omni info --json` output")
     args = ap.parse_args(argv)
     if args.cmd == "missing-wheels":
         print("\n".join(missing_wheels(args.dir, tuple(args.always))))

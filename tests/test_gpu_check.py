@@ -55,9 +55,17 @@ def test_summary_reads_what_the_steps_wrote(tmp_path):
         json.dumps({"results": [{"device": "cuda:0", "threads": 8, "token2mel_ms_median": 20.0,
                                  "vocoder_ms_median": 80.0, "rtf": 0.1}]})
     )  # fmt: skip
-    out = _run("summary", str(tmp_path), str(steps))
+    (tmp_path / "duplex.json").write_text(
+        json.dumps({"device": "cuda:0", "units": 20, "wall_s": 5.0, "rtf": 0.25, "first_result_ms": 400.0,
+                    "unit_ms_median": 240.0, "speaking_units": 12, "manifest": {}})
+    )  # fmt: skip
+    info = tmp_path / "info.json"
+    info.write_text(json.dumps({"devices": [{"id": "cuda:0", "description": "NVIDIA H200"}]}))
+    out = _run("summary", str(tmp_path), str(steps), "--info", str(info))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [s["status"] for s in summary["steps"]] == ["ok", "failed", "skipped"]
     assert summary["parity"] == {"passed": 1, "failed": ["vpm"], "worst_rel_l2": 0.5}
     assert summary["token2wav"][0]["rtf"] == 0.1 and summary["bench"] == []
-    assert "RTF 0.100" in out and "| parity | failed | 40 | exit 1 |" in out
+    assert summary["devices"] == ["cuda:0: NVIDIA H200"] and summary["duplex"]["rtf"] == 0.25
+    assert "manifest" not in summary["duplex"]
+    assert "RTF 0.100" in out and "| parity | failed | 40 | exit 1 |" in out and "duplex (cuda:0)" in out
