@@ -15,6 +15,17 @@ from llama_omni_py import make_models
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``device`` compare an accelerator with the CPU: they are collected only when
+    OMNI_TEST_DEVICE names the device, and deselected (not skipped) otherwise."""
+    if os.environ.get("OMNI_TEST_DEVICE", "").strip():
+        return
+    device = [item for item in items if item.get_closest_marker("device")]
+    if device:
+        config.hook.pytest_deselected(items=device)
+        items[:] = [item for item in items if not item.get_closest_marker("device")]
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     """The whole tiny module set, written once per test session (read-only for tests)."""
