@@ -189,8 +189,10 @@ step_token2wav() {
 }
 
 step_duplex() {
-  "${PYRUN[@]}" benchmarks/duplex.py --model-dir "$MODELS" --device "$DEV" --units "$DUPLEX_UNITS" \
-    --out "$OUT/duplex.json"
+  rm -rf "$WORK/duplex-bench"
+  "${PYRUN[@]}" -m llama_omni_py bench --mode duplex --model-dir "$MODELS" --device "$DEV" \
+    --units "$DUPLEX_UNITS" --out-dir "$WORK/duplex-bench" --allow-realtime-miss
+  cp "$WORK"/duplex-bench/*.json "$OUT/duplex.json"
 }
 
 step_bench() {

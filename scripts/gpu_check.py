@@ -44,19 +44,19 @@ def missing_wheels(wheel_dir: str, always: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def _source_modelgen():
-    """llama_omni_py.modelgen from the checkout, without running the package's __init__ (which
-    loads the compiled core): the generator, the table and the writer are pure Python."""
+def _source(module: str):
+    """A pure-Python module of the checkout's llama_omni_py (the generator, the duplex metrics),
+    imported without running the package's __init__, which loads the compiled core."""
+    import importlib
+
     pkg = types.ModuleType("llama_omni_py")
     pkg.__path__ = [str(ROOT / "llama_omni_py")]
     sys.modules["llama_omni_py"] = pkg
-    from llama_omni_py import modelgen
-
-    return modelgen
+    return importlib.import_module(f"llama_omni_py.{module}")
 
 
 def models(args) -> int:
-    modelgen = _source_modelgen()
+    modelgen = _source("modelgen")
     t0 = time.perf_counter()
     written = modelgen.make_models(args.dir, args.size, llm_layers=args.llm_layers, workers=args.workers)
     for g in written:
@@ -111,7 +111,7 @@ def summary(args) -> int:
             {k: r.get(k) for k in ("device", "threads", "token2mel_ms_median", "vocoder_ms_median", "rtf")}
             for r in t2w.get("results", [])
         ],
-        "duplex": {k: v for k, v in duplex.items() if k != "manifest"} if duplex else None,
+        "duplex": {"config": duplex["config"], "summary": duplex["runs"][-1]["summary"]} if duplex else None,
         "bench": [
             {
                 "label": b["label"],
@@ -150,11 +150,8 @@ def summary(args) -> int:
             f" ms + vocoder {_fmt(r['vocoder_ms_median'], 1)} ms per 1 s of audio = RTF {_fmt(r['rtf'])}"
         )
     if duplex:
-        lines.append(
-            f"duplex ({duplex['device']}): {duplex['units']} units in {_fmt(duplex['wall_s'], 2)} s, RTF "
-            f"{_fmt(duplex['rtf'])}, first result {_fmt(duplex['first_result_ms'], 0)} ms, then "
-            f"{_fmt(duplex['unit_ms_median'], 0)} ms per unit; {duplex['speaking_units']} units spoke"
-        )
+        headline = _source("bench.duplex_metrics").headline
+        lines.append(f"duplex ({duplex['config']['device']}): " + headline(result["duplex"]["summary"]))
     for b in result["bench"]:
         s = b["summary"]
         stages = ", ".join(f"{k} {v:.0f}" for k, v in b["stage_ms_median"].items())

@@ -2,6 +2,7 @@
 failing), and a short real-time run on the demo set that writes a schema-valid JSON file."""
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -84,7 +85,7 @@ def test_duplex_bench_on_the_demo_set(tiny_dir, tmp_path, capsys):
     pushes = [f["t_push_s"] for f in frames]
     assert all(b - a >= 0.45 for a, b in zip(pushes, pushes[1:]))  # one unit every 0.5 s
     assert all(f["t_result_s"] > f["t_push_s"] for f in frames)
-    assert run["data_valid"] and len(list((out / "duplex-case").glob("*.jpg"))) == 6
+    assert run["data_valid"] and len(list(Path(run["options"]["inputs"]).glob("*.jpg"))) == 6
     assert "| token2wav |" in capsys.readouterr().out
     run["runs"][0]["summary"]["core"].pop("rtf")
     with pytest.raises(jsonschema.ValidationError):

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llama_omni_py import modelspec as ms
+from llama_omni_py.bench.duplex_metrics import summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER = ROOT / "scripts" / "gpu_check.py"
@@ -55,9 +58,15 @@ def test_summary_reads_what_the_steps_wrote(tmp_path):
         json.dumps({"results": [{"device": "cuda:0", "threads": 8, "token2mel_ms_median": 20.0,
                                  "vocoder_ms_median": 80.0, "rtf": 0.1}]})
     )  # fmt: skip
+    frames = [
+        {"index": i, "is_listen": i < 2, "end_of_turn": False, "text_chars": 4, "audio_samples": 24000,
+         "t_push_s": float(i), "push_late_ms": 0.0, "t_result_s": i + 0.3,
+         "stage_ms": dict.fromkeys(("apm", "vpm", "prefill", "decode", "tts", "token2wav"), 50.0)}
+        for i in range(6)
+    ]  # fmt: skip
     (tmp_path / "duplex.json").write_text(
-        json.dumps({"device": "cuda:0", "units": 20, "wall_s": 5.0, "rtf": 0.25, "first_result_ms": 400.0,
-                    "unit_ms_median": 240.0, "speaking_units": 12, "manifest": {}})
+        json.dumps({"config": {"device": "cuda:0"}, "runs": [{"summary": summarise(frames, 1.0), "frames": frames}],
+                    "manifest": {}})
     )  # fmt: skip
     info = tmp_path / "info.json"
     info.write_text(json.dumps({"devices": [{"id": "cuda:0", "description": "NVIDIA H200"}]}))
@@ -66,6 +75,7 @@ def test_summary_reads_what_the_steps_wrote(tmp_path):
     assert [s["status"] for s in summary["steps"]] == ["ok", "failed", "skipped"]
     assert summary["parity"] == {"passed": 1, "failed": ["vpm"], "worst_rel_l2": 0.5}
     assert summary["token2wav"][0]["rtf"] == 0.1 and summary["bench"] == []
-    assert summary["devices"] == ["cuda:0: NVIDIA H200"] and summary["duplex"]["rtf"] == 0.25
+    assert summary["devices"] == ["cuda:0: NVIDIA H200"] and summary["duplex"]["summary"]["core"]["frames"] == 3
+    assert summary["duplex"]["summary"]["core"]["rtf"] == pytest.approx(0.3)  # 6 x 50 ms per second of audio
     assert "manifest" not in summary["duplex"]
     assert "RTF 0.100" in out and "| parity | failed | 40 | exit 1 |" in out and "duplex (cuda:0)" in out

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError, MediaError
 from . import duplex_metrics
+from .duplex_metrics import _fmt, headline
 from .manifest import manifest
 from .schema import validate_duplex_run
 
@@ -32,7 +33,7 @@ class DuplexBenchOptions:
     device: str = "auto"
     units: int = 36
     interval_s: float = 1.0
-    inputs: str | None = None  # a folder of NNNN.wav (+ NNNN.jpg) units; None: generated
+    inputs: str | None = None  # a folder of NNNN.wav (+ NNNN.jpg) units; None: generated into the cache
     frames: bool = True  # push the unit's image with it
     repeats: int = 1
     warmup_units: int = 2
@@ -94,6 +95,17 @@ def make_case(folder: Path, units: int) -> Path:
         raise MediaError(f"writing the benchmark frames with ffmpeg failed: {e}") from None
     if done.returncode:
         raise MediaError(f"writing the benchmark frames with ffmpeg failed: {done.stderr.strip()[-500:]}")
+    return folder
+
+
+def default_case(units: int) -> Path:
+    """The generated case in the user cache (written once; the files are deterministic)."""
+    import os
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py"
+    folder = cache / f"duplex-case-{units}"
+    if len(list(folder.glob("*.wav"))) < units or len(list(folder.glob("*.jpg"))) < units:
+        make_case(folder, units)
     return folder
 
 
@@ -187,7 +199,7 @@ def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
     from ..session import OmniSession
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))
-    folder = Path(opts.inputs) if opts.inputs else make_case(Path(opts.out_dir) / "duplex-case", opts.units)
+    folder = Path(opts.inputs) if opts.inputs else default_case(opts.units)
     case = load_case(folder, opts.units, opts.frames)
     dcfg = DuplexConfig(force_listen_count=opts.force_listen_count, seed=opts.seed)
     scfg = SessionConfig(
@@ -239,22 +251,6 @@ def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
     }
     validate_duplex_run(record)
     return record
-
-
-def _fmt(v, unit: str = "", digits: int = 0) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}{unit}"
-
-
-def headline(s: dict) -> str:
-    c, e2e = s["unit_compute_ms"], s["e2e_speak_wav"]["rtf"]
-    return (
-        f"{s['units']} units ({s['speaking_units']} speaking, {s['turns']} turns); compute per unit "
-        f"p50 {_fmt(c['p50'], ' ms')}, p95 {_fmt(c['p95'], ' ms')}, max {_fmt(c['max'], ' ms')}; "
-        f"{len(s['stutter_units'])} units over the interval, {s['playback']['gaps']} playback gaps "
-        f"({s['playback']['gap_s']:.1f} s); e2e SPEAK->WAV RTF {_fmt(e2e, '', 3)}; core RTF "
-        f"{_fmt(s['core']['rtf'], '', 3)} over {s['core']['frames']} core units; SPEAK->wav "
-        f"median {_fmt(s['speak_to_wav_ms']['median'], ' ms')}"
-    )
 
 
 def stage_table(s: dict) -> str:

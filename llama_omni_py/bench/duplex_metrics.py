@@ -129,3 +129,19 @@ def summarise(frames: list[dict], interval_s: float) -> dict:
         "data_valid": bool(frames) and not bad_core and all(f["audio_samples"] > 0 for f in frames),
         "realtime_eligible": not held and not play["gaps"] and not stutters,
     }
+
+
+def _fmt(v, unit: str = "", digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}{unit}"
+
+
+def headline(s: dict) -> str:
+    c, e2e = s["unit_compute_ms"], s["e2e_speak_wav"]["rtf"]
+    return (
+        f"{s['units']} units ({s['speaking_units']} speaking, {s['turns']} turns); compute per unit "
+        f"p50 {_fmt(c['p50'], ' ms')}, p95 {_fmt(c['p95'], ' ms')}, max {_fmt(c['max'], ' ms')}; "
+        f"{len(s['stutter_units'])} units over the interval, {s['playback']['gaps']} playback gaps "
+        f"({s['playback']['gap_s']:.1f} s); e2e SPEAK->WAV RTF {_fmt(e2e, '', 3)}; core RTF "
+        f"{_fmt(s['core']['rtf'], '', 3)} over {s['core']['frames']} core units; SPEAK->wav "
+        f"median {_fmt(s['speak_to_wav_ms']['median'], ' ms')}"
+    )
