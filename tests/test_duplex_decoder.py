@@ -7,6 +7,7 @@ import pytest
 
 from llama_omni_py.config import DuplexConfig
 from llama_omni_py.duplex.decoder import DuplexTokens, TextSampler, UnitDecoder, _top_k_top_p
+from llama_omni_py.errors import ConfigError
 
 V = 64
 T = DuplexTokens(
@@ -79,8 +80,9 @@ def test_listen_inside_a_turn_becomes_tts_bos():
     d.decode(llm.logits())  # opens a turn
     r = d.decode(llm.logits())
     assert not r.is_listen and llm.fed[2] == T.tts_bos and r.tokens == [4]
-    d.decode(llm.logits())  # <|turn_eos|> closes the turn; then a listen is a listen
-    assert d.turn_open is False
+    r = d.decode(llm.logits())  # <|turn_eos|> closes the turn; then a listen is a listen
+    assert d.turn_open is False and r.is_listen and r.text == "" and not r.end_of_turn  # as the demo reports it
+    assert r.turn_eos_fed  # but the session learns the turn closed (TTS and Token2Wav start over)
 
 
 def test_token_and_character_caps():
@@ -164,3 +166,13 @@ def test_a_barge_in_drops_a_half_character():
     assert d.decode(llm.logits()).text == ""
     assert d.decode(llm.logits(), force_listen=True).is_listen
     assert d.decode(llm.logits()).text == "!"  # the next turn does not start with a broken character
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("temperature", -1.0), ("top_p", 0.0), ("force_listen_count", -1), ("max_tokens_per_unit", 1),
+     ("audio_queue", 0), ("codes_per_unit", 0), ("cache_policy", "fast"), ("greedy", "yes")],
+)  # fmt: skip
+def test_duplex_config_names_the_bad_field(field, value):
+    with pytest.raises(ConfigError, match=field):
+        DuplexConfig(**{field: value})

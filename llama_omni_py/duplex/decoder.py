@@ -87,7 +87,9 @@ class UnitDecision:
     hidden: list[np.ndarray]  # their hidden states, for the TTS
     terminator: int | None  # fed with </unit> at finalize
     forced_listen: bool = False
-    turn_eos_fed: bool = False  # an interrupt closed an open turn before the unit
+    # <|turn_eos|> closed a turn whose end was not spoken: an interrupt before the unit, or a
+    # unit that said <|turn_eos|> and then <|listen|> (reported as a plain listen, as the demo does)
+    turn_eos_fed: bool = False
     timings: dict = field(default_factory=dict)
 
 
@@ -211,6 +213,9 @@ class UnitDecoder:
                 tokens.append(tok)
                 hidden.append(h)
         if is_listen:
+            if end_of_turn:  # the turn's last words are dropped with the unit; its speech state goes
+                turn_eos_fed = True
+                self.text.reset()
             return UnitDecision(True, False, "", [], [], terminator, forced, turn_eos_fed)
         text = self.text.feed(tokens, final=end_of_turn)
         return UnitDecision(False, end_of_turn, text, tokens, hidden, terminator, forced, turn_eos_fed)
