@@ -40,3 +40,16 @@ def tiny_copy(tiny_dir, tmp_path) -> Path:
     d = tmp_path / "set"
     shutil.copytree(tiny_dir, d)
     return d
+
+
+@pytest.fixture(autouse=True)
+def _engine_free_before_test(request):
+    """A module-scoped ``server`` serves one session at a time and frees it only after the
+    previous test's close handshake has run on the server side; start each test on a free
+    engine so that no test sees the one before it as ``session_busy``."""
+    if "server" in request.fixturenames:
+        from server_client import http, wait_until
+
+        server = request.getfixturevalue("server")
+        wait_until(lambda: http(server.url + "/health")[1].get("session_active") is False)
+    yield
