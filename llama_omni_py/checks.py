@@ -7,6 +7,8 @@ Config objects raise :class:`ConfigError` (with ``field``); call arguments raise
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import secrets
@@ -98,6 +100,17 @@ def listen_address(host, port) -> None:
     """A server's host and port fields (port 0: any free port)."""
     that("host", isinstance(host, str) and host, "must be a host name or address")
     that("port", is_int(port) and 0 <= port <= 65535, "must be an integer in 0..65535")
+
+
+def base64_bytes(value, name: str) -> bytes:
+    """Strict base64 (no stray characters) of a non-empty string; ValueError naming ``name``
+    otherwise (the wire layers turn it into their own error type)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError(f"{name} is not valid base64: {e}") from None
 
 
 def _fail(name: str, message: str, config: bool):

@@ -55,17 +55,21 @@ def test_models(client):
         client.models.retrieve("gpt-4o")
 
 
-def test_whole_completion_with_audio_out(client):
-    r = client.chat.completions.create(
+def _hello(client, audio_format: str):
+    return client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello, who are you?"}],
         modalities=["text", "audio"],
-        audio={"voice": "alloy", "format": "wav"},
+        audio={"voice": "alloy", "format": audio_format},
         max_completion_tokens=20,
         temperature=0.7,
         top_p=0.9,
         seed=1,
     )
+
+
+def test_whole_completion_with_audio_out(client):
+    r = _hello(client, "wav")
     msg = r.choices[0].message
     assert r.object == "chat.completion" and r.model == MODEL and r.choices[0].finish_reason in ("stop", "length")
     assert msg.audio.id.startswith("audio_") and msg.audio.expires_at > 0 and msg.audio.transcript == msg.content
@@ -75,16 +79,7 @@ def test_whole_completion_with_audio_out(client):
     assert 0 < r.usage.completion_tokens <= 20 and r.usage.prompt_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
     # same seed, same reply; the earlier audio can be named in a follow-up turn
-    again = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello, who are you?"}],
-        modalities=["text", "audio"],
-        audio={"voice": "alloy", "format": "flac"},
-        max_completion_tokens=20,
-        temperature=0.7,
-        top_p=0.9,
-        seed=1,
-    )
+    again = _hello(client, "flac")
     assert again.choices[0].message.content == msg.content
     flac, rate = sf.read(io.BytesIO(base64.b64decode(again.choices[0].message.audio.data)))
     assert rate == 24000 and np.allclose(flac, audio, atol=1e-4)

@@ -10,12 +10,12 @@ without ``input`` (``data`` or the message itself), and PNG images."""
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import checks
 from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ProtocolError
 
@@ -87,12 +87,10 @@ def kind(msg: dict, compat: bool = False) -> str:
 
 
 def _b64(value, what: str, code: str) -> bytes:
-    if not isinstance(value, str) or not value:
-        raise ProtocolError(f"{what} must be a non-empty base64 string", code)
     try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise ProtocolError(f"{what} is not valid base64: {e}", code) from None
+        return checks.base64_bytes(value, what)
+    except ValueError as e:
+        raise ProtocolError(str(e), code) from None
 
 
 def float_pcm(value, what: str, code: str, max_seconds: float | None = None, rate: int = INPUT_RATE) -> np.ndarray:

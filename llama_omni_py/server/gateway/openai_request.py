@@ -5,12 +5,12 @@ backend protocol's turn_based input. Every problem is an OpenAIError (HTTP statu
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from ... import checks
 from ...errors import MediaError
 from . import audio_codec
 
@@ -203,12 +203,10 @@ def _text_only(content, where: str) -> str:
 
 
 def _b64(value, param: str) -> bytes:
-    if not isinstance(value, str) or not value:
-        raise bad(f"{param} must be a non-empty base64 string", param)
     try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise bad(f"{param} is not valid base64: {e}", param) from None
+        return checks.base64_bytes(value, param)
+    except ValueError as e:
+        raise bad(str(e), param) from None
 
 
 def _user_content(content, where: str) -> list:
