@@ -66,6 +66,13 @@ def test_stutters_gaps_and_held_pushes_break_realtime():
     late = [unit(0), unit(1, result=3.0), unit(2, result=3.1)]  # unit 0's second ran out at 1.5 s
     play = dm.summarise(late, 1.0)["playback"]
     assert play["gaps"] == 1 and play["gap_s"] == pytest.approx(1.5)
+    assert play["buffer_needed_s"] == pytest.approx(1.5)  # unit 1 came 2.5 s after unit 0's 1 s
+    # jitter within the playout buffer is no gap; beyond it, the gap is the excess
+    jitter = [unit(0), unit(1, result=1.5 + dm.PLAYOUT_DELAY_S - 0.05), unit(2)]
+    assert dm.playback(jitter)["gaps"] == 0 and dm.summarise(jitter, 1.0)["realtime_eligible"]
+    assert dm.playback(jitter)["buffer_needed_s"] == pytest.approx(dm.PLAYOUT_DELAY_S - 0.05)
+    # a 0.1 s buffer: unit 0 plays 0.6-1.6 s, unit 1 (at 1.75 s) buffers again and starts at 1.85 s
+    assert dm.playback(jitter, delay_s=0.1)["gap_s"] == pytest.approx(0.25)
     held = dm.summarise([unit(0), unit(1, late=250.0)], 1.0)
     assert held["push_late_ms"]["held_up"] == [1] and not held["realtime_eligible"]
 

@@ -76,16 +76,42 @@ def e2e_speak_wav_rtf(frames: list[dict]) -> dict:
     return {"rtf": spans / audio if audio else None, "turns": per_turn}
 
 
-def playback(frames: list[dict]) -> dict:
-    """Every unit's audio played back to back from the first result on, as the demo page does:
-    a gap opens wherever a result arrives after the audio before it has run out (a stutter)."""
+PLAYOUT_DELAY_S = 0.3  # the duplex page's playout buffer (static/duplex.js)
+
+
+def playback(frames: list[dict], delay_s: float = PLAYOUT_DELAY_S) -> dict:
+    """Every unit's audio played back to back as the duplex page plays it: the first result, and
+    the first after an underrun, starts ``delay_s`` after it arrives; every other one right after
+    the audio before it. A gap opens wherever a result arrives after that audio has run out (a
+    stutter). ``buffer_needed_s``: the smallest delay that plays the whole run without a gap."""
     end, gaps = None, []
     for f in frames:
-        if end is not None and f["t_result_s"] > end:
-            gaps.append(f["t_result_s"] - end)
-        start = f["t_result_s"] if end is None else max(end, f["t_result_s"])
+        if end is None or f["t_result_s"] > end:
+            start = f["t_result_s"] + delay_s
+            if end is not None:
+                gaps.append(start - end)
+        else:
+            start = end
         end = start + f["audio_samples"] / OUTPUT_SAMPLE_RATE
-    return {"gaps": len(gaps), "gap_s": sum(gaps), "longest_gap_s": max(gaps, default=0.0)}
+    return {
+        "delay_s": delay_s,
+        "gaps": len(gaps),
+        "gap_s": sum(gaps),
+        "longest_gap_s": max(gaps, default=0.0),
+        "buffer_needed_s": buffer_needed(frames),
+    }
+
+
+def buffer_needed(frames: list[dict]) -> float:
+    """How late the first second must start so that every later one is there before the audio
+    ahead of it has run out: max over units of (arrival - first arrival - audio before it)."""
+    if not frames:
+        return 0.0
+    before, need = 0.0, 0.0
+    for f in frames:
+        need = max(need, f["t_result_s"] - frames[0]["t_result_s"] - before)
+        before += f["audio_samples"] / OUTPUT_SAMPLE_RATE
+    return need
 
 
 def summarise(frames: list[dict], interval_s: float) -> dict:
@@ -141,7 +167,8 @@ def headline(s: dict) -> str:
         f"{s['units']} units ({s['speaking_units']} speaking, {s['turns']} turns); compute per unit "
         f"p50 {_fmt(c['p50'], ' ms')}, p95 {_fmt(c['p95'], ' ms')}, max {_fmt(c['max'], ' ms')}; "
         f"{len(s['stutter_units'])} units over the interval, {s['playback']['gaps']} playback gaps "
-        f"({s['playback']['gap_s']:.1f} s); e2e SPEAK->WAV RTF {_fmt(e2e, '', 3)}; core RTF "
+        f"({s['playback']['gap_s']:.1f} s behind a {s['playback']['delay_s']:.1f} s buffer; gapless needs "
+        f"{s['playback']['buffer_needed_s']:.2f} s); e2e SPEAK->WAV RTF {_fmt(e2e, '', 3)}; core RTF "
         f"{_fmt(s['core']['rtf'], '', 3)} over {s['core']['frames']} core units; SPEAK->wav "
         f"median {_fmt(s['speak_to_wav_ms']['median'], ' ms')}"
     )

@@ -1,13 +1,17 @@
 // Full-duplex page: the microphone goes to the gateway's /ws/duplex/{id} in 1 s chunks of 16 kHz
 // float32 (captured by an AudioWorklet at 16 kHz), and every unit's result comes back with one
 // second of 24 kHz audio -- speech, or silence while the model listens -- which is scheduled
-// back to back on one Web Audio clock, so playback is gapless. window.omniDuplexStats exposes
-// what happened (the browser test reads it).
+// back to back on one Web Audio clock behind a 0.3 s playout buffer, so playback is gapless while
+// results keep pace. window.omniDuplexStats exposes what happened (the browser test reads it).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const IN_RATE = 16000, OUT_RATE = 24000;
-const stats = window.omniDuplexStats = { sent: 0, results: 0, listens: 0, speaks: 0, audioSeconds: 0,
+// Playout buffer: the first second (and the first after an underrun) starts this late, so a
+// result may come this much later than the one before it without a gap (llama-omni bench's
+// duplex playback metric models the same rule).
+const PLAYOUT_DELAY_S = 0.3;
+const stats = window.omniDuplexStats = { sent: 0, results: 0, listens: 0, speaks: 0, audioSeconds: 0, underruns: 0,
                                          prepared: false, stopped: false, errors: [], text: "" };
 let ws = null, micCtx = null, micStream = null, out = null, playAt = 0, paused = false;
 
@@ -32,7 +36,10 @@ function play(samples) {
   const src = out.createBufferSource();
   src.buffer = buf;
   src.connect(out.destination);
-  playAt = Math.max(playAt, out.currentTime + 0.2);  // a little delay absorbs jitter
+  if (playAt < out.currentTime) {  // empty (first second, or an underrun): buffer again
+    if (playAt > 0) stats.underruns++;
+    playAt = out.currentTime + PLAYOUT_DELAY_S;
+  }
   src.start(playAt);
   playAt += buf.duration;
 }
