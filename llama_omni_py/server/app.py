@@ -115,9 +115,11 @@ class BackgroundServer:
         return self
 
     def __exit__(self, *exc) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(120)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(120)
+        finally:  # a stop that timed out still ends the loop and its thread
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
 
     @property
     def url(self) -> str:
