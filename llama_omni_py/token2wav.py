@@ -32,7 +32,7 @@ class Token2Wav:
     """Streaming Token2Wav over a module set (or its token2wav-gguf directory).
 
     Options are the fields of :class:`Token2WavConfig` (steps, threads, cpus, temperature, seed,
-    cache_policy), given one by one or as ``config``."""
+    cache_policy, engine, bf16), given one by one or as ``config``."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", config: Token2WavConfig | None = None, **options):
         if config is not None and options:
@@ -57,6 +57,8 @@ class Token2Wav:
             float(c.temperature),
             c.seed,
             c.cache_policy,
+            c.engine,
+            c.bf16,
         )
 
     def push(self, tokens, final: bool = False) -> np.ndarray:
@@ -87,6 +89,11 @@ class Token2Wav:
     @property
     def cache_policy(self) -> str:
         return self._native.cache_policy
+
+    @property
+    def engine(self) -> str:
+        """Token2Mel's compute: "native" (the CPU engine) or "graph" (ggml graphs)."""
+        return self._native.engine
 
     @property
     def threads(self) -> int:

@@ -37,10 +37,10 @@ def _reference(t2w_dir, policy="reference", steps=5):
     return POLICIES[policy](flow, hift_ref.build(f"{t2w_dir}/hifigan2.gguf"), cache, spk, steps)
 
 
-def _ours(t2w_dir, policy, tokens, pieces=25):
+def _ours(t2w_dir, policy, tokens, pieces=25, engine="auto"):
     """Our stream fed `pieces` tokens per push, then the final flush; one array per push. One
     thread: results do not depend on it (see below), and it stays fast on a busy machine."""
-    t = core.Token2Wav(t2w_dir, "cpu", 5, 1, temperature=0.0, cache_policy=policy)
+    t = core.Token2Wav(t2w_dir, "cpu", 5, 1, temperature=0.0, cache_policy=policy, engine=engine)
     n_full = len(tokens) // pieces * pieces
     got = [t.push(tokens[i : i + pieces]) for i in range(0, n_full, pieces)]
     got.append(t.push(tokens[n_full:], final=True))
@@ -55,12 +55,13 @@ def _assert_close(got, want, tol=1e-4):
         assert np.abs(g - w).max() <= tol * rms, f"chunk {i}: {np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
 
 
+@pytest.mark.parametrize("engine", ["graph", "native"])
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("tail", [11, 24])  # final windows of 14 and 27 tokens
-def test_stream_matches_its_restatement(t2w_dir, policy, tail):
+def test_stream_matches_its_restatement(t2w_dir, policy, tail, engine):
     # 9 full windows, so both caches pass their bounds and slide (the tiny prompt is 20 frames).
     tokens = np.random.default_rng(tail).integers(0, 6561, 25 * 9 + tail).astype(np.int32)
-    got = _ours(t2w_dir, policy, tokens)
+    got = _ours(t2w_dir, policy, tokens, engine=engine)
     want = stream_all(_reference(t2w_dir, policy), tokens)
     assert [len(g) for g in got] == [20160] + [24000] * 8 + [len(want[-1])]
     _assert_close(got, want)
@@ -98,11 +99,13 @@ def test_cache_policy_is_checked(t2w_dir):
     assert core.Token2Wav(t2w_dir, "cpu", 5, 1).cache_policy == "llama.cpp-omni"
 
 
-def test_determinism_across_runs_and_threads(t2w_dir):
+@pytest.mark.parametrize("engine", ["graph", "native"])
+def test_determinism_across_runs_and_threads(t2w_dir, engine):
     tokens = np.random.default_rng(1).integers(0, 6561, 80).astype(np.int32)
 
     def run(threads):
-        t = core.Token2Wav(t2w_dir, "cpu", 5, threads)
+        t = core.Token2Wav(t2w_dir, "cpu", 5, threads, engine=engine)
+        assert t.engine == engine
         out = [t.push(tokens[:50]), t.push(tokens[50:], final=True)]
         return np.concatenate(out)
 

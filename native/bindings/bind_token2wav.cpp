@@ -24,7 +24,8 @@ void register_token2wav(py::module_ & m) {
     using i32array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
     py::class_<Token2Wav>(m, "Token2Wav")
         .def(py::init([](const std::string & dir, const std::string & device, int steps, int threads, std::vector<int> cpus,
-                         float temperature, uint32_t seed, const std::string & cache_policy) {
+                         float temperature, uint32_t seed, const std::string & cache_policy, const std::string & engine,
+                         bool bf16) {
                  Token2WavOptions o;
                  o.device = device;
                  o.steps = steps;
@@ -33,11 +34,13 @@ void register_token2wav(py::module_ & m) {
                  o.temperature = temperature;
                  o.seed = seed;
                  o.cache_policy = parse_cache_policy(cache_policy);
+                 o.engine = parse_engine(engine);
+                 o.bf16 = bf16;
                  return std::make_unique<Token2Wav>(dir, o);
              }),
              py::arg("token2wav_dir"), py::arg("device") = "cpu", py::arg("steps") = 5, py::arg("threads") = 1,
              py::arg("cpus") = std::vector<int>{}, py::arg("temperature") = 1.0f, py::arg("seed") = 42u,
-             py::arg("cache_policy") = "llama.cpp-omni",
+             py::arg("cache_policy") = "llama.cpp-omni", py::arg("engine") = "auto", py::arg("bf16") = false,
              py::call_guard<py::gil_scoped_release>())
         .def("push", [](Token2Wav & t, i32array tokens, bool final) {
             if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
@@ -61,6 +64,8 @@ void register_token2wav(py::module_ & m) {
         .def_property_readonly("threads", &Token2Wav::threads)
         .def_property_readonly("finished", &Token2Wav::finished)
         .def_property_readonly("cache_policy", [](const Token2Wav & t) { return cache_policy_name(t.cache_policy()); })
+        .def_property_readonly("engine", [](const Token2Wav & t) { return engine_name(t.engine()); })
+        .def_property_readonly("bf16", &Token2Wav::bf16)
         .def_property_readonly("last_timings", [](const Token2Wav & t) { return timings_dict(t.last_timings()); })
         .def_property_readonly("total_timings", [](const Token2Wav & t) { return timings_dict(t.total_timings()); });
 }

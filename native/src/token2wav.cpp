@@ -69,8 +69,8 @@ const char * cache_policy_name(CachePolicy p) {
 }
 
 Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
-    t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps);
-    vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus);
+    t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
+    vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
 
     // The fixed voice: speaker vector and the caches computed on the voice prompt.
     GgufFile pc(dir + "/prompt_cache.gguf");

@@ -41,6 +41,8 @@ struct Token2WavOptions {
     float temperature = 1.0f;
     uint32_t seed = 42;           // noise generator seed (llama.cpp-omni: 42)
     CachePolicy cache_policy = CachePolicy::LlamaCppOmni;
+    Engine engine = Engine::Auto;  // Token2Mel's compute on the CPU (omni/engine.h)
+    bool bf16 = false;             // BF16 matmuls in the vocoder and the native Token2Mel engine
 };
 
 struct Token2WavTimings {
@@ -72,6 +74,8 @@ public:
     int threads() const { return vocoder_->threads(); }
     bool finished() const { return finished_; }
     CachePolicy cache_policy() const { return opt_.cache_policy; }
+    Engine engine() const { return t2m_->engine(); }
+    bool bf16() const { return opt_.bf16; }
 
 private:
     std::vector<float> window(const int32_t * tokens, int n, bool last);
