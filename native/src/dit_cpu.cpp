@@ -1,9 +1,8 @@
 #include "dit_cpu.h"
 
-#include "cpu_kernels.h"
 #include "cpu_rows.h"
+#include "native_layers.h"
 #include "omni/errors.h"
-#include "packed_conv.h"
 #include "vec_math.h"
 
 #include <algorithm>
@@ -28,21 +27,6 @@ constexpr int kFreqDim = 256;
 constexpr float kTimeScale = 1000.0f;
 constexpr size_t kMaxModCache = 64;  // distinct t values whose modulation is kept
 
-std::vector<float> read(const GgufFile & g, const std::string & name, size_t count) {
-    std::vector<float> v = g.read_f32(name);
-    if (v.size() != count) {
-        throw ModelFileError(g.path(), "tensor '" + name + "' has " + std::to_string(v.size()) + " elements, expected " +
-                                           std::to_string(count));
-    }
-    return v;
-}
-
-cpu::PackedConv linear(const GgufFile & g, const std::string & p, int in, int out, bool bf16) {
-    const auto w = read(g, p + ".weight", static_cast<size_t>(in) * out);
-    const auto b = read(g, p + ".bias", out);
-    return cpu::pack_linear(w.data(), b.data(), out, in, bf16);
-}
-
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 // y[out] = W[out][in] x[in] + b[out], plain loops (the once-per-t modulation path).
@@ -59,8 +43,7 @@ void matvec(const std::vector<float> & w, const std::vector<float> & b, const fl
 
 struct DitCpu::Impl {
     DitDims d;
-    std::shared_ptr<ThreadPool> pool;
-    cpu::Precision precision;
+    cpu::LayerRunner run;
     std::mutex mutex;
     struct Block {
         cpu::PackedConv qkv, proj, conv1, conv2, fc1, fc2;
@@ -73,7 +56,8 @@ struct DitCpu::Impl {
     std::map<uint32_t, std::vector<float>> mods;  // t bits -> [depth][9][h] then [2][h]
     cpu::Rows xin, xh, a, qkv, att, y, cin, c1, cin2, f1, out;
     std::vector<std::vector<float>> scratch;  // per worker: attention scores and cache-less K/V
-    std::vector<uint16_t> pairs;
+
+    Impl(std::shared_ptr<ThreadPool> pool, bool bf16) : run(std::move(pool), bf16) {}
 
     // The adaLN modulation for flow time t (computed once per distinct t).
     const std::vector<float> & modulation(float t) {
@@ -101,75 +85,52 @@ struct DitCpu::Impl {
         return mods.emplace(key, std::move(m)).first->second;
     }
 
-    // y = w(in) over n columns in `segs` runs (x_seg/y_seg apart), epilogue per finished block.
-    void apply(const cpu::PackedConv & w, cpu::Rows & in, cpu::Rows & outr, int n, int segs, int x_seg, int y_seg,
-               const cpu::BlockFn & ep) {
-        cpu::ConvArgs args;
-        args.x = in.data();
-        args.x_ld = in.ld;
-        args.y = outr.data();
-        args.y_ld = outr.ld;
-        args.n = n;
-        args.segments = segs;
-        args.x_seg = x_seg;
-        args.y_seg = y_seg;
-        if (precision == cpu::Precision::BF16) {
-            const size_t need = static_cast<size_t>(w.in / 2) * in.ld * 2;
-            if (pairs.size() < need) pairs.resize(need);
-            cpu::to_bf16_pairs(in.buf.data(), in.ld, w.in, 0, in.ld, pairs.data(), in.ld, *pool);
-            args.precision = cpu::Precision::BF16;
-            args.x_bf16 = pairs.data() + 2 * static_cast<size_t>(in.margin);
-        }
-        cpu::conv(w, args, *pool, ep);
-    }
 };
 
 DitCpu::DitCpu(const GgufFile & g, const DitDims & dims, std::shared_ptr<ThreadPool> pool, bool bf16)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_unique<Impl>(std::move(pool), bf16)) {
     Impl & m = *impl_;
     m.d = dims;
-    m.pool = std::move(pool);
-    m.precision = bf16 ? cpu::Precision::BF16 : cpu::Precision::F32;
     const int h = dims.hidden, inner = dims.heads * dims.head_dim, F = dims.mlp;
-    m.t0_w = read(g, "estimator.t_embedder.mlp.0.weight", static_cast<size_t>(kFreqDim) * h);
-    m.t0_b = read(g, "estimator.t_embedder.mlp.0.bias", h);
-    m.t2_w = read(g, "estimator.t_embedder.mlp.2.weight", static_cast<size_t>(h) * h);
-    m.t2_b = read(g, "estimator.t_embedder.mlp.2.bias", h);
-    m.in_proj = linear(g, "estimator.in_proj", dims.in_channels, h, bf16);
+    m.t0_w = cpu::read_exact(g, "estimator.t_embedder.mlp.0.weight", static_cast<size_t>(kFreqDim) * h);
+    m.t0_b = cpu::read_exact(g, "estimator.t_embedder.mlp.0.bias", h);
+    m.t2_w = cpu::read_exact(g, "estimator.t_embedder.mlp.2.weight", static_cast<size_t>(h) * h);
+    m.t2_b = cpu::read_exact(g, "estimator.t_embedder.mlp.2.bias", h);
+    m.in_proj = cpu::load_linear(g, "estimator.in_proj", dims.in_channels, h, bf16);
     for (int i = 0; i < dims.depth; ++i) {
         const std::string b = "estimator.blocks." + std::to_string(i);
         Impl::Block k;
         std::vector<float> w, bias;
         for (const char * n : {".attn.to_q", ".attn.to_k", ".attn.to_v"}) {
-            const auto wi = read(g, b + n + ".weight", static_cast<size_t>(h) * inner);
-            const auto bi = read(g, b + n + ".bias", inner);
+            const auto wi = cpu::read_exact(g, b + n + ".weight", static_cast<size_t>(h) * inner);
+            const auto bi = cpu::read_exact(g, b + n + ".bias", inner);
             w.insert(w.end(), wi.begin(), wi.end());
             bias.insert(bias.end(), bi.begin(), bi.end());
         }
         k.qkv = cpu::pack_linear(w.data(), bias.data(), 3 * inner, h, bf16);
-        k.proj = linear(g, b + ".attn.proj", inner, h, bf16);
-        k.fc1 = linear(g, b + ".mlp.fc1", h, F, bf16);
-        k.fc2 = linear(g, b + ".mlp.fc2", F, h, bf16);
+        k.proj = cpu::load_linear(g, b + ".attn.proj", inner, h, bf16);
+        k.fc1 = cpu::load_linear(g, b + ".mlp.fc1", h, F, bf16);
+        k.fc2 = cpu::load_linear(g, b + ".mlp.fc2", F, h, bf16);
         for (int c = 0; c < 2; ++c) {
             const std::string p = b + (c == 0 ? ".conv.block.1" : ".conv.block.6");
-            const auto cw = read(g, p + ".weight", static_cast<size_t>(3) * h * h);
-            const auto cb = read(g, p + ".bias", h);
+            const auto cw = cpu::read_exact(g, p + ".weight", static_cast<size_t>(3) * h * h);
+            const auto cb = cpu::read_exact(g, p + ".bias", h);
             (c == 0 ? k.conv1 : k.conv2) = cpu::pack_conv(cw.data(), cb.data(), h, h, 3, 1, 0, bf16);
         }
-        k.qn_w = read(g, b + ".attn.q_norm.weight", dims.head_dim);
-        k.qn_b = read(g, b + ".attn.q_norm.bias", dims.head_dim);
-        k.kn_w = read(g, b + ".attn.k_norm.weight", dims.head_dim);
-        k.kn_b = read(g, b + ".attn.k_norm.bias", dims.head_dim);
-        k.cn_w = read(g, b + ".conv.block.3.weight", h);
-        k.cn_b = read(g, b + ".conv.block.3.bias", h);
-        k.ada_w = read(g, b + ".adaLN_modulation.1.weight", static_cast<size_t>(h) * 9 * h);
-        k.ada_b = read(g, b + ".adaLN_modulation.1.bias", static_cast<size_t>(9) * h);
+        k.qn_w = cpu::read_exact(g, b + ".attn.q_norm.weight", dims.head_dim);
+        k.qn_b = cpu::read_exact(g, b + ".attn.q_norm.bias", dims.head_dim);
+        k.kn_w = cpu::read_exact(g, b + ".attn.k_norm.weight", dims.head_dim);
+        k.kn_b = cpu::read_exact(g, b + ".attn.k_norm.bias", dims.head_dim);
+        k.cn_w = cpu::read_exact(g, b + ".conv.block.3.weight", h);
+        k.cn_b = cpu::read_exact(g, b + ".conv.block.3.bias", h);
+        k.ada_w = cpu::read_exact(g, b + ".adaLN_modulation.1.weight", static_cast<size_t>(h) * 9 * h);
+        k.ada_b = cpu::read_exact(g, b + ".adaLN_modulation.1.bias", static_cast<size_t>(9) * h);
         m.blocks.push_back(std::move(k));
     }
-    m.final_ada_w = read(g, "estimator.final_layer.adaLN_modulation.1.weight", static_cast<size_t>(h) * 2 * h);
-    m.final_ada_b = read(g, "estimator.final_layer.adaLN_modulation.1.bias", static_cast<size_t>(2) * h);
-    m.final_linear = linear(g, "estimator.final_layer.linear", h, dims.out_channels, bf16);
-    m.scratch.resize(m.pool->size());
+    m.final_ada_w = cpu::read_exact(g, "estimator.final_layer.adaLN_modulation.1.weight", static_cast<size_t>(h) * 2 * h);
+    m.final_ada_b = cpu::read_exact(g, "estimator.final_layer.adaLN_modulation.1.bias", static_cast<size_t>(2) * h);
+    m.final_linear = cpu::load_linear(g, "estimator.final_layer.linear", h, dims.out_channels, bf16);
+    m.scratch.resize(m.run.pool().size());
 }
 
 DitCpu::~DitCpu() = default;
@@ -181,7 +142,7 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
     const DitDims & d = m.d;
     const int h = d.hidden, H = d.heads, hd = d.head_dim, inner = H * hd, C = d.out_channels, N = B * T;
     const int DH = d.depth * H, Tp = T + 2;
-    ThreadPool & pool = *m.pool;
+    ThreadPool & pool = m.run.pool();
     std::vector<const float *> mod(B);
     for (int b = 0; b < B; ++b) mod[b] = m.modulation(t[b]).data();
     auto modv = [&](int b, int block, int chunk) { return mod[b] + (static_cast<size_t>(block) * 9 + chunk) * h; };
@@ -211,7 +172,7 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
             std::fill_n(m.xin.row(2 * C + c) + b * T, T, spks[static_cast<size_t>(b) * C + c]);
             std::copy_n(cond + src, T, m.xin.row(3 * C + c) + b * T);
         }
-    m.apply(m.in_proj, m.xin, m.xh, N, 1, 0, 0, nullptr);
+    m.run.apply(m.in_proj, m.xin, m.xh, N);
 
     // dst[o][col] += src[o][col] * gate_b[o] over a finished block, batch by batch.
     auto gated_add = [&](cpu::Rows & src_rows, int block, int chunk) {
@@ -265,7 +226,7 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
     for (int i = 0; i < d.depth; ++i) {
         const Impl::Block & blk = m.blocks[i];
         norm_mod(i, 0, 1, m.a, T, 0);
-        m.apply(blk.qkv, m.a, m.qkv, N, 1, 0, 0, nullptr);
+        m.run.apply(blk.qkv, m.a, m.qkv, N);
         // Attention per (batch item, head): q/k norms, this chunk's K/V into the cache (and the
         // kept older frames after them), softmax(q K^T / sqrt(hd)) V.
         pool.parallel_for(B * H, [&](int task, int worker) {
@@ -315,13 +276,13 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
             OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hd, T, T2, 1.0f, Vt, ldv, S, T, 0.0f, m.att.row(hh * hd) + c0,
                        m.att.ld);
         });
-        m.apply(blk.proj, m.att, m.y, N, 1, 0, 0, gated_add(m.y, i, 2));
+        m.run.apply(blk.proj, m.att, m.y, N, gated_add(m.y, i, 2));
         // Causal conv block: modulate -> conv(k=3) -> LayerNorm -> Mish -> conv(k=3), each conv
         // continuing from its 2 cached input frames.
         cache_cols(m.cin, i, 0, false);
         norm_mod(i, 6, 7, m.cin, Tp, 2);
         cache_cols(m.cin, i, 0, true);
-        m.apply(blk.conv1, m.cin, m.c1, T, B, Tp, T, nullptr);
+        m.run.apply(blk.conv1, m.cin, m.c1, T, nullptr, B, Tp, T);
         cache_cols(m.cin2, i, 1, false);
         cpu::for_column_blocks(pool, B, T, [&](int b, int c0, int c1) {
             float tmp[cpu::kColBlock];
@@ -330,15 +291,15 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
             });
         });
         cache_cols(m.cin2, i, 1, true);
-        m.apply(blk.conv2, m.cin2, m.y, T, B, Tp, T, gated_add(m.y, i, 8));
+        m.run.apply(blk.conv2, m.cin2, m.y, T, gated_add(m.y, i, 8), B, Tp, T);
         norm_mod(i, 3, 4, m.a, T, 0);
-        m.apply(blk.fc1, m.a, m.f1, N, 1, 0, 0, [&](int, int o0, int o1, int t0, int t1) {
+        m.run.apply(blk.fc1, m.a, m.f1, N, [&](int, int o0, int o1, int t0, int t1) {
             for (int o = o0; o < o1; ++o) cpu::gelu_tanh_row(m.f1.row(o) + t0, t1 - t0);
         });
-        m.apply(blk.fc2, m.f1, m.y, N, 1, 0, 0, gated_add(m.y, i, 5));
+        m.run.apply(blk.fc2, m.f1, m.y, N, gated_add(m.y, i, 5));
     }
     norm_mod(-1, 0, 1, m.a, T, 0);
-    m.apply(m.final_linear, m.a, m.out, N, 1, 0, 0, nullptr);
+    m.run.apply(m.final_linear, m.a, m.out, N);
     std::vector<float> res(static_cast<size_t>(B) * C * T);
     for (int b = 0; b < B; ++b)
         for (int c = 0; c < C; ++c) std::copy_n(m.out.row(c) + b * T, T, res.data() + (static_cast<size_t>(b) * C + c) * T);

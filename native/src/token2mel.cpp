@@ -24,7 +24,7 @@ Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int th
     backend_ = std::make_shared<Backend>(device, threads);
     engine = resolve_engine(engine, backend_->is_cpu());
     if (engine == Engine::Native) pool_ = std::make_shared<ThreadPool>(std::max(1, threads));
-    encoder_ = std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_);
+    encoder_ = std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
     // BF16 applies where the CPU computes; an accelerator keeps its graphs as they are.
     dit_ = std::make_unique<DitEstimator>(dir + "/flow_matching.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
     d_ = encoder_->dims().d;

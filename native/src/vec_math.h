@@ -54,6 +54,7 @@ inline float mish(float x) {
 
 // Row operations over n contiguous floats, vectorised for the CPU at hand (vec_rows.cpp).
 void gelu_tanh_row(float * x, int n);                         // in place
+void silu_row(float * x, int n);                              // in place: x * sigmoid(x)
 void mish_affine_row(const float * x, float w, float b, float * y, int n);  // y = mish(x * w + b)
 // Softmax down each column of s [rows][cols] (dense), in place; tmp holds 2 * cols floats.
 void softmax_columns(float * s, int rows, int cols, float * tmp);

@@ -11,6 +11,11 @@ void gelu_tanh_row(float * x, int n) {
 }
 
 OMNI_MULTIVERSION
+void silu_row(float * x, int n) {
+    for (int i = 0; i < n; ++i) x[i] = x[i] / (1.0f + exp_fast(-x[i]));
+}
+
+OMNI_MULTIVERSION
 void mish_affine_row(const float * x, float w, float b, float * y, int n) {
     for (int i = 0; i < n; ++i) y[i] = mish(x[i] * w + b);
 }
