@@ -111,6 +111,10 @@ class Token2WavConfig:
     # on the CPU, graphs on an accelerator). docs/performance.md.
     engine: str = "auto"
     bf16: bool = False  # BF16 matmuls in the vocoder and the native engine (needs AVX512_BF16)
+    # Token2Mel and the vocoder as two pipeline stages (the vocoder of window N-1 beside
+    # Token2Mel of window N). None: when Token2Mel runs off the CPU (on one CPU both would only
+    # compete for the same cores).
+    overlap: bool | None = None
 
     def __post_init__(self):
         checks.int_in("steps", self.steps, 1, 100)
@@ -120,6 +124,8 @@ class Token2WavConfig:
         checks.choice("engine", self.engine, ENGINES)
         if not isinstance(self.bf16, bool):
             raise ConfigError("bf16", f"must be True or False, got {self.bf16!r}")
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise ConfigError("overlap", f"must be None, True or False, got {self.overlap!r}")
         if self.threads is not None:
             checks.int_in("threads", self.threads, 1)
         if self.cpus is not None:

@@ -22,6 +22,13 @@ py::dict timings_dict(const Token2WavTimings & t) {
 
 void register_token2wav(py::module_ & m) {
     using i32array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+    py::class_<MelWindow>(m, "MelWindow", "One window's mel between the Token2Mel and vocoder halves of a stream.")
+        .def_property_readonly("frames", [](const MelWindow & w) { return w.frames; })
+        .def_property_readonly("last", [](const MelWindow & w) { return w.last; })
+        .def_property_readonly("mel", [](const MelWindow & w) {
+            std::vector<float> copy = w.mel;
+            return to_numpy(copy, {80, static_cast<py::ssize_t>(w.frames)});
+        });
     py::class_<Token2Wav>(m, "Token2Wav")
         .def(py::init([](const std::string & dir, const std::string & device, int steps, int threads, std::vector<int> cpus,
                          float temperature, uint32_t seed, const std::string & cache_policy, const std::string & engine,
@@ -59,6 +66,21 @@ void register_token2wav(py::module_ & m) {
             }
             return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
         }, "Audio of what the buffer holds now (windows of up to 28 tokens), the stream going on.")
+        .def("push_mel", [](Token2Wav & t, i32array tokens, bool final) {
+            if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
+            py::gil_scoped_release release;
+            return t.push_mel(tokens.data(), static_cast<int>(tokens.shape(0)), final);
+        }, py::arg("tokens"), py::arg("final") = false, "The Token2Mel half of push: the mel windows now ready.")
+        .def("flush_mel", &Token2Wav::flush_mel, py::call_guard<py::gil_scoped_release>(),
+             "The Token2Mel half of flush.")
+        .def("vocode", [](Token2Wav & t, const MelWindow & w) {
+            std::vector<float> audio;
+            {
+                py::gil_scoped_release release;
+                audio = t.vocode(w);
+            }
+            return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
+        }, py::arg("window"), "The vocoder half: one mel window (in stream order) -> audio.")
         .def("reset", &Token2Wav::reset, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("steps", &Token2Wav::steps)
         .def_property_readonly("threads", &Token2Wav::threads)
