@@ -3,7 +3,11 @@
 each thread count, beside the PyTorch reference on the same random weights in the same run
 (alternating A B A B), plus the vocoder's achieved GFLOP/s beside a measured sgemm rate.
 
-    python benchmarks/token2wav.py [--model-dir DIR] [--threads 1,2] [--chunks 5] [--steps 5] [--out FILE]
+    python benchmarks/token2wav.py [--model-dir DIR] [--device cpu] [--threads 1,2] [--chunks 5] [--steps 5]
+        [--no-reference] [--out FILE]
+
+--device puts Token2Mel on an accelerator (cuda:0, cann:0); the vocoder stays on the CPU with
+--threads workers. The RTF printed is (Token2Mel + vocoder) ms per 1000 ms of audio.
 
 Without --model-dir it writes a real-dimension token2wav-gguf (random weights, ~740 MB) into
 ~/.cache/llama-omni/bench-token2wav. Needs scripts/install-reference.sh for the comparison.
@@ -43,6 +47,7 @@ def real_token2wav(cache: Path) -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", help="module set (or token2wav-gguf dir) at real dimensions")
+    ap.add_argument("--device", default="cpu", help="Token2Mel's device (the vocoder runs on the CPU)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--chunks", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
@@ -91,9 +96,10 @@ def main(argv=None) -> int:
         # Ours: the real streaming path. Each timed push adds 25 tokens = one steady window
         # (Token2Mel with bounded prompt+recent caches, then the vocoder on 8 cached + 50 frames).
         # The reference cache policy, so both engines attend over the same bounded caches.
-        stream = core.Token2Wav(str(t2w), "cpu", args.steps, threads, cache_policy="reference")
+        stream = core.Token2Wav(str(t2w), args.device, args.steps, threads, cache_policy="reference")
         stream.push(window)  # the first window (no vocoder cache yet) is not steady state
-        row = {"threads": threads, "token2mel_ms": [], "vocoder_ms": [], "ref_token2mel_ms": [], "ref_vocoder_ms": []}
+        row = {"device": args.device, "threads": threads, "token2mel_ms": [], "vocoder_ms": []}
+        row.update(ref_token2mel_ms=[], ref_vocoder_ms=[])
         if torch is not None:
             torch.set_num_threads(threads)
         for _ in range(2):  # A B A B
@@ -119,6 +125,7 @@ def main(argv=None) -> int:
         summary = {k + "_median": statistics.median(v) for k, v in row.items() if isinstance(v, list) and v}
         row.update(summary)
         row["total_ms"] = row["token2mel_ms_median"] + row["vocoder_ms_median"]
+        row["rtf"] = row["total_ms"] / 1000.0  # one push = 25 tokens = 1 s of audio
         row["vocoder_gflops"] = VOCODER_GFLOP / row["vocoder_ms_median"] * 1000
         row["sgemm_gflops"] = core.internal.sgemm_gflops(threads)
         results.append(row)
@@ -131,12 +138,16 @@ def main(argv=None) -> int:
         print(
             f"threads {threads}: token2mel {row['token2mel_ms_median']:.0f} ms, "
             f"vocoder {row['vocoder_ms_median']:.0f} ms, "
-            f"total {row['total_ms']:.0f} ms per 1 s of audio{ref}; vocoder {row['vocoder_gflops']:.0f} GFLOP/s "
+            f"total {row['total_ms']:.0f} ms per 1 s of audio (RTF {row['rtf']:.3f}){ref}; "
+            f"vocoder {row['vocoder_gflops']:.0f} GFLOP/s "
             f"vs sgemm {row['sgemm_gflops']:.0f}"
         )
 
     write_result(
-        "token2wav", {"steps": args.steps, "results": results}, [t2w / f"{s}.gguf" for s in ms.T2W_FILES], args.out
+        "token2wav",
+        {"device": args.device, "steps": args.steps, "results": results},
+        [t2w / f"{s}.gguf" for s in ms.T2W_FILES],
+        args.out,
     )
     return 0
 

@@ -88,6 +88,18 @@ def choice(name: str, value, allowed: tuple, *, config: bool = True):
     return value
 
 
+def that(name: str, ok, message: str) -> None:
+    """ConfigError(name, message) unless ``ok``."""
+    if not ok:
+        raise ConfigError(name, message)
+
+
+def listen_address(host, port) -> None:
+    """A server's host and port fields (port 0: any free port)."""
+    that("host", isinstance(host, str) and host, "must be a host name or address")
+    that("port", is_int(port) and 0 <= port <= 65535, "must be an integer in 0..65535")
+
+
 def _fail(name: str, message: str, config: bool):
     if config:
         raise ConfigError(name, message)

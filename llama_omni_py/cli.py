@@ -182,7 +182,9 @@ def cmd_make_models(args) -> int:
             f"{args.dir!r} exists and is not a directory; give a directory to write the set into"
         )
     t0 = time.perf_counter()
-    written = make_models(args.dir, args.size, only, args.seed, args.cfm_steps)
+    written = make_models(
+        args.dir, args.size, only, args.seed, args.cfm_steps, llm_layers=args.llm_layers, workers=args.workers
+    )
     total = sum(g.bytes for g in written)
     for g in written:
         print(f"{g.path}  {g.bytes / 2**20:8.1f} MiB")
@@ -380,6 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)",
     )
+    m.add_argument(
+        "--llm-layers",
+        type=int,
+        default=None,
+        help="LLM layers (default 2 for both sizes; 36 with --size real is the whole Qwen3-8B, about 16 GB)",
+    )
+    m.add_argument("--workers", type=int, default=1, help="threads writing tensors (same bytes for any count)")
     m.set_defaults(func=cmd_make_models)
 
     sp = sub.add_parser("speak", help="answer text/audio/image/video with speech, written to a WAV file")

@@ -286,6 +286,7 @@ class DuplexConfig:
             checks.int_in("max_context", self.max_context, 512, 1 << 20)
         if self.prune_to is not None:
             checks.int_in("prune_to", self.prune_to, 256, (self.max_context or 1 << 20) - 128)
+        checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
 
     def context_limits(self, n_ctx: int) -> tuple[int, int]:
         """(prune when past, prune down to) for an LLM context of ``n_ctx`` positions."""
@@ -299,4 +300,3 @@ class DuplexConfig:
         if low >= high:
             raise ConfigError("prune_to", f"must be below max_context ({high}), got {low}")
         return high, low
-        checks.int_in("audio_queue", self.audio_queue, 1, 10_000)

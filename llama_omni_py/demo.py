@@ -28,13 +28,14 @@ def demo_model_dir(size: str = "tiny") -> Path:
     """A random-weight set in the user cache (tiny: the demo; real: the benchmark set, about
     6.5 GB), generated on first use."""
     from .modelgen import make_models
-    from .models import discover
+    from .models import discover, validate
 
     name = "demo-models" if size == "tiny" else f"demo-models-{size}"
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / name
-    try:
-        complete = not discover(root).missing()
-    except OmniError:  # no such directory yet
+    try:  # missing, or written by an older version whose files the loaders no longer accept
+        validate(discover(root))
+        complete = True
+    except OmniError:
         complete = False
     if not complete:
         log.warning("writing the demo module set (%s) to %s", size, root)

@@ -2,13 +2,17 @@
 
 Tensors are declared first (name, ggml shape, dtype) so the header can be written before any
 data exists; data is then streamed tensor by tensor, in chunks, so multi-GB files never sit in
-memory.
+memory. With ``workers > 1`` several tensors are produced at once, each written at its own
+offset: the bytes are the same as with one worker (every tensor's data depends on the tensor
+alone), and numpy's generators and conversions release the GIL, so threads scale.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -78,33 +82,73 @@ class GgufWriter:
     def nbytes(ne: tuple[int, ...], dtype: str) -> int:
         return int(np.prod(ne, dtype=np.int64)) * GGML_TYPES[dtype][1].itemsize
 
-    def write(self, data: Callable[[str, tuple[int, ...], str], Iterable[np.ndarray]]) -> None:
+    def write(self, data: Callable[[str, tuple[int, ...], str], Iterable[np.ndarray]], workers: int = 1) -> None:
         """``data(name, ne, dtype)`` yields the tensor's elements (flat, C order of numpy's
-        reversed shape) in one or more chunks of the right dtype."""
+        reversed shape) in one or more chunks of the right dtype. ``workers > 1`` calls ``data``
+        for several tensors at once, from threads (same bytes as one worker)."""
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer, got {workers!r}")
         tmp = self.path.with_suffix(self.path.suffix + ".partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
-            self._write(f, data)
+            if workers == 1:
+                self._write(f, data)
+            else:
+                self._write_parallel(f, data, workers)
         tmp.replace(self.path)  # never leave a half-written file under the real name
 
-    def _write(self, f: BinaryIO, data) -> None:
-        f.write(GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(self._tensors), len(self._kv)))
-        for kv in self._kv:
-            f.write(kv)
-        offset = 0
+    def _header(self) -> tuple[bytes, list[int]]:
+        """The header up to the data section (padded) and each tensor's offset in that section."""
+        parts = [GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(self._tensors), len(self._kv)), *self._kv]
+        offsets, offset = [], 0
         for name, ne, dtype in self._tensors:
-            f.write(_string(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne))
-            f.write(struct.pack("<IQ", GGML_TYPES[dtype][0], offset))
+            parts.append(_string(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne))
+            parts.append(struct.pack("<IQ", GGML_TYPES[dtype][0], offset))
+            offsets.append(offset)
             offset += self.nbytes(ne, dtype)
             offset += -offset % ALIGNMENT
-        f.write(b"\0" * (-f.tell() % ALIGNMENT))
+        head = b"".join(parts)
+        return head + b"\0" * (-len(head) % ALIGNMENT), offsets
+
+    def _chunks(self, data, name: str, ne: tuple[int, ...], dtype: str) -> Iterable[np.ndarray]:
+        want, written = self.nbytes(ne, dtype), 0
+        np_dtype = GGML_TYPES[dtype][1]
+        for chunk in data(name, ne, dtype):
+            chunk = np.ascontiguousarray(chunk, dtype=np_dtype)
+            written += chunk.nbytes
+            if written > want:
+                break
+            yield chunk
+        if written != want:
+            raise ValueError(f"tensor {name}: wrote {written} bytes, expected {want}")
+
+    def _write(self, f: BinaryIO, data) -> None:
+        head, _ = self._header()
+        f.write(head)
         for name, ne, dtype in self._tensors:
-            want, written = self.nbytes(ne, dtype), 0
-            np_dtype = GGML_TYPES[dtype][1]
-            for chunk in data(name, ne, dtype):
-                chunk = np.ascontiguousarray(chunk, dtype=np_dtype)
+            for chunk in self._chunks(data, name, ne, dtype):
                 f.write(chunk.tobytes())
-                written += chunk.nbytes
-            if written != want:
-                raise ValueError(f"tensor {name}: wrote {written} bytes, expected {want}")
-            f.write(b"\0" * (-written % ALIGNMENT))
+            f.write(b"\0" * (-self.nbytes(ne, dtype) % ALIGNMENT))
+
+    def _write_parallel(self, f: BinaryIO, data, workers: int) -> None:
+        head, offsets = self._header()
+        f.write(head)
+        f.flush()
+        end = len(head) + (offsets[-1] + self.nbytes(*self._tensors[-1][1:]) if self._tensors else 0)
+        os.truncate(f.fileno(), end + (-end % ALIGNMENT))  # padding between tensors reads as zeros
+        fd = f.fileno()
+
+        def one(i: int) -> None:
+            name, ne, dtype = self._tensors[i]
+            pos = len(head) + offsets[i]
+            for chunk in self._chunks(data, name, ne, dtype):
+                view = memoryview(chunk).cast("B")
+                while view:
+                    n = os.pwrite(fd, view, pos)
+                    view, pos = view[n:], pos + n
+
+        # Largest first, so one big tensor does not start last and run alone.
+        order = sorted(range(len(self._tensors)), key=lambda i: -self.nbytes(*self._tensors[i][1:]))
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in pool.map(one, order):
+                pass

@@ -17,6 +17,7 @@ from .config import LlmSampling
 from .constants import TEXT_CHUNK
 from .errors import InvalidArgumentError
 from .prompt import Prompt, SpecialTokens
+from .text_stream import TextStream
 
 N_BATCH = 512  # prompt rows per libllama batch
 
@@ -77,6 +78,9 @@ class LanguageModel:
     def detokenize(self, tokens: list[int]) -> str:
         return self.model.detokenize(tokens) if tokens else ""
 
+    def detokenize_bytes(self, tokens: list[int]) -> bytes:
+        return self.model.detokenize_bytes(tokens) if tokens else b""
+
     def check_fits(self, prompt: Prompt, max_new_tokens: int) -> None:
         """InvalidArgumentError when the prompt and the reply cannot fit the context."""
         if prompt.token_count() + max_new_tokens > self.n_ctx:
@@ -128,6 +132,7 @@ class LanguageModel:
         self.prefill(prompt)
         self.last_prefill_ms, self.last_n_tokens = (time.perf_counter() - t0) * 1000, 0
         sp = self.special
+        text = TextStream(self.detokenize_bytes)
         tokens: list[int] = []
         hidden: list[np.ndarray] = []
         token = self.llm.sample()
@@ -140,11 +145,11 @@ class LanguageModel:
                 tokens.append(token)
                 hidden.append(h)
             if len(tokens) == TEXT_CHUNK:
-                yield self._chunk(tokens, hidden, False)
+                yield self._chunk(tokens, hidden, text, False)
                 tokens, hidden = [], []
             token = nxt
-        yield self._chunk(tokens, hidden, True)
+        yield self._chunk(tokens, hidden, text, True)
 
-    def _chunk(self, tokens: list[int], hidden: list[np.ndarray], final: bool) -> TextChunk:
+    def _chunk(self, tokens: list[int], hidden: list[np.ndarray], text: TextStream, final: bool) -> TextChunk:
         rows = np.stack(hidden).astype(np.float32) if hidden else np.zeros((0, self.n_embd), np.float32)
-        return TextChunk(tokens, rows, self.detokenize(tokens), final)
+        return TextChunk(tokens, rows, text.feed(tokens, final), final)

@@ -3,7 +3,8 @@
 Every ffmpeg command is built with ffmpeg-python and run under a timeout in its own process
 group (SIGTERM to the group at the timeout, SIGKILL 5 s later), with one retry after 200 ms and
 stderr captured; failures raise :class:`MediaError` with the return code, the command and the
-last 512 characters of stderr. WAV/FLAC/OGG decode through soundfile without spawning ffmpeg.
+last 512 characters of stderr. WAV/FLAC/OGG decode through soundfile and JPEG/PNG stills through
+Pillow without spawning ffmpeg (a duplex session receives a camera frame every second).
 
 Audio is clamped to 29.9 s by default: the audio encoder's position table holds 30 s, and
 llama.cpp-omni aborts the whole process past it. ``max_seconds=None`` keeps everything (the
@@ -13,6 +14,7 @@ caller then encodes in windows).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import signal
@@ -34,6 +36,8 @@ RETRY_DELAY = 0.2
 STDERR_TAIL = 512
 FRAME_TIME = 0.5  # seconds into a video for its frame (past typical fade-ins); 0 if shorter
 MAX_SIDE = 4096  # longest image side kept while decoding
+MAX_STILL_PIXELS = 8192 * 8192  # larger JPEG/PNG headers are refused before decoding
+_STILL_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
@@ -228,6 +232,9 @@ def load_frame(src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_T
         if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8 or 0 in img.shape:
             raise MediaError(f"images must be non-empty (h, w, 3) uint8 arrays, got {img.dtype} {img.shape}")
         return img
+    still = _decode_still(src)
+    if still is not None:
+        return still
     import ffmpeg
 
     def grab(path: str, seek: float) -> np.ndarray | None:
@@ -252,6 +259,48 @@ def load_frame(src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_T
     if frame is None:
         raise MediaError("the input has no video frame")
     return frame
+
+
+def _still_bytes(src: Source) -> bytes | None:
+    """The bytes of a JPEG or PNG still (in memory, or a file of at most 64 MiB), else None."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data = bytes(src[:8])
+        return bytes(src) if data.startswith(_STILL_MAGIC) else None
+    if isinstance(src, (str, os.PathLike)):
+        path = Path(os.fspath(src))
+        try:
+            if not path.is_file() or path.stat().st_size > 64 << 20:
+                return None
+            with path.open("rb") as f:
+                if not f.read(8).startswith(_STILL_MAGIC):
+                    return None
+                return path.read_bytes()
+        except OSError:
+            return None  # ffmpeg's path reports it
+    return None
+
+
+def _decode_still(src: Source) -> np.ndarray | None:
+    """A JPEG/PNG decoded in process, its longest side capped at MAX_SIDE; None for anything else."""
+    data = _still_bytes(src)
+    if data is None:
+        return None
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            w, h = im.size
+            if w * h > MAX_STILL_PIXELS:
+                raise MediaError(f"the image is {w}x{h}: more than {MAX_STILL_PIXELS} pixels")
+            if max(w, h) > MAX_SIDE:
+                im.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at a reduced scale already
+                im.thumbnail((MAX_SIDE, MAX_SIDE), Image.Resampling.BICUBIC)
+            rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise MediaError(f"cannot decode the image: {e}") from None
+    if 0 in rgb.shape:
+        raise MediaError("the image is empty")
+    return np.ascontiguousarray(rgb)
 
 
 # What ffmpeg says when the input lacks the stream a command selects.

@@ -3,7 +3,8 @@
 Files, tensor names, shapes, dtypes and metadata come from :mod:`modelspec` (llama.cpp-omni's
 layout). ``tiny`` is the whole set in a few MB for tests and the demo; ``real`` has real
 dimensions for APM, VPM, TTS, projector and Token2Wav and a 2-layer Qwen3 at real width and
-vocabulary (benchmarks). Every tensor draws from its own generator seeded by (seed, file,
+vocabulary (benchmarks; ``llm_layers=36`` writes the whole 36-layer Qwen3, about 16 GB in F16).
+Every tensor draws from its own generator seeded by (seed, file,
 tensor name), so the same seed gives byte-identical files and ``--only`` subsets match a
 full run. Weights are scaled by fan-in so activations stay finite through every module.
 """
@@ -22,10 +23,13 @@ import numpy as np
 from . import modelspec as ms
 from .dsp import mel_filterbank, sincos_2d
 from .gguf_writer import GGML_TYPES, GgufWriter
+from .modelspec.llm import LLM_REAL
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 24  # elements per generated chunk: bounds memory for multi-GB tensors
+MAX_LLM_LAYERS = LLM_REAL.n_layer  # Qwen3-8B's 36
+MAX_WORKERS = 64
 DEMO_NOTICE = (
     "the demo module set has random weights: its text is gibberish and its audio is noise. "
     "Point model_dir at a real MiniCPM-o-4_5-gguf directory for real speech."
@@ -93,7 +97,9 @@ def _metadata(file: ms.FileSpec, dims: ms.SetDims, vocab: ms.Vocab) -> ms.Meta:
     return file.metadata(dims)
 
 
-def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Vocab, seed: int) -> GeneratedFile:
+def write_file(
+    file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Vocab, seed: int, workers: int = 1
+) -> GeneratedFile:
     t0 = time.perf_counter()
     path = out_dir / file.relpath
     if file.key == "llm" and dims.llm.wtype != ms.F16:
@@ -108,7 +114,7 @@ def write_file(file: ms.FileSpec, out_dir: Path, dims: ms.SetDims, vocab: ms.Voc
     def data(name, ne, dtype):
         return _tensor_chunks(specs[name], _rng(seed, file.key, name), GGML_TYPES[dtype][1])
 
-    w.write(data)
+    w.write(data, workers)
     return GeneratedFile(file.key, path, path.stat().st_size, time.perf_counter() - t0)
 
 
@@ -119,12 +125,18 @@ def make_models(
     seed: int = 0,
     cfm_steps: int = 5,
     llm_dtype: str = "f16",
+    llm_layers: int | None = None,
+    workers: int = 1,
 ) -> list[GeneratedFile]:
     """Writes the module set (or the modules in ``only``) under ``out_dir``.
 
     ``cfm_steps``: the CFM step count the Token2Wav prompt cache is built for (Token2Wav must
     then run with the same ``steps``; llama.cpp-omni uses 5, the PyTorch reference 10).
-    ``llm_dtype="f32"`` writes the LLM in F32 (MiniCPM-o-4_5-F32.gguf), for exact parity tests."""
+    ``llm_dtype="f32"`` writes the LLM in F32 (MiniCPM-o-4_5-F32.gguf), for exact parity tests.
+    ``llm_layers``: the LLM's layer count instead of the preset's (2 for both sizes; 36 is the
+    real Qwen3-8B depth). Layers are generated independently, so the first layers of a deeper
+    set are byte-identical to a shallower one's.
+    ``workers``: threads writing each file's tensors (same bytes for any count)."""
     if size not in ms.SIZES:
         raise ValueError(f"size must be one of {', '.join(ms.SIZES)}, got {size!r}")
     modules = list(only) if only else list(ms.MODULES)
@@ -139,12 +151,19 @@ def make_models(
     dims = ms.preset(size, vocab)
     if llm_dtype not in ("f16", "f32"):
         raise ValueError(f"llm_dtype must be f16 or f32, got {llm_dtype!r}")
-    dims = replace(dims, t2w=replace(dims.t2w, cfm_steps=cfm_steps), llm=replace(dims.llm, wtype=llm_dtype))
+    if llm_layers is not None and (
+        isinstance(llm_layers, bool) or not isinstance(llm_layers, int) or not 1 <= llm_layers <= MAX_LLM_LAYERS
+    ):
+        raise ValueError(f"llm_layers must be an integer in 1..{MAX_LLM_LAYERS}, got {llm_layers!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers must be an integer in 1..{MAX_WORKERS}, got {workers!r}")
+    llm = replace(dims.llm, wtype=llm_dtype, n_layer=llm_layers or dims.llm.n_layer)
+    dims = replace(dims, t2w=replace(dims.t2w, cfm_steps=cfm_steps), llm=llm)
     out = Path(out_dir)
     written = []
     for file in ms.FILES:
         if file.module in modules:
-            g = write_file(file, out, dims, vocab, seed)
+            g = write_file(file, out, dims, vocab, seed, workers)
             log.info("wrote %s (%.1f MiB, %.1f s)", g.path, g.bytes / 2**20, g.seconds)
             written.append(g)
     return written

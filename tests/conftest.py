@@ -15,6 +15,17 @@ from llama_omni_py import make_models
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``device`` compare an accelerator with the CPU: they are collected only when
+    OMNI_TEST_DEVICE names the device, and deselected (not skipped) otherwise."""
+    if os.environ.get("OMNI_TEST_DEVICE", "").strip():
+        return
+    device = [item for item in items if item.get_closest_marker("device")]
+    if device:
+        config.hook.pytest_deselected(items=device)
+        items[:] = [item for item in items if not item.get_closest_marker("device")]
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     """The whole tiny module set, written once per test session (read-only for tests)."""
@@ -29,3 +40,16 @@ def tiny_copy(tiny_dir, tmp_path) -> Path:
     d = tmp_path / "set"
     shutil.copytree(tiny_dir, d)
     return d
+
+
+@pytest.fixture(autouse=True)
+def _engine_free_before_test(request):
+    """A module-scoped ``server`` serves one session at a time and frees it only after the
+    previous test's close handshake has run on the server side; start each test on a free
+    engine so that no test sees the one before it as ``session_busy``."""
+    if "server" in request.fixturenames:
+        from server_client import http, wait_until
+
+        server = request.getfixturevalue("server")
+        wait_until(lambda: http(server.url + "/health")[1].get("session_active") is False)
+    yield

@@ -7,6 +7,7 @@ import pytest
 
 from llama_omni_py.config import DuplexConfig
 from llama_omni_py.duplex.decoder import DuplexTokens, TextSampler, UnitDecoder, _top_k_top_p
+from llama_omni_py.errors import ConfigError
 
 V = 64
 T = DuplexTokens(
@@ -33,6 +34,9 @@ class ScriptedLlm:
 
     def detokenize(self, tokens):
         return "".join(chr(97 + t % 26) * 3 for t in tokens if t < FIRST_ADDED)  # 3 characters a token
+
+    def detokenize_bytes(self, tokens):
+        return self.detokenize(tokens).encode()
 
     def is_special(self, token):
         return token >= FIRST_ADDED
@@ -76,8 +80,9 @@ def test_listen_inside_a_turn_becomes_tts_bos():
     d.decode(llm.logits())  # opens a turn
     r = d.decode(llm.logits())
     assert not r.is_listen and llm.fed[2] == T.tts_bos and r.tokens == [4]
-    d.decode(llm.logits())  # <|turn_eos|> closes the turn; then a listen is a listen
-    assert d.turn_open is False
+    r = d.decode(llm.logits())  # <|turn_eos|> closes the turn; then a listen is a listen
+    assert d.turn_open is False and r.is_listen and r.text == "" and not r.end_of_turn  # as the demo reports it
+    assert r.turn_eos_fed  # but the session learns the turn closed (TTS and Token2Wav start over)
 
 
 def test_token_and_character_caps():
@@ -132,3 +137,42 @@ def test_top_k_top_p_filter():
     assert np.count_nonzero(_top_k_top_p(x, 2, 1.0)) == 2
     p = _top_k_top_p(x, 0, 0.7)  # 0.5 < 0.7 <= 0.8: the token crossing p is kept
     assert np.count_nonzero(p) == 2 and p.sum() == pytest.approx(1.0)
+
+
+class ByteLlm(ScriptedLlm):
+    """Tokens 1..3 are the three bytes of 你 (a byte-level vocabulary splits it)."""
+
+    PIECES = {1: b"\xe4", 2: b"\xbd", 3: b"\xa0", 4: b"!"}
+
+    def detokenize_bytes(self, tokens):
+        return b"".join(self.PIECES.get(t, b"") for t in tokens)
+
+    def detokenize(self, tokens):
+        return self.detokenize_bytes(tokens).decode("utf-8", "replace")
+
+
+def test_a_character_split_over_two_units_comes_out_whole():
+    llm = ByteLlm([T.speak, 4, 1, T.chunk_eos, T.speak, 2, 3, 4, T.turn_eos, T.chunk_eos])
+    d = UnitDecoder(DuplexConfig(greedy=True, force_listen_count=0), T, llm, seed=0)
+    first = d.decode(llm.logits())
+    second = d.decode(llm.logits())
+    assert (first.text, second.text) == ("!", "你!")  # no U+FFFD on either side
+    assert second.end_of_turn
+
+
+def test_a_barge_in_drops_a_half_character():
+    llm = ByteLlm([T.speak, 1, 2, T.chunk_eos, 0, 0, T.speak, 4, T.turn_eos, T.chunk_eos])  # 0, 0: read by the barge-in
+    d = UnitDecoder(DuplexConfig(greedy=True, force_listen_count=0), T, llm, seed=0)
+    assert d.decode(llm.logits()).text == ""
+    assert d.decode(llm.logits(), force_listen=True).is_listen
+    assert d.decode(llm.logits()).text == "!"  # the next turn does not start with a broken character
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("temperature", -1.0), ("top_p", 0.0), ("force_listen_count", -1), ("max_tokens_per_unit", 1),
+     ("audio_queue", 0), ("codes_per_unit", 0), ("cache_policy", "fast"), ("greedy", "yes")],
+)  # fmt: skip
+def test_duplex_config_names_the_bad_field(field, value):
+    with pytest.raises(ConfigError, match=field):
+        DuplexConfig(**{field: value})

@@ -83,6 +83,28 @@ def test_video_frame_and_track(files):
     assert img.shape == (48, 64, 3)
 
 
+def test_stills_decode_in_process_like_ffmpeg(tmp_path, monkeypatch):
+    """JPEG/PNG frames skip ffmpeg (one a second in duplex) and match its decode."""
+    _ff("-f", "lavfi", "-i", "testsrc2=size=540x960", "-frames:v", "1", "-q:v", "3", str(tmp_path / "f.jpg"))
+    _ff("-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "1", str(tmp_path / "f.png"))
+    via_ffmpeg = {}
+    monkeypatch.setattr(media, "_decode_still", lambda src: None)
+    for name in ("f.jpg", "f.png"):
+        via_ffmpeg[name] = media.load_frame(tmp_path / name)
+    monkeypatch.undo()
+    monkeypatch.setenv("OMNI_FFMPEG", "no-such-ffmpeg")  # proves nothing was spawned
+    jpg = media.load_frame((tmp_path / "f.jpg").read_bytes())
+    png = media.load_frame(tmp_path / "f.png")
+    assert jpg.shape == (960, 540, 3) and jpg.dtype == np.uint8
+    # the two JPEG decoders agree on flat areas and differ at colour edges (chroma upsampling:
+    # libjpeg's smooth filter in Pillow, as the PyTorch reference decodes, against ffmpeg's)
+    diff = np.abs(jpg.astype(int) - via_ffmpeg["f.jpg"].astype(int))
+    assert np.median(diff) <= 1 and diff.mean() < 3.0
+    assert np.array_equal(png, via_ffmpeg["f.png"])  # lossless: identical
+    with pytest.raises(omni.MediaError, match="cannot decode"):
+        media.load_frame(b"\xff\xd8\xff\xe0" + b"\x00" * 64)
+
+
 def test_corrupt_input_reports_ffmpeg(tmp_path):
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"\x00\x01garbage" * 100)

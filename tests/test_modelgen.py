@@ -191,3 +191,28 @@ def test_invalid_generator_arguments(tmp_path):
         omni.make_models(tmp_path, "tiny", only=["llm", "vocoder"])
     with pytest.raises(ValueError, match="seed"):
         omni.make_models(tmp_path, "tiny", seed=-1)
+
+
+def test_parallel_writer_gives_identical_files(tiny_dir, tmp_path):
+    omni.make_models(tmp_path / "par", "tiny", seed=0, workers=4)
+    assert _digest(tmp_path / "par") == _digest(tiny_dir)
+
+
+def test_llm_layers_deepens_only_the_llm(tiny_dir, tmp_path):
+    omni.make_models(tmp_path / "deep", "tiny", only=["llm"], seed=0, llm_layers=5, workers=2)
+    deep = core.GgufFile(str(tmp_path / "deep" / ms.LLM_FILE))
+    base = core.GgufFile(str(tiny_dir / ms.LLM_FILE))
+    assert deep.value("qwen3.block_count") == 5 and base.value("qwen3.block_count") == 2
+    names = {t.name for t in deep.tensors}
+    assert "blk.4.ffn_down.weight" in names and "blk.5.ffn_down.weight" not in names
+    for name in ("blk.1.attn_q.weight", "token_embd.weight", "output.weight"):  # same generator per tensor
+        np.testing.assert_array_equal(deep.read(name), base.read(name))
+    report = omni.validate(omni.discover(tmp_path / "deep" / ms.LLM_FILE), ["llm"])
+    assert report[0].tensors == len(names)
+
+
+@pytest.mark.parametrize("kwargs", [{"llm_layers": 0}, {"llm_layers": 37}, {"llm_layers": 2.0}, {"workers": 0}])
+def test_generator_options_are_checked(tmp_path, kwargs):
+    with pytest.raises(ValueError):
+        omni.make_models(tmp_path, "tiny", only=["projector"], **kwargs)
+    assert not any(tmp_path.iterdir())

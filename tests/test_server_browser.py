@@ -13,7 +13,7 @@ from server_client import http, running_gateway, wait_until
 ARTIFACTS = Path(os.environ.get("OMNI_TEST_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
 
-def _chrome():
+def _chrome(*extra: str):
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if not (binary and driver):
@@ -39,6 +39,7 @@ def _chrome():
         "--mute-audio",
         "--autoplay-policy=no-user-gesture-required",
         "--window-size=1000,800",
+        *extra,
     ):
         opts.add_argument(flag)
     from selenium.webdriver.chrome.service import Service
@@ -83,3 +84,54 @@ def test_page_streams_and_decodes_audio(tiny_dir):
     assert stats["ttfaMs"] > 0 and stats["rtf"] > 0  # (the random-weight reply text may be empty)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert second["errors"] == [] and second["audioChunks"] > stats["audioChunks"]
+
+
+def _fake_microphone(path: Path) -> Path:
+    """A 3 s WAV that Chromium plays in a loop as the microphone (tone bursts over noise)."""
+    import wave
+
+    import numpy as np
+
+    rate = 48000
+    t = np.arange(3 * rate) / rate
+    x = 0.3 * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 0.5 * t) > 0) + 0.01 * np.random.default_rng(
+        0
+    ).standard_normal(t.size)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+def test_duplex_page_talks_and_plays_every_second(tiny_dir, tmp_path):
+    """The full-duplex page: a (fake) microphone goes out in 1 s chunks through the gateway's queue to
+    a worker's duplex session; every unit comes back with one second of audio (speech or silence),
+    which the page schedules; Stop ends the session and frees the worker."""
+    mic = _fake_microphone(tmp_path / "mic.wav")
+    browser = _chrome(
+        "--use-fake-device-for-media-stream",
+        "--use-fake-ui-for-media-stream",
+        f"--use-file-for-fake-audio-capture={mic}",
+    )
+    try:
+        with running_gateway(tiny_dir, workers=1) as gw:
+            browser.set_page_load_timeout(30)
+            browser.get(gw.url + "/duplex")
+            browser.find_element("id", "start").click()
+            stats = _wait(browser, "const s = window.omniDuplexStats; return s.results >= 4 ? s : null", timeout=90)
+            assert http(gw.url + "/status")[1]["idle_workers"] == 0  # the session holds its worker
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            browser.save_screenshot(str(ARTIFACTS / "browser-duplex.png"))
+            browser.find_element("id", "stop").click()
+            wait_until(lambda: http(gw.url + "/status")[1]["idle_workers"] == 1)
+            units = browser.find_element("id", "units").text
+    finally:
+        browser.quit()
+    assert stats["errors"] == [] and stats["prepared"]
+    assert stats["sent"] >= stats["results"] >= 4
+    assert stats["listens"] + stats["speaks"] == stats["results"]
+    # one second of 24 kHz audio per unit, whatever the model decided
+    assert stats["audioSeconds"] == pytest.approx(stats["results"], abs=1e-3)
+    assert int(units) >= 3

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from server_client import SESSION, Client, b64, http, one_turn, push, running_server, tone, user
+from server_client import SESSION, Client, b64, http, one_turn, push, running_server, slow_llm, tone, user
 from websockets.exceptions import ConnectionClosed
 
 from llama_omni_py.config import SessionConfig
@@ -51,7 +51,6 @@ CASES = {
     "not_json": (["{nope"], "invalid_json", False),
     "binary_frame": ([b"\x00\x01"], "invalid_json", False),
     "no_type": ([{"payload": {}}], "invalid_json", False),
-    "full_duplex": ([{"type": "session.init", "payload": {"mode": "full_duplex"}}], "mode_unsupported", False),
     "bad_mode": ([{"type": "session.init", "payload": {"mode": "half"}}], "invalid_mode", False),
     "bad_voice": (
         [{"type": "session.init", "payload": {"mode": "turn_based", "voice": {"ref_audio": "!!"}}}],
@@ -210,20 +209,8 @@ def test_oversized_message_sends_session_closed_then_1009(server, initialized):
     still_serving(server)
 
 
-def _slow_llm(monkeypatch, server, pause=0.4):
-    llm = server.server.engine.session.llm
-    real = llm.chunks
-
-    def paced(*a, **k):
-        for chunk in real(*a, **k):
-            time.sleep(pause)
-            yield chunk
-
-    monkeypatch.setattr(llm, "chunks", paced)
-
-
 def test_disconnect_mid_response_frees_the_engine(server, monkeypatch):
-    _slow_llm(monkeypatch, server, pause=2.0)
+    slow_llm(monkeypatch, server, pause=2.0)
 
     async def go():
         async with Client.open(server.url) as c:
@@ -249,7 +236,7 @@ def test_disconnect_mid_response_frees_the_engine(server, monkeypatch):
 
 
 def test_inputs_beyond_the_queue_limit_close_the_session(server, monkeypatch):
-    _slow_llm(monkeypatch, server)
+    slow_llm(monkeypatch, server)
 
     async def go():
         async with Client.open(server.url) as c:

@@ -1,4 +1,4 @@
-"""The JSON Schema of a benchmark run (run.schema.json, documented in docs/benchmark-schema.md)."""
+"""The JSON Schemas of benchmark runs (run.schema.json, duplex.schema.json; docs/benchmark-schema.md)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,18 @@ def validate_run(run: dict) -> None:
     import jsonschema
 
     jsonschema.validate(run, run_schema(), cls=jsonschema.Draft202012Validator)
+
+
+DUPLEX_SCHEMA_PATH = Path(__file__).with_name("duplex.schema.json")
+
+
+@lru_cache(maxsize=1)
+def duplex_schema() -> dict:
+    return json.loads(DUPLEX_SCHEMA_PATH.read_text())
+
+
+def validate_duplex_run(run: dict) -> None:
+    """Raises jsonschema.ValidationError naming the offending field."""
+    import jsonschema
+
+    jsonschema.validate(run, duplex_schema(), cls=jsonschema.Draft202012Validator)

@@ -71,6 +71,10 @@ class UnitContext:
         """Text of the tokens, special tokens left out."""
         return self.lm.detokenize([t for t in tokens if t < self.first_added])
 
+    def detokenize_bytes(self, tokens: list[int]) -> bytes:
+        """Bytes of the tokens, special tokens left out (a unit may end inside a character)."""
+        return self.lm.detokenize_bytes([t for t in tokens if t < self.first_added])
+
     def is_special(self, token: int) -> bool:
         return token >= self.first_added
 

@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import DuplexConfig
+from ..text_stream import TextStream
 
 
 class LlmFeed(Protocol):
@@ -25,6 +26,8 @@ class LlmFeed(Protocol):
         """Evaluates one token; returns (logits after it, its final-norm hidden state)."""
 
     def detokenize(self, tokens: list[int]) -> str: ...
+
+    def detokenize_bytes(self, tokens: list[int]) -> bytes: ...
 
     def is_special(self, token: int) -> bool: ...
 
@@ -84,7 +87,9 @@ class UnitDecision:
     hidden: list[np.ndarray]  # their hidden states, for the TTS
     terminator: int | None  # fed with </unit> at finalize
     forced_listen: bool = False
-    turn_eos_fed: bool = False  # an interrupt closed an open turn before the unit
+    # <|turn_eos|> closed a turn whose end was not spoken: an interrupt before the unit, or a
+    # unit that said <|turn_eos|> and then <|listen|> (reported as a plain listen, as the demo does)
+    turn_eos_fed: bool = False
     timings: dict = field(default_factory=dict)
 
 
@@ -159,6 +164,7 @@ class UnitDecoder:
     def __init__(self, cfg: DuplexConfig, tokens: DuplexTokens, llm: LlmFeed, seed: int):
         self.cfg, self.tokens, self.llm = cfg, tokens, llm
         self.sampler = TextSampler(cfg, tokens, llm.is_special, seed)
+        self.text = TextStream(llm.detokenize_bytes)  # a character may span two units
         self.units = 0
         self.turn_open = False  # a reply has started and <|turn_eos|> has not closed it
 
@@ -166,6 +172,7 @@ class UnitDecoder:
         self.units = 0
         self.turn_open = False
         self.sampler.history.clear()
+        self.text.reset()
 
     def decode(self, logits: np.ndarray, force_listen: bool = False) -> UnitDecision:
         """The unit's decision from the logits after its inputs. ``force_listen`` (a barge-in)
@@ -177,6 +184,7 @@ class UnitDecoder:
         if force_listen and self.turn_open:
             logits, _ = self.llm.feed(t.turn_eos)
             self.turn_open, turn_eos_fed = False, True
+            self.text.reset()  # the cut-off turn's half character goes with it
         tokens: list[int] = []
         hidden: list[np.ndarray] = []
         terminator, end_of_turn, is_listen = None, False, False
@@ -205,7 +213,9 @@ class UnitDecoder:
                 tokens.append(tok)
                 hidden.append(h)
         if is_listen:
+            if end_of_turn:  # the turn's last words are dropped with the unit; its speech state goes
+                turn_eos_fed = True
+                self.text.reset()
             return UnitDecision(True, False, "", [], [], terminator, forced, turn_eos_fed)
-        return UnitDecision(
-            False, end_of_turn, self.llm.detokenize(tokens), tokens, hidden, terminator, forced, turn_eos_fed
-        )
+        text = self.text.feed(tokens, final=end_of_turn)
+        return UnitDecision(False, end_of_turn, text, tokens, hidden, terminator, forced, turn_eos_fed)

@@ -194,6 +194,7 @@ class DuplexSession:
                 return
             t0 = time.perf_counter()
             audio = self._apm.encode_chunk(self._unit_audio(unit))
+            ta = time.perf_counter()
             images = [self._vpm.encode(f) for f in unit.frames]
             t1 = time.perf_counter()
             logits = self.context.prefill_unit(self.tokens.unit, images, audio)
@@ -201,6 +202,9 @@ class DuplexSession:
             decision = self.decoder.decode(logits, force_listen=unit.force_listen)
             t3 = time.perf_counter()
             timings = {
+                "vision_images": len(images),
+                "cost_apm_ms": (ta - t0) * 1000,
+                "cost_vpm_ms": (t1 - ta) * 1000,
                 "cost_encode_ms": (t1 - t0) * 1000,
                 "cost_prefill_ms": (t2 - t1) * 1000,
                 "cost_llm_ms": (t3 - t1) * 1000,

@@ -15,6 +15,7 @@ from websockets.asyncio.server import serve as ws_serve
 
 from .config import ServerConfig
 from .connection import Connection
+from .duplex_demo import DemoDuplexConnection
 from .engine import Engine
 from .routes import BodyConnection, process_request
 
@@ -53,7 +54,10 @@ class OmniServer:
         return process_request(self, connection, request)
 
     async def _handle(self, ws) -> None:
-        await Connection(ws, self).run()
+        if ws.request.path.split("?", 1)[0] == "/ws/duplex":
+            await DemoDuplexConnection(ws, self).run()
+        else:
+            await Connection(ws, self).run()
 
     async def close_session(self, session_id: str, reason: str | None = None) -> bool:
         """The HTTP control channel: True once the session is closed and its engine freed. The

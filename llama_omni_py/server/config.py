@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import checks
 from ..config import SessionConfig
-from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,8 @@ class ServerConfig:
     compat: bool = False  # also accept the older message aliases and shapes (docs/server-protocol.md)
 
     def __post_init__(self):
-        def check(name, ok, msg):
-            if not ok:
-                raise ConfigError(name, msg)
-
-        check("host", isinstance(self.host, str) and self.host, "must be a host name or address")
-        check("port", isinstance(self.port, int) and 0 <= self.port <= 65535, "must be an integer in 0..65535")
+        check = checks.that
+        checks.listen_address(self.host, self.port)
         check("session", self.session is None or isinstance(self.session, SessionConfig), "must be a SessionConfig")
         check(
             "max_message_bytes",

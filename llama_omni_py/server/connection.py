@@ -18,7 +18,9 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 
 from ..errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
+from . import duplex_protocol as D
 from . import protocol as P
+from .duplex_backend import BackendDuplex
 from .log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class Connection:
         self.started = time.perf_counter()
         self.finished = asyncio.Event()  # resources released (the HTTP close waits for it)
         self.too_big = False  # the WebSocket layer refused an oversize message
+        self.duplex: BackendDuplex | None = None  # a full_duplex session
         if hasattr(ws, "before_fail"):
             ws.before_fail = self._message_too_big
 
@@ -95,6 +98,9 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await worker  # returns once the engine stopped (within a chunk)
         self.pending.clear()
+        if self.duplex is not None:  # before the engine is free for the next session
+            with contextlib.suppress(Exception):
+                await self.duplex.close()
         if self.id is not None:
             self.engine.release(self.id)
             self.server.sessions.pop(self.id, None)
@@ -160,20 +166,26 @@ class Connection:
 
     async def _init(self, msg: dict) -> None:
         req = P.parse_init(msg, self.cfg.compat)
-        if req.mode == "full_duplex":
-            raise ProtocolError(
-                "mode full_duplex is not implemented by this backend; use turn_based", "mode_unsupported"
-            )
+        start = D.parse_backend_start(msg.get("payload") or {}) if req.mode == "full_duplex" else None
         sid = uuid.uuid4().hex
         refused = self.engine.claim(sid)
         if refused is not None:
             raise ProtocolError(refused[1], refused[0])
-        self.id, self.init, self.state = sid, req, "active"
+        self.id = sid  # from here on terminate() frees the engine
+        if start is not None:
+            try:
+                self.duplex = BackendDuplex(await self.engine.open_duplex(start), sid, BACKEND)
+            except OmniError as e:
+                raise ProtocolError(f"{type(e).__name__}: {e}", "omni_init_failed") from None
+        self.init, self.state = req, "active"
         self.server.sessions[sid] = self
         await self._send(P.event("session.created", session_id=sid, mode=req.mode, metrics=self._metrics()))
 
     def _push(self, msg: dict) -> None:
-        turn = P.parse_turn(msg, self.init, self.cfg.max_audio_seconds, self.cfg.max_new_tokens, self.cfg.compat)
+        if self.duplex is not None:
+            turn = D.parse_backend_unit(msg)
+        else:
+            turn = P.parse_turn(msg, self.init, self.cfg.max_audio_seconds, self.cfg.max_new_tokens, self.cfg.compat)
         running = self.worker is not None and not self.worker.done()
         if len(self.pending) + running > self.cfg.max_pending_inputs:
             raise ProtocolError(
@@ -188,11 +200,17 @@ class Connection:
         while self.pending and self.state == "active":
             turn = self.pending.popleft()
             try:
-                await self._turn(turn)
+                if self.duplex is not None:
+                    for ev in await self.duplex.unit(turn):
+                        await self._send(ev)
+                else:
+                    await self._turn(turn)
             except ProtocolError as e:
                 await self.terminate(e.code, str(e))
             except MediaError as e:
-                await self.terminate("video_decode_failed" if turn.videos else "media_decode_failed", str(e))
+                await self.terminate(
+                    "video_decode_failed" if getattr(turn, "videos", None) else "media_decode_failed", str(e)
+                )
             except InvalidArgumentError as e:
                 await self.terminate("invalid_input", str(e))
             except OmniError as e:

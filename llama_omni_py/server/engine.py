@@ -74,7 +74,7 @@ class Engine:
                 "load_s": round(self.load_s, 3),
                 "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
                 "turns": self.turns,
-                "capabilities": ["turn_based"],
+                "capabilities": ["turn_based", "full_duplex"],
             }
         if self.state == "failed":
             return 503, {"status": "error", "error": self.error}
@@ -135,6 +135,11 @@ class Engine:
             self.turns += 1
         finally:
             self.busy = False
+
+    async def open_duplex(self, start):
+        """A full-duplex session (``duplex_protocol.DuplexStart``) on the engine; the caller holds
+        the engine (claim) and closes the session."""
+        return await asyncio.to_thread(self.session.duplex, start.system_prompt, start.voice, start.config)
 
     async def close(self) -> None:
         if self.session is not None:

@@ -90,10 +90,10 @@ def json_response(status: int, obj: dict) -> Response:
 
 
 async def process_request(server, connection, request) -> Response | None:
-    """Routes plain HTTP; None lets the WebSocket handshake of /backend go ahead."""
+    """Routes plain HTTP; None lets the WebSocket handshake of /backend or /ws/duplex go ahead."""
     path = request.path.split("?", 1)[0]
     method = request.method
-    if path == "/backend":
+    if path in ("/backend", "/ws/duplex"):
         return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
     if method == "GET" and path in ("/health", "/v1/health"):
         return json_response(*server.engine.health())

@@ -32,6 +32,9 @@ void register_llm_model(py::module_ & m) {
             // A token boundary can split a UTF-8 sequence; replace rather than raise.
             return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<py::ssize_t>(s.size()), "replace"));
         }, py::arg("tokens"))
+        .def("detokenize_bytes", [](const LlmModel & self, const std::vector<int32_t> & tokens) {
+            return py::bytes(self.detokenize(tokens));  // the exact bytes, for streams of pieces
+        }, py::arg("tokens"))
         .def("is_eog", &LlmModel::is_eog, py::arg("token"))
         .def("find_token", &LlmModel::find_token, py::arg("text"));
 }

@@ -23,7 +23,7 @@ from .service import Gateway
 
 log = logging.getLogger(__name__)
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
-STATIC = ("index.html", "app.js", "style.css")
+STATIC = ("index.html", "app.js", "style.css", "duplex.html", "duplex.js")
 
 
 async def page(request: Request) -> Response:
@@ -32,6 +32,11 @@ async def page(request: Request) -> Response:
         return JSONResponse({"error": "no such file"}, 404)
     data = (resources.files("llama_omni_py.server") / "static" / name).read_bytes()
     return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]], headers={"Cache-Control": "no-store"})
+
+
+async def duplex_page(request: Request) -> Response:
+    data = (resources.files("llama_omni_py.server") / "static" / "duplex.html").read_bytes()
+    return Response(data, media_type=_TYPES["html"], headers={"Cache-Control": "no-store"})
 
 
 async def _not_found(request: Request, exc: HTTPException) -> JSONResponse:
@@ -77,6 +82,7 @@ def build_app(gateway: Gateway) -> Starlette:
         Route("/v1/models", openai_api.models),
         Route("/v1/models/{model}", openai_api.model),
         Route("/", page),
+        Route("/duplex", duplex_page),
         Route("/static/{name}", page),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _not_found})

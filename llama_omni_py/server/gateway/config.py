@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import ConfigError
+from ... import checks
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,8 @@ class GatewayConfig:
     log_interval_s: float = 10.0  # repeated refusals are logged once per interval
 
     def __post_init__(self):
-        def check(name, ok, msg):
-            if not ok:
-                raise ConfigError(name, msg)
-
-        check("host", isinstance(self.host, str) and self.host, "must be a host name or address")
-        check("port", isinstance(self.port, int) and 0 <= self.port <= 65535, "must be an integer in 0..65535")
+        check = checks.that
+        checks.listen_address(self.host, self.port)
         check(
             "max_queue_size",
             isinstance(self.max_queue_size, int) and self.max_queue_size >= 0,

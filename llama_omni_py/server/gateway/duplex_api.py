@@ -6,6 +6,7 @@ capability, these routes answer with an error and close (1013). See docs/serving
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 
@@ -43,7 +44,7 @@ async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
     await websocket.accept()
     channel = ClientChannel(websocket, cfg.send_buffer_bytes, cfg.send_timeout_s)
     try:
-        async with gw.pool.lease(type_name, sid, notify=channel.send) as lease:
+        async with gw.pool.lease(type_name, sid, notify=channel.send, always_done=True) as lease:
             handler = HANDLERS.get(type_name)
             if handler is None:  # a worker advertises the capability but no engine side is plugged in
                 raise NoWorkerFor(f"this gateway has no handler for {type_name} sessions")
@@ -66,3 +67,47 @@ async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
     finally:
         channel.close(1000, "session ended")
         await channel.closed(cfg.send_timeout_s + 1)
+
+
+async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) -> None:
+    """The full-duplex handler: relays messages verbatim between the client and the worker's
+    ``/ws/duplex`` until either side ends; ``pause``/``resume`` also set the worker's state."""
+    import json
+
+    from starlette.websockets import WebSocketDisconnect
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    worker = lease.worker
+    url = worker.url.replace("http://", "ws://", 1) + f"/ws/duplex?session_id={lease.ticket.session_id or ''}"
+    async with connect(url, max_size=None, open_timeout=10, ping_interval=None) as upstream:
+
+        async def client_to_worker() -> None:
+            while True:
+                try:
+                    text = await websocket.receive_text()
+                except WebSocketDisconnect:
+                    return
+                lease.touch()
+                with contextlib.suppress(ValueError, AttributeError):
+                    kind = json.loads(text).get("type")
+                    if kind in ("pause", "resume"):
+                        worker.status = "duplex_paused" if kind == "pause" else lease.type.busy_status
+                await upstream.send(text)
+
+        async def worker_to_client() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                async for text in upstream:
+                    channel.put(json.loads(text))
+
+        tasks = [asyncio.create_task(client_to_worker()), asyncio.create_task(worker_to_client())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+register("audio_duplex", relay_duplex)
+register("omni_duplex", relay_duplex)

@@ -242,8 +242,9 @@ class WorkerPool:
         self.changed.set()
 
     @contextlib.asynccontextmanager
-    async def lease(self, type_name: str, session_id: str | None = None, notify=None):
-        """Holds a worker for the block. ``notify(message)`` (async) gets the queue messages;
+    async def lease(self, type_name: str, session_id: str | None = None, notify=None, always_done: bool = False):
+        """Holds a worker for the block. ``notify(message)`` (async) gets the queue messages
+        (``queue_done`` even without a wait when ``always_done``, as duplex clients expect);
         leaving the block while queued cancels the ticket."""
         ticket = self.enqueue(type_name, session_id)
         updates = None
@@ -261,7 +262,7 @@ class WorkerPool:
             if updates is not None:
                 updates.cancel()
         try:
-            if notify is not None and updates is not None:
+            if notify is not None and (updates is not None or always_done):
                 await notify({"type": "queue_done"})
             yield lease
         finally:

@@ -1,0 +1,122 @@
+"""One WebSocket on a worker's ``/ws/duplex``: the MiniCPM-o demo's full-duplex protocol
+(docs/server-protocol.md, "Full duplex"). The gateway relays its public ``/ws/duplex/{id}``
+here after the queue. Messages are handled one at a time, in order, like the demo's worker: a
+unit's ``result`` goes out before the next message is read. Errors in a message are an ``error``
+event and the session goes on; a lost socket or ``stop`` ends it and frees the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+
+from websockets.exceptions import ConnectionClosed
+
+from ..errors import MediaError, OmniError, ProtocolError
+from . import duplex_protocol as D
+
+log = logging.getLogger(__name__)
+PAUSE_TIMEOUT_S = 60.0  # a paused session gives its worker back after this
+
+
+class DemoDuplexConnection:
+    def __init__(self, ws, server):
+        self.ws, self.server, self.engine, self.cfg = ws, server, server.engine, server.config
+        self.id = _query(ws, "session_id") or uuid.uuid4().hex
+        self.duplex = None
+        self.paused = False
+        self._watchdog: asyncio.Task | None = None
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, msg: dict) -> None:
+        async with self._send_lock:
+            await self.ws.send(json.dumps(msg))
+
+    async def run(self) -> None:
+        refused = self.engine.claim(self.id)
+        if refused is not None:
+            with contextlib.suppress(ConnectionClosed):
+                await self.send({"type": "error", "error": refused[1]})
+                await self.ws.close(1013, refused[0])
+            return
+        try:
+            await self._serve()
+        except ConnectionClosed:
+            pass
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            if self.duplex is not None:
+                await asyncio.to_thread(self.duplex.close)
+            self.engine.release(self.id)
+
+    async def _serve(self) -> None:
+        while True:
+            try:
+                raw = await asyncio.wait_for(self.ws.recv(), self.cfg.idle_timeout_s)
+            except asyncio.TimeoutError:
+                await self.send({"type": "timeout", "reason": f"no message for {self.cfg.idle_timeout_s:g} s"})
+                await self.ws.close(1000, "idle")
+                return
+            try:
+                msg = json.loads(raw)
+                if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                    raise ProtocolError("messages are JSON objects with a string `type`", "invalid_json")
+                if await self._dispatch(msg) == "stop":
+                    return
+            except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
+                await self.send({"type": "error", "error": str(e)})
+
+    async def _dispatch(self, msg: dict) -> str | None:
+        kind = msg["type"]
+        if kind == "prepare":
+            start = D.parse_prepare(msg)
+            if self.duplex is not None:
+                await asyncio.to_thread(self.duplex.close)
+            self.duplex = await self.engine.open_duplex(start)
+            await self.send({"type": "prepared", "prompt_length": self.duplex.context.n_keep})
+        elif kind == "audio_chunk":
+            if self.paused:
+                raise ProtocolError("Worker is paused", "paused")
+            if self.duplex is None:
+                raise ProtocolError("send prepare first", "not_prepared")
+            unit = D.parse_audio_chunk(msg)
+            result = await asyncio.to_thread(self.duplex.push, unit.audio, unit.frames or None, unit.force_listen)
+            await self.send(D.result_event(result))
+        elif kind == "pause":
+            timeout = msg.get("timeout", PAUSE_TIMEOUT_S)
+            if not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+                raise ProtocolError("pause.timeout must be a number of seconds in (0, 3600]", "invalid_input")
+            self.paused = True
+            self._watchdog = asyncio.create_task(self._pause_timeout(float(timeout)))
+            await self.send({"type": "paused", "timeout": float(timeout)})
+        elif kind == "resume":
+            self.paused = False
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            await self.send({"type": "resumed"})
+        elif kind == "stop":
+            await self.send({"type": "stopped"})
+            await self.ws.close(1000, "stopped")
+            return "stop"
+        else:  # video_frame included: frames travel in audio_chunk.frame_base64_list
+            raise ProtocolError(f"Unknown message type: {kind}", "unexpected_message_type")
+        return None
+
+    async def _pause_timeout(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        with contextlib.suppress(ConnectionClosed):
+            await self.send({"type": "timeout", "reason": f"Pause timeout ({seconds:.1f}s)"})
+            await self.ws.close(1000, "pause timeout")
+
+
+def _query(ws, key: str) -> str | None:
+    from urllib.parse import parse_qs, urlsplit
+
+    try:
+        values = parse_qs(urlsplit(ws.request.path).query).get(key)
+    except AttributeError:
+        return None
+    return values[0][:128] if values else None

@@ -1,0 +1,176 @@
+"""Messages of full duplex on the wire, for both faces of a worker (docs/server-protocol.md):
+
+* the demo's duplex protocol on ``/ws/duplex`` (``prepare``, ``audio_chunk``, ``pause``,
+  ``resume``, ``stop`` in; ``prepared``, ``result``, ``paused``, ``resumed``, ``stopped``,
+  ``timeout``, ``error`` out);
+* the backend protocol's ``full_duplex`` mode on ``/backend`` (one ``input.append`` per second,
+  ``response.output.delta`` of kind text, audio or listen out).
+
+Every violation raises ProtocolError whose ``code`` names it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import DuplexConfig
+from ..duplex import DuplexResult
+from ..errors import ConfigError, ProtocolError
+from .protocol import MAX_VOICE_SECONDS, float_pcm, pcm_b64
+
+MAX_UNIT_SECONDS = 5.0  # one push is about a second; more is a client out of step
+MAX_FRAMES = 4
+# The demo's config names -> DuplexConfig fields (others are accepted and ignored).
+CONFIG_FIELDS = {
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "text_repetition_penalty": "repetition_penalty",
+    "text_repetition_window_size": "repetition_window",
+    "length_penalty": "length_penalty",
+    "listen_prob_scale": "listen_prob_scale",
+    "force_listen_count": "force_listen_count",
+    "max_new_speak_tokens_per_chunk": "max_tokens_per_unit",
+    "seed": "seed",
+}
+
+
+@dataclass
+class DuplexStart:
+    """How a duplex session starts: its system prompt, the LLM's reference voice, the config."""
+
+    system_prompt: str | None = None
+    voice: np.ndarray | None = None
+    config: DuplexConfig = field(default_factory=DuplexConfig)
+
+
+@dataclass
+class UnitInput:
+    """One second of a duplex session: audio, the frames that go with it, force_listen."""
+
+    audio: np.ndarray
+    frames: list[bytes] = field(default_factory=list)
+    force_listen: bool = False
+
+
+def duplex_config(cfg, code: str = "invalid_input") -> DuplexConfig:
+    """A DuplexConfig from a client's config object (demo names; unknown keys ignored)."""
+    if cfg is None:
+        return DuplexConfig()
+    if not isinstance(cfg, dict):
+        raise ProtocolError("config must be an object", code)
+    values = {CONFIG_FIELDS[k]: v for k, v in cfg.items() if k in CONFIG_FIELDS}
+    if cfg.get("decode_mode") is not None:
+        if cfg["decode_mode"] not in ("sampling", "greedy"):
+            raise ProtocolError("config.decode_mode must be 'sampling' or 'greedy'", code)
+        values["greedy"] = cfg["decode_mode"] == "greedy"
+    try:
+        return DuplexConfig(**values)
+    except ConfigError as e:
+        raise ProtocolError(f"config.{e.field}: {e}", code) from None
+
+
+def _voice(d: dict, *keys: str, code: str) -> np.ndarray | None:
+    for k in keys:
+        if d.get(k) is not None:
+            return float_pcm(d[k], k, code, MAX_VOICE_SECONDS)
+    return None
+
+
+def parse_prepare(msg: dict) -> DuplexStart:
+    """The demo's ``prepare``: system_prompt, ref_audio_base64 (the LLM's voice slot), config.
+    ``tts_ref_audio_base64`` is accepted: the spoken voice is the model set's prompt cache."""
+    sp = msg.get("system_prompt")
+    if sp is not None and not isinstance(sp, str):
+        raise ProtocolError("system_prompt must be a string", "invalid_input")
+    return DuplexStart(
+        sp, _voice(msg, "ref_audio_base64", code="voice_audio_decode_failed"), duplex_config(msg.get("config"))
+    )
+
+
+def parse_backend_start(payload: dict) -> DuplexStart:
+    """``session.init`` payload of mode full_duplex: system_prompt, voice.ref_audio, config."""
+    voice = payload.get("voice") or {}
+    if not isinstance(voice, dict):
+        raise ProtocolError("payload.voice must be an object", "invalid_input")
+    sp = payload.get("system_prompt")
+    if sp is not None and not isinstance(sp, str):
+        raise ProtocolError("payload.system_prompt must be a string", "invalid_input")
+    ref = _voice(voice, "ref_audio", "ref_audio_base64", code="voice_audio_decode_failed")
+    return DuplexStart(sp, ref, duplex_config(payload.get("config")))
+
+
+def _frames(value, what: str) -> list[bytes]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+        raise ProtocolError(f"{what} must be a list of base64 JPEG strings", "invalid_input")
+    out = []
+    for f in value[:MAX_FRAMES]:
+        try:
+            data = base64.b64decode(f.split(",", 1)[1] if f.startswith("data:") else f, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError(f"{what} holds an item that is not base64", "invalid_media") from None
+        if not data.startswith(b"\xff\xd8"):
+            raise ProtocolError(f"{what} must hold JPEG images", "invalid_media")
+        out.append(data)
+    return out
+
+
+def parse_audio_chunk(msg: dict) -> UnitInput:
+    """The demo's ``audio_chunk``: audio_base64 (float32 16 kHz), frame_base64_list, force_listen."""
+    if msg.get("audio_base64") is None:
+        raise ProtocolError("Missing audio_base64", "missing_audio")
+    audio = float_pcm(msg["audio_base64"], "audio_base64", "invalid_audio", MAX_UNIT_SECONDS)
+    return UnitInput(audio, _frames(msg.get("frame_base64_list"), "frame_base64_list"), bool(msg.get("force_listen")))
+
+
+def parse_backend_unit(msg: dict) -> UnitInput:
+    """A full_duplex ``input.append``: input.audio MUST, video_frames MAY, force_listen MAY."""
+    inp = msg.get("input")
+    if not isinstance(inp, dict):
+        raise ProtocolError("input.append needs an `input` object", "invalid_input")
+    if "messages" in inp:
+        raise ProtocolError("turn_based messages in a full_duplex session", "mode_mismatch")
+    if inp.get("audio") is None:
+        raise ProtocolError("a full_duplex input needs `audio` (1 s of float32 16 kHz PCM)", "missing_audio")
+    audio = float_pcm(inp["audio"], "input.audio", "invalid_audio", MAX_UNIT_SECONDS)
+    return UnitInput(audio, _frames(inp.get("video_frames"), "input.video_frames"), bool(inp.get("force_listen")))
+
+
+def result_metrics(r: DuplexResult) -> dict:
+    """The per-unit costs the demo reports (milliseconds; None where the stage did not run)."""
+    t = r.timings
+    cost = lambda k: round(t[k], 1) if t.get(k) else None  # noqa: E731
+    total = sum(t.get(k) or 0.0 for k in ("cost_llm_ms", "cost_tts_ms", "cost_token2wav_ms"))
+    return {
+        "cost_llm_ms": cost("cost_llm_ms"),
+        "cost_tts_prep_ms": cost("cost_tts_prep_ms"),
+        "cost_tts_ms": cost("cost_tts_ms") if not r.is_listen else None,
+        "cost_token2wav_ms": cost("cost_token2wav_ms") if not r.is_listen else None,
+        "cost_all_ms": round(total, 1),
+        "n_tokens": int(t.get("n_tokens", 0)),
+        "n_tts_tokens": int(t.get("n_tts_tokens", 0)),
+    }
+
+
+def result_event(r: DuplexResult) -> dict:
+    """The demo's ``result`` message of one unit."""
+    return {
+        "type": "result",
+        "is_listen": r.is_listen,
+        "text": r.text,
+        "audio_data": pcm_b64(r.audio),
+        "end_of_turn": r.end_of_turn,
+        "current_time": r.unit,
+        **result_metrics(r),
+        "server_send_ts": time.time(),
+        "wall_clock_ms": round(r.timings.get("wall_ms", 0.0), 1),
+        "kv_cache_length": int(r.timings.get("kv_cache_length", 0)),
+        "vision_slices": int(r.timings.get("vision_images", 0)),
+        "vision_tokens": int(r.timings.get("vision_images", 0)) * 64,
+    }

@@ -1,0 +1,149 @@
+"""Full duplex over the network (tiny set): the backend protocol's full_duplex mode on /backend,
+the demo's duplex protocol on a worker's /ws/duplex and through the gateway's queue, and their
+fail-fast / error cases with the engine freed afterwards."""
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+from server_client import TIMEOUT, Client, http, jpeg, pcm, running_gateway, running_server, tone, wait_until
+from websockets.asyncio.client import connect
+
+
+def b64(samples) -> str:
+    return base64.b64encode(np.asarray(samples, "<f4").tobytes()).decode()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir):
+    with running_server(tiny_dir) as s:
+        yield s
+
+
+def unit(**extra) -> dict:
+    return {"type": "input.append", "input": {"audio": b64(tone(1.0)), **extra}}
+
+
+async def events_of_push(c: Client, msg: dict) -> list[dict]:
+    """The events one unit produces: a listen delta, or text/audio (+ a closing listen)."""
+    await c.send(msg)
+    out = []
+    while True:
+        ev = await c.recv()
+        out.append(ev)
+        assert ev["type"] == "response.output.delta", ev
+        if ev["kind"] == "listen" or (ev["kind"] == "audio" and not ev["metrics"]["end_of_turn"]):
+            return out
+
+
+def test_backend_full_duplex_units(server):
+    async def go():
+        async with Client.open(server.url) as c:
+            await c.send({"type": "session.init", "payload": {"mode": "full_duplex", "system_prompt": "Be brief."}})
+            created = await c.recv()
+            assert created["type"] == "session.created" and created["mode"] == "full_duplex"
+            return [await events_of_push(c, unit()) for _ in range(6)]
+
+    units = run(go())
+    for evs in units[:3]:  # forced listening first
+        assert [e["kind"] for e in evs] == ["listen"] and evs[0]["metrics"]["kv_cache_length"] > 0
+    speaking = [evs for evs in units[3:] if evs[-1]["kind"] == "audio" or len(evs) > 1]
+    assert speaking, "random weights talk after the forced units"
+    for evs in speaking:
+        audio = [e for e in evs if e["kind"] == "audio"]
+        assert len(audio) == 1 and pcm(audio[0]["audio"]).size in range(1, 24001)
+        assert all(e["response_id"] == evs[0]["response_id"] for e in evs if e["kind"] != "listen")
+    assert [e["metrics"]["current_time"] for evs in units for e in evs[:1]] == list(range(1, 7))
+
+
+@pytest.mark.parametrize(
+    "inp,reason",
+    [
+        ({"messages": [{"role": "user", "content": "hi"}]}, "mode_mismatch"),
+        ({}, "missing_audio"),
+        ({"audio": b64(tone(1.0)), "video_frames": [base64.b64encode(b"\x89PNG\r\n").decode()]}, "invalid_media"),
+    ],
+)
+def test_backend_full_duplex_fails_fast(server, inp, reason):
+    async def go():
+        async with Client.open(server.url) as c:
+            await c.send({"type": "session.init", "payload": {"mode": "full_duplex"}})
+            assert (await c.recv())["type"] == "session.created"
+            await c.send({"type": "input.append", "input": inp})
+            return await c.closed()
+
+    assert run(go())["reason"] == reason
+    wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
+
+
+async def demo_session(url: str, path: str, steps):
+    """Runs the demo duplex protocol: `steps` is a list of (message, number of replies)."""
+    replies = []
+    async with connect(url.replace("http://", "ws://") + path, max_size=None) as ws:
+        for msg, n in steps:
+            await ws.send(json.dumps(msg))
+            for _ in range(n):
+                replies.append(json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT)))
+    return replies
+
+
+def chunk(**extra) -> dict:
+    return {"type": "audio_chunk", "audio_base64": b64(tone(1.0)), **extra}
+
+
+def test_worker_demo_duplex_protocol(server, tmp_path):
+    frame = base64.b64encode(jpeg(tmp_path)).decode()
+    steps = [({"type": "prepare", "system_prompt": "Be brief.", "config": {"length_penalty": 1.05}}, 1)]
+    steps += [(chunk(), 1) for _ in range(3)] + [(chunk(frame_base64_list=[frame]), 1)]
+    steps += [({"type": "video_frame", "frame": frame}, 1), ({"type": "audio_chunk"}, 1)]
+    steps += [({"type": "pause", "timeout": 30}, 1), (chunk(), 1), ({"type": "resume"}, 1), (chunk(), 1)]
+    steps += [({"type": "stop"}, 1)]
+    r = run(demo_session(server.url, "/ws/duplex?session_id=adx_test", steps))
+    assert r[0]["type"] == "prepared" and r[0]["prompt_length"] > 0
+    results = [m for m in r if m["type"] == "result"]
+    assert len(results) == 5 and [m["current_time"] for m in results] == [1, 2, 3, 4, 5]
+    for m in results:
+        assert pcm(m["audio_data"]).size == 24000 or m["end_of_turn"]
+        assert {"is_listen", "text", "cost_all_ms", "wall_clock_ms", "kv_cache_length", "n_tts_tokens"} <= set(m)
+    assert all(m["is_listen"] for m in results[:3]) and results[3]["vision_slices"] == 1
+    errors = [m["error"] for m in r if m["type"] == "error"]
+    assert errors == ["Unknown message type: video_frame", "Missing audio_base64", "Worker is paused"]
+    assert [m["type"] for m in r[-4:]] == ["resumed", "result", "stopped"][-3:] or r[-1]["type"] == "stopped"
+    assert {"paused", "resumed", "stopped"} <= {m["type"] for m in r}
+    wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
+
+
+def test_gateway_duplex_queues_and_relays(tiny_dir):
+    with running_gateway(tiny_dir, workers=1, queue_update_s=0.2) as g:
+
+        async def go():
+            base = g.url.replace("http://", "ws://")
+            async with connect(base + "/ws/duplex/adx_first", max_size=None) as a:
+                assert json.loads(await a.recv())["type"] == "queue_done"
+                await a.send(json.dumps({"type": "prepare"}))
+                assert json.loads(await a.recv())["type"] == "prepared"
+                async with connect(base + "/ws/duplex/omni_second", max_size=None) as b:
+                    queued = json.loads(await asyncio.wait_for(b.recv(), TIMEOUT))
+                    await a.send(json.dumps(chunk()))
+                    result = json.loads(await asyncio.wait_for(a.recv(), TIMEOUT))
+                    await a.send(json.dumps({"type": "stop"}))
+                    assert json.loads(await a.recv())["type"] == "stopped"
+                    while (m := json.loads(await asyncio.wait_for(b.recv(), TIMEOUT)))["type"] != "queue_done":
+                        assert m["type"] == "queue_update"
+                    await b.send(json.dumps({"type": "prepare"}))
+                    second = json.loads(await asyncio.wait_for(b.recv(), TIMEOUT))
+                    await b.send(json.dumps({"type": "stop"}))
+                    await asyncio.wait_for(b.recv(), TIMEOUT)
+            return queued, result, second
+
+        queued, result, second = run(go())
+        assert queued["type"] == "queued" and queued["position"] == 1 and "estimated_wait_s" in queued
+        assert result["type"] == "result" and result["current_time"] == 1 and result["is_listen"]
+        assert second["type"] == "prepared"
+        wait_until(lambda: http(g.url + "/status")[1]["idle_workers"] == 1)
