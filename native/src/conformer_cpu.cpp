@@ -3,19 +3,13 @@
 #include "cpu_rows.h"
 #include "native_layers.h"
 #include "vec_math.h"
+#include "blas.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 
-#if defined(OMNI_BLAS_SCIPY_OPENBLAS)
-#include <cblas.h>
-#define OMNI_SGEMM scipy_cblas_sgemm
-#else
-#include <cblas.h>
-#define OMNI_SGEMM cblas_sgemm
-#endif
 
 namespace omni {
 

@@ -2,6 +2,7 @@
 
 #include "omni/errors.h"
 #include "vec_math.h"
+#include "blas.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,28 +11,18 @@
 #include <mutex>
 #include <string>
 
-#if defined(OMNI_BLAS_SCIPY_OPENBLAS)
-#include <cblas.h>
-#define OMNI_SGEMM scipy_cblas_sgemm
-#define OMNI_BLAS_SET_THREADS scipy_openblas_set_num_threads
-#define OMNI_BLAS_CORENAME scipy_openblas_get_corename
-#else
-#include <cblas.h>
-#define OMNI_SGEMM cblas_sgemm
-#endif
 
 namespace omni::cpu {
 
-namespace {
-
-// Our pool provides the parallelism; each sgemm call runs on the calling worker only. The
-// wheel's OpenBLAS is private to this extension (prefixed symbols), so the setting is ours.
+// The wheel's OpenBLAS is private to this extension, so the setting is ours.
 void single_threaded_blas() {
 #if defined(OMNI_BLAS_SET_THREADS)
     static std::once_flag once;
     std::call_once(once, [] { OMNI_BLAS_SET_THREADS(1); });
 #endif
 }
+
+namespace {
 
 // Work split of one convolution: column tiles of up to 512 outputs, and when that leaves fewer
 // than 4 tasks, output-channel blocks as well (multiples of 16 rows). Larger tiles mean fewer

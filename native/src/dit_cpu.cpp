@@ -4,6 +4,7 @@
 #include "native_layers.h"
 #include "omni/errors.h"
 #include "vec_math.h"
+#include "blas.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,13 +12,6 @@
 #include <map>
 #include <mutex>
 
-#if defined(OMNI_BLAS_SCIPY_OPENBLAS)
-#include <cblas.h>
-#define OMNI_SGEMM scipy_cblas_sgemm
-#else
-#include <cblas.h>
-#define OMNI_SGEMM cblas_sgemm
-#endif
 
 namespace omni {
 

@@ -1,5 +1,7 @@
 #include "native_layers.h"
 
+#include "blas.h"
+
 #include "omni/errors.h"
 
 namespace omni::cpu {
@@ -20,7 +22,9 @@ PackedConv load_linear(const GgufFile & g, const std::string & p, int in, int ou
 }
 
 LayerRunner::LayerRunner(std::shared_ptr<ThreadPool> pool, bool bf16)
-    : pool_(std::move(pool)), precision_(bf16 ? Precision::BF16 : Precision::F32) {}
+    : pool_(std::move(pool)), precision_(bf16 ? Precision::BF16 : Precision::F32) {
+    single_threaded_blas();  // the engines built on this call OMNI_SGEMM from the pool's workers
+}
 
 void LayerRunner::apply(const PackedConv & w, Rows & in, Rows & out, int n, const BlockFn & epilogue, int segs, int x_seg,
                         int y_seg, int x_col, int y_col) {
