@@ -28,6 +28,7 @@ ENV_NUMA_NODE = "OMNI_NUMA_NODE"
 ENV_PROFILE = "OMNI_T2W_PROFILE"
 
 CACHE_POLICIES = ("llama.cpp-omni", "reference")
+ENGINES = ("auto", "graph", "native")
 AUDIO_MODES = ("clamp", "window")
 HANDOFFS = ("window", "text_chunk")
 
@@ -106,12 +107,25 @@ class Token2WavConfig:
     temperature: float = 1.0  # scale of the initial CFM noise
     seed: int = 42  # noise generator seed (llama.cpp-omni: 42)
     cache_policy: str = "llama.cpp-omni"  # or "reference" (docs/streaming.md)
+    # Token2Mel's CPU compute: "native" (our CPU engine), "graph" (ggml graphs), "auto" (native
+    # on the CPU, graphs on an accelerator). docs/performance.md.
+    engine: str = "auto"
+    bf16: bool = False  # BF16 matmuls in the vocoder and the native engine (needs AVX512_BF16)
+    # Token2Mel and the vocoder as two pipeline stages (the vocoder of window N-1 beside
+    # Token2Mel of window N). None: when Token2Mel runs off the CPU (on one CPU both would only
+    # compete for the same cores).
+    overlap: bool | None = None
 
     def __post_init__(self):
         checks.int_in("steps", self.steps, 1, 100)
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
         checks.int_in("seed", self.seed, 0, checks.SEED_MAX)
         checks.choice("cache_policy", self.cache_policy, CACHE_POLICIES)
+        checks.choice("engine", self.engine, ENGINES)
+        if not isinstance(self.bf16, bool):
+            raise ConfigError("bf16", f"must be True or False, got {self.bf16!r}")
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise ConfigError("overlap", f"must be None, True or False, got {self.overlap!r}")
         if self.threads is not None:
             checks.int_in("threads", self.threads, 1)
         if self.cpus is not None:

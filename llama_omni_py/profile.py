@@ -17,14 +17,23 @@ from .config import profiling_enabled
 from .results import Timings
 
 COMPUTE_STAGES = ("llm", "tts", "token2wav")
+T2W_HALVES = ("token2mel", "vocoder")  # Token2Wav as two stages (stages.token2wav_stages)
 
 
 def stage_durations(events) -> dict[str, list[float]]:
-    """Milliseconds per item for each stage (and its .wait/.blocked queue times), in order."""
+    """Milliseconds per item for each stage (and its .wait/.blocked queue times), in order. When
+    Token2Wav ran as two stages, "token2wav" holds the sum of its halves per item."""
     out: dict[str, list[float]] = defaultdict(list)
     for name, start, end in events:
         out[name].append((end - start) * 1000)
+    if "token2wav" not in out and T2W_HALVES[0] in out:
+        out["token2wav"] = [a + b for a, b in zip(out[T2W_HALVES[0]], out.get(T2W_HALVES[1], []))]
     return dict(out)
+
+
+def token2wav_consumer(events) -> str:
+    """The stage that takes the TTS's codes: "token2wav", or "token2mel" when split."""
+    return T2W_HALVES[0] if any(name == T2W_HALVES[0] for name, _, _ in events) else "token2wav"
 
 
 def first_end(events, stage: str) -> float | None:
@@ -54,9 +63,10 @@ def compute_rtf(events, chunk_audio_s: list[float]) -> float | None:
 
 
 def stage_ms(events) -> dict[str, float]:
-    """Total compute milliseconds per compute stage."""
+    """Total compute milliseconds per compute stage (Token2Wav's halves count as Token2Wav)."""
     out = {s: 0.0 for s in COMPUTE_STAGES}
     for name, start, end in events:
+        name = "token2wav" if name in T2W_HALVES else name
         if name in out:
             out[name] += (end - start) * 1000
     return out

@@ -98,6 +98,13 @@ class OmniSession:
             t2w = replace(t2w, threads=len(self.placement.vocoder_cpus), cpus=self.placement.vocoder_cpus)
         return Token2Wav(self.model_dir, self.device, t2w)
 
+    @property
+    def overlap(self) -> bool:
+        """Whether Token2Mel and the vocoder run as two pipeline stages (Token2WavConfig.overlap;
+        by default when Token2Mel runs off the CPU)."""
+        o = self.config.token2wav.overlap
+        return self.token2wav.device != "cpu" if o is None else o
+
     def token2wav_for(self, cache_policy: str) -> Token2Wav:
         """The session's Token2Wav, or (made once and kept) one like it with another cache policy."""
         if self.config.token2wav.cache_policy == cache_policy:
@@ -224,12 +231,9 @@ class OmniSession:
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
         reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, r.llm or c.llm, c.tts, c.tts_handoff)
-        t2w = stages.Token2WavStage(self.token2wav) if r.speech else None
-        body = (
-            [("tts", stages.TtsStage(self.tts, reply)), ("token2wav", t2w)]
-            if r.speech
-            else [("text", stages.text_stage())]
-        )
+        t2w_stages = stages.token2wav_stages(self.token2wav, self.overlap) if r.speech else []
+        t2w = t2w_stages[0][1] if t2w_stages else None
+        body = [("tts", stages.TtsStage(self.tts, reply)), *t2w_stages] if r.speech else [("text", stages.text_stage())]
         pipe = Pipeline(
             ("llm", stages.llm_stage(self.llm, reply, text_to_caller=r.speech)),
             body,

@@ -6,7 +6,10 @@ path the pipeline must equal).
                to the caller as a SpeechChunk, without waiting for the audio
     TTS        TextChunk -> CodeChunk: 25 speech codes at a time (one second of audio), the
                rest with the reply's end
-    Token2Wav  CodeChunk -> SpeechChunk: one window of audio (at most one second) per push
+    Token2Wav  CodeChunk -> SpeechChunk: one window of audio (at most one second) per push;
+               or as two stages, Token2Mel (CodeChunk -> MelChunk, on the session device) and
+               the vocoder (MelChunk -> SpeechChunk, on its CPU pool), so that the vocoder of
+               window N-1 runs while Token2Mel makes window N
 
 ``handoff="text_chunk"`` hands the TTS's codes on once per text chunk instead (all of a chunk's
 speech before Token2Wav sees any): the older, burstier schedule, kept for comparison.
@@ -15,7 +18,7 @@ speech before Token2Wav sees any): the older, burstier schedule, kept for compar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,6 +31,7 @@ from .token2wav import Token2Wav
 from .tts import CodeChunk, TtsModel
 
 Emit = Callable[[object], bool]
+Stage = Callable[[Any, Emit], None]
 _NO_AUDIO = np.zeros(0, np.float32)
 
 
@@ -106,17 +110,58 @@ class Token2WavStage:
         token2wav.reset()
 
     def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
-        self.n_codes += len(chunk.codes)
-        self.pending += chunk.codes
-        parts = []
-        while len(self.pending) >= CODES_PER_SECOND:
-            parts.append(self.token2wav.push(self.pending[:CODES_PER_SECOND]))
-            del self.pending[:CODES_PER_SECOND]
-        if chunk.final:
-            parts.append(self.token2wav.push(self.pending, final=True))
-            self.pending.clear()
+        parts = self._pushes(chunk, self.token2wav.push)
         audio = np.concatenate(parts) if parts else _NO_AUDIO
         emit(SpeechChunk("", audio, 0, chunk.final))
+
+    def _pushes(self, chunk: CodeChunk, push: Callable) -> list:
+        """push(codes[, final=True]) per 25 codes and at the end; what the pushes returned."""
+        self.n_codes += len(chunk.codes)
+        self.pending += chunk.codes
+        out = []
+        while len(self.pending) >= CODES_PER_SECOND:
+            out.append(push(self.pending[:CODES_PER_SECOND]))
+            del self.pending[:CODES_PER_SECOND]
+        if chunk.final:
+            out.append(push(self.pending, final=True))
+            self.pending.clear()
+        return out
+
+
+@dataclass(frozen=True)
+class MelChunk:
+    """The mel windows of one code chunk, on their way to the vocoder stage."""
+
+    windows: list
+    final: bool
+
+
+class Token2MelStage(Token2WavStage):
+    """The first half of Token2WavStage: the same pushes, mel windows out."""
+
+    def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
+        windows = [w for ws in self._pushes(chunk, self.token2wav.push_mel) for w in ws]
+        emit(MelChunk(windows, chunk.final))
+
+
+class VocoderStage:
+    """The second half: one SpeechChunk per MelChunk, as Token2WavStage emits them."""
+
+    def __init__(self, token2wav: Token2Wav):
+        self.token2wav = token2wav
+
+    def __call__(self, chunk: MelChunk, emit: Emit) -> None:
+        parts = [self.token2wav.vocode(w) for w in chunk.windows]
+        audio = np.concatenate(parts) if parts else _NO_AUDIO
+        emit(SpeechChunk("", audio, 0, chunk.final))
+
+
+def token2wav_stages(token2wav: Token2Wav, overlap: bool) -> list[tuple[str, Stage]]:
+    """Token2Wav as one pipeline stage, or (overlap) as Token2Mel + vocoder stages; the first
+    stage carries ``n_codes``."""
+    if not overlap:
+        return [("token2wav", Token2WavStage(token2wav))]
+    return [("token2mel", Token2MelStage(token2wav)), ("vocoder", VocoderStage(token2wav))]
 
 
 def text_stage():
@@ -140,14 +185,18 @@ class _Collect(list):
         return True
 
 
-def synthesize(llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav, reply: Reply) -> tuple[str, np.ndarray]:
+def synthesize(
+    llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav, reply: Reply, overlap: bool = False
+) -> tuple[str, np.ndarray]:
     """The stages one after the other on this thread: (reply text, 24 kHz audio)."""
-    texts, codes, out = _Collect(), _Collect(), _Collect()
-    tts_body, t2w_body = TtsStage(tts, reply), Token2WavStage(token2wav)
+    bodies = [TtsStage(tts, reply), *(body for _, body in token2wav_stages(token2wav, overlap))]
+    texts = _Collect()
     llm_stage(llm, reply, text_to_caller=False)(texts)
-    for chunk in texts:
-        tts_body(chunk, codes)
-    for chunk in codes:
-        t2w_body(chunk, out)
-    audio = np.concatenate([c.audio for c in out]) if out else _NO_AUDIO
+    items = texts
+    for body in bodies:
+        out = _Collect()
+        for chunk in items:
+            body(chunk, out)
+        items = out
+    audio = np.concatenate([c.audio for c in items]) if items else _NO_AUDIO
     return "".join(c.text for c in texts), audio

@@ -32,7 +32,7 @@ class Token2Wav:
     """Streaming Token2Wav over a module set (or its token2wav-gguf directory).
 
     Options are the fields of :class:`Token2WavConfig` (steps, threads, cpus, temperature, seed,
-    cache_policy), given one by one or as ``config``."""
+    cache_policy, engine, bf16), given one by one or as ``config``."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", config: Token2WavConfig | None = None, **options):
         if config is not None and options:
@@ -57,19 +57,33 @@ class Token2Wav:
             float(c.temperature),
             c.seed,
             c.cache_policy,
+            c.engine,
+            c.bf16,
         )
 
     def push(self, tokens, final: bool = False) -> np.ndarray:
         """Appends speech codes (ints in 0..6560); returns the float32 24 kHz audio now ready."""
-        arr = np.asarray(tokens)
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
-            raise InvalidArgumentError(f"tokens must be integers, got {arr.dtype}")
-        return self._native.push(arr.astype(np.int32, copy=False).reshape(-1), bool(final))
+        return self._native.push(_codes(tokens), bool(final))
 
     def flush(self) -> np.ndarray:
         """The audio of the codes waiting in the buffer now, without ending the stream (windows
         of up to 28 codes while at least 8 wait; the last 3 stay as look-ahead)."""
         return self._native.flush()
+
+    def push_mel(self, tokens, final: bool = False) -> list:
+        """The Token2Mel half of :meth:`push`: the mel windows now ready (opaque ``MelWindow``
+        objects with ``frames``, ``last`` and ``mel``), for :meth:`vocode` in the same order. One
+        thread may run this half while another vocodes earlier windows (reset() needs both idle)."""
+        return self._native.push_mel(_codes(tokens), bool(final))
+
+    def flush_mel(self) -> list:
+        """The Token2Mel half of :meth:`flush`."""
+        return self._native.flush_mel()
+
+    def vocode(self, window) -> np.ndarray:
+        """The vocoder half: one mel window to float32 24 kHz audio. Each window once, in the order
+        they were made; windows made before the last reset() are refused."""
+        return self._native.vocode(window)
 
     def reset(self) -> None:
         """Back to the start of a stream (voice prompt caches, silence prefix, fresh noise)."""
@@ -89,6 +103,11 @@ class Token2Wav:
         return self._native.cache_policy
 
     @property
+    def engine(self) -> str:
+        """Token2Mel's compute: "native" (the CPU engine) or "graph" (ggml graphs)."""
+        return self._native.engine
+
+    @property
     def threads(self) -> int:
         return self._native.threads
 
@@ -100,3 +119,11 @@ class Token2Wav:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _codes(tokens) -> np.ndarray:
+    """Speech codes as the flat int32 array the native stream takes."""
+    arr = np.asarray(tokens)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidArgumentError(f"tokens must be integers, got {arr.dtype}")
+    return arr.astype(np.int32, copy=False).reshape(-1)

@@ -128,6 +128,8 @@ def test_bad_devices_and_configs(tiny_dir):
         omni.LlmSampling(temperature=-1)
     with pytest.raises(omni.ConfigError, match="cache_policy"):
         omni.Token2WavConfig(cache_policy="newest")
+    with pytest.raises(omni.ConfigError, match="overlap"):
+        omni.Token2WavConfig(overlap="yes")
     with pytest.raises(omni.InvalidArgumentError, match="unexpected keyword"):
         omni.Token2Wav(tiny_dir, colour="blue")
 

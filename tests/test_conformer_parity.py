@@ -1,4 +1,5 @@
-"""Streaming conformer encoder (ggml) parity with the reference UpsampleConformerEncoderV2."""
+"""Streaming conformer encoder parity (ggml graph and native CPU engine) with the reference
+UpsampleConformerEncoderV2."""
 
 import numpy as np
 import pytest
@@ -40,9 +41,11 @@ def _stream(model, enc, chunks):
         cache_t, cache_o = (cnn, att), (ocnn, oatt)
 
 
-def test_streaming_chunks_match_reference(tiny_dir):
+@pytest.mark.parametrize("engine", ["graph", "native"])
+def test_streaming_chunks_match_reference(tiny_dir, engine):
     path = str(tiny_dir / "token2wav-gguf" / "encoder.gguf")
-    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2)
+    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2, engine=engine)
+    assert enc.engine == engine
     assert (enc.dims.d, enc.dims.blocks, enc.dims.up_blocks) == (64, 2, 2)
     rng = np.random.default_rng(0)
     chunks = [rng.standard_normal((n, 64)).astype(np.float32) for n in (28, 28, 28, 11)]
@@ -74,7 +77,9 @@ def test_real_dimensions(tmp_path):
     f = next(f for f in ms.FILES if f.key == "token2wav.encoder")
     modelgen.write_file(f, tmp_path, ms.preset("real"), ms.build_vocab(False), seed=0)
     path = str(tmp_path / f.relpath)
-    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2)
-    assert (enc.dims.d, enc.dims.heads, enc.dims.blocks, enc.dims.up_blocks) == (512, 8, 6, 4)
-    rng = np.random.default_rng(1)
-    _stream(model, enc, [rng.standard_normal((n, 512)).astype(np.float32) for n in (28, 28, 7)])
+    model = ref.build_encoder(path)
+    for engine in ("graph", "native"):
+        enc = core.internal.ConformerEncoder(path, "cpu", 2, engine=engine)
+        assert (enc.dims.d, enc.dims.heads, enc.dims.blocks, enc.dims.up_blocks) == (512, 8, 6, 4)
+        rng = np.random.default_rng(1)
+        _stream(model, enc, [rng.standard_normal((n, 512)).astype(np.float32) for n in (28, 28, 7)])

@@ -1,4 +1,5 @@
-"""DiT estimator (ggml graph) parity with the PyTorch reference on the same random weights."""
+"""DiT estimator parity with the PyTorch reference on the same random weights, for both engines: the
+ggml graph (what every device runs) and the native CPU engine."""
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
 
 TOL = 1e-4
+ENGINES = ["graph", "native"]
 
 
 def _inputs(batch, frames, seed):
@@ -46,32 +48,47 @@ def tiny_dit(tiny_dir):
     return path, ref.build_dit(path)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("batch,frames", [(1, 1), (2, 28), (2, 50), (2, 150)])
-def test_estimator_matches_reference(tiny_dit, batch, frames):
+def test_estimator_matches_reference(tiny_dit, batch, frames, engine):
     path, model = tiny_dit
-    est = core.internal.DitEstimator(path, "cpu", 2)
+    est = core.internal.DitEstimator(path, "cpu", 2, engine=engine)
+    assert est.engine == engine
     d = est.dims
     assert (d.hidden, d.heads, d.head_dim, d.depth, d.mlp) == (64, 2, 32, 2, 256)
     inputs = _inputs(batch, frames, seed=frames)
     _check(est.forward(*inputs), _reference(model, *inputs))
 
 
-def test_cfg_batch_rows_are_independent(tiny_dit):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cfg_batch_rows_are_independent(tiny_dit, engine):
     # Batch doubling for CFG must not mix rows: row 0 of a batch of 2 equals a batch of 1.
     path, _ = tiny_dit
-    est = core.internal.DitEstimator(path, "cpu", 1)
+    est = core.internal.DitEstimator(path, "cpu", 1, engine=engine)
     x, mu, t, spks, cond = _inputs(2, 30, seed=9)
     both = est.forward(x, mu, t, spks, cond)
     one = est.forward(x[:1], mu[:1], t[:1], spks[:1], cond[:1])
     np.testing.assert_allclose(both[0], one[0], rtol=0, atol=1e-5)
 
 
-def test_deterministic_across_threads(tiny_dit):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_deterministic_across_threads(tiny_dit, engine):
     path, _ = tiny_dit
     inputs = _inputs(2, 50, seed=3)
-    a = core.internal.DitEstimator(path, "cpu", 1).forward(*inputs)
-    b = core.internal.DitEstimator(path, "cpu", 2).forward(*inputs)
+    a = core.internal.DitEstimator(path, "cpu", 1, engine=engine).forward(*inputs)
+    b = core.internal.DitEstimator(path, "cpu", 2, engine=engine).forward(*inputs)
+    c = core.internal.DitEstimator(path, "cpu", 3, engine=engine).forward(*inputs)
     np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+
+
+def test_engine_choice(tiny_dit):
+    path, _ = tiny_dit
+    assert core.internal.DitEstimator(path, "cpu", 1).engine == "native"  # auto on the CPU
+    with pytest.raises(InvalidArgumentError, match="engine"):
+        core.internal.DitEstimator(path, "cpu", 1, engine="fast")
+    with pytest.raises(InvalidArgumentError, match="bf16 needs the native"):
+        core.internal.DitEstimator(path, "cpu", 1, engine="graph", bf16=True)
 
 
 def test_bad_input(tiny_dit, tiny_dir):
@@ -94,7 +111,9 @@ def test_real_dimensions(tmp_path):
     modelgen.write_file(f, tmp_path, ms.preset("real"), ms.build_vocab(False), seed=0)
     path = str(tmp_path / f.relpath)
     model = ref.build_dit(path)
-    est = core.internal.DitEstimator(path, "cpu", 2)
-    assert (est.dims.hidden, est.dims.heads, est.dims.depth) == (512, 8, 16)
     inputs = _inputs(2, 50, seed=4)
-    _check(est.forward(*inputs), _reference(model, *inputs))
+    want = _reference(model, *inputs)
+    for engine in ENGINES:
+        est = core.internal.DitEstimator(path, "cpu", 2, engine=engine)
+        assert (est.dims.hidden, est.dims.heads, est.dims.depth) == (512, 8, 16)
+        _check(est.forward(*inputs), want)

@@ -219,3 +219,20 @@ def test_voice_and_per_request_token_limit(session):
         session.speak(TEXT, max_new_tokens=0)
     with pytest.raises(TypeError):
         session.speak(TEXT, colour="blue")  # unknown options are not silently ignored
+
+
+def test_two_stage_token2wav_gives_the_same_audio(tiny_dir, session):
+    # Token2Mel and the vocoder as two pipeline stages (overlap): the same reply, bit for bit,
+    # as the one-stage pipeline and the sequential path; the timings still count Token2Wav.
+    cfg = omni.SessionConfig(
+        max_new_tokens=40, threads=1, token2wav=omni.Token2WavConfig(threads=1, overlap=True), prompt_cache=False
+    )
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as two:
+        assert two.overlap and not session.overlap  # the default on the CPU is one stage
+        r = two.speak(TEXT, seed=5)
+        names = {name for name, _, _ in r.timings.events}
+        text, ref = stages.synthesize(two.llm, two.tts, two.token2wav, _reply(two, TEXT, 5), overlap=True)
+    assert {"token2mel", "vocoder"} <= names and "token2wav" not in names
+    assert np.array_equal(r.audio, session.speak(TEXT, seed=5).audio)
+    assert r.text == text and np.array_equal(r.audio, ref)
+    assert r.timings.token2wav_ms > 0 and r.timings.n_tts_tokens > 0

@@ -37,10 +37,10 @@ def _reference(t2w_dir, policy="reference", steps=5):
     return POLICIES[policy](flow, hift_ref.build(f"{t2w_dir}/hifigan2.gguf"), cache, spk, steps)
 
 
-def _ours(t2w_dir, policy, tokens, pieces=25):
+def _ours(t2w_dir, policy, tokens, pieces=25, engine="auto"):
     """Our stream fed `pieces` tokens per push, then the final flush; one array per push. One
     thread: results do not depend on it (see below), and it stays fast on a busy machine."""
-    t = core.Token2Wav(t2w_dir, "cpu", 5, 1, temperature=0.0, cache_policy=policy)
+    t = core.Token2Wav(t2w_dir, "cpu", 5, 1, temperature=0.0, cache_policy=policy, engine=engine)
     n_full = len(tokens) // pieces * pieces
     got = [t.push(tokens[i : i + pieces]) for i in range(0, n_full, pieces)]
     got.append(t.push(tokens[n_full:], final=True))
@@ -55,12 +55,13 @@ def _assert_close(got, want, tol=1e-4):
         assert np.abs(g - w).max() <= tol * rms, f"chunk {i}: {np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
 
 
+@pytest.mark.parametrize("engine", ["graph", "native"])
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("tail", [11, 24])  # final windows of 14 and 27 tokens
-def test_stream_matches_its_restatement(t2w_dir, policy, tail):
+def test_stream_matches_its_restatement(t2w_dir, policy, tail, engine):
     # 9 full windows, so both caches pass their bounds and slide (the tiny prompt is 20 frames).
     tokens = np.random.default_rng(tail).integers(0, 6561, 25 * 9 + tail).astype(np.int32)
-    got = _ours(t2w_dir, policy, tokens)
+    got = _ours(t2w_dir, policy, tokens, engine=engine)
     want = stream_all(_reference(t2w_dir, policy), tokens)
     assert [len(g) for g in got] == [20160] + [24000] * 8 + [len(want[-1])]
     _assert_close(got, want)
@@ -98,11 +99,13 @@ def test_cache_policy_is_checked(t2w_dir):
     assert core.Token2Wav(t2w_dir, "cpu", 5, 1).cache_policy == "llama.cpp-omni"
 
 
-def test_determinism_across_runs_and_threads(t2w_dir):
+@pytest.mark.parametrize("engine", ["graph", "native"])
+def test_determinism_across_runs_and_threads(t2w_dir, engine):
     tokens = np.random.default_rng(1).integers(0, 6561, 80).astype(np.int32)
 
     def run(threads):
-        t = core.Token2Wav(t2w_dir, "cpu", 5, threads)
+        t = core.Token2Wav(t2w_dir, "cpu", 5, threads, engine=engine)
+        assert t.engine == engine
         out = [t.push(tokens[:50]), t.push(tokens[50:], final=True)]
         return np.concatenate(out)
 
@@ -174,3 +177,72 @@ def test_stream_matches_its_restatement_at_real_dimensions(real_t2w_dir, policy)
     got = _ours(real_t2w_dir, policy, tokens, pieces=len(tokens))
     want = stream_all(_reference(real_t2w_dir, policy), tokens)
     _assert_close([np.concatenate(got)], [np.concatenate(want)])
+
+
+@pytest.mark.parametrize("engine", ["graph", "native"])
+def test_split_halves_give_the_same_audio(t2w_dir, engine):
+    # push == vocode(push_mel) window by window, flush likewise, with the vocoder of earlier
+    # windows running on another thread while Token2Mel makes the next (as the pipeline does).
+    import queue
+    import threading
+
+    tokens = np.random.default_rng(6).integers(0, 6561, 25 * 5 + 13).astype(np.int32)
+    # Four pushes of 25 codes, a flush (3 codes wait: fewer than a flushed window needs), the rest
+    # with final=True (one full window and the final one).
+    calls = [("push", tokens[i : i + 25], False) for i in range(0, 100, 25)]
+    calls += [("flush", None, False), ("push", tokens[100:], True)]
+
+    def stream():
+        return core.Token2Wav(t2w_dir, "cpu", 5, 2, engine=engine)
+
+    ref = stream()
+    want = [ref.flush() if kind == "flush" else ref.push(codes, final) for kind, codes, final in calls]
+
+    t = stream()
+    todo, done, made = queue.Queue(), [], []
+    vocoding = threading.Event()
+
+    def vocoder():
+        while (windows := todo.get()) is not None:
+            vocoding.set()
+            done.append(np.concatenate([t.vocode(w) for w in windows] or [np.zeros(0, np.float32)]))
+
+    th = threading.Thread(target=vocoder)
+    th.start()
+    try:
+        for kind, codes, final in calls:
+            made.append(t.flush_mel() if kind == "flush" else t.push_mel(codes, final))
+            todo.put(made[-1])
+            if len(made) == 1:
+                vocoding.wait(60)  # the next Token2Mel runs while window 0 is being vocoded
+    finally:
+        todo.put(None)
+        th.join()
+    assert [len(w) for w in made] == [1, 1, 1, 1, 0, 2]
+    assert [w.last for w in made[-1]] == [False, True]
+    assert all(w.mel.shape == (80, w.frames) for ws in made for w in ws)
+    assert [len(a) for a in done] == [len(a) for a in want]
+    for a, b in zip(done, want):
+        np.testing.assert_array_equal(a, b)
+    assert t.total_timings["windows"] == 6 and t.total_timings["samples"] == sum(len(a) for a in want)
+    assert t.total_timings["vocoder_ms"] > 0 and t.total_timings["token2mel_ms"] > 0
+    with pytest.raises(InvalidArgumentError, match="after the final"):
+        t.push_mel(tokens[:3])
+
+
+def test_split_halves_refuse_out_of_order_windows(t2w_dir):
+    t = core.Token2Wav(t2w_dir, "cpu", 5, 1)
+    tokens = np.arange(100, 150, dtype=np.int32)
+    first, second = t.push_mel(tokens[:25])[0], t.push_mel(tokens[25:])[0]
+    with pytest.raises(InvalidArgumentError, match="in the order"):
+        t.vocode(second)  # window 1 before window 0
+    a = t.vocode(first)
+    assert a.size > 0 and t.last_timings["windows"] == 1 and t.last_timings["samples"] == a.size
+    with pytest.raises(InvalidArgumentError, match="in the order"):
+        t.vocode(first)  # twice
+    t.reset()
+    with pytest.raises(InvalidArgumentError, match="reset"):
+        t.vocode(second)  # made before the reset
+    # After the reset the stream starts again: the same first window, the same audio.
+    again = t.push_mel(tokens[:25])
+    assert len(again) == 1 and np.array_equal(t.vocode(again[0]), a)

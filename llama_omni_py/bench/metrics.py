@@ -77,7 +77,7 @@ def gates(chunks: list[Chunk], durations: dict, t2w_queue_ms: list[float], media
 def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, media: dict[str, bool]) -> dict:
     """The JSON record of one request (see docs/benchmark-schema.md)."""
     d = profile.stage_durations(events)
-    t2w_q = queue_residence_ms(events, "tts", "token2wav")
+    t2w_q = queue_residence_ms(events, "tts", profile.token2wav_consumer(events))
     tts_q = queue_residence_ms(events, "llm", "tts")
     # Window i: Token2Wav item i from TTS item i; the LLM's decode time (its first item, which
     # holds the prefill, left out) is spread over the audio, as compute_rtf does.

@@ -23,11 +23,14 @@ void register_conformer(py::module_ & m) {
         .def_readonly("up_blocks", &ConformerDims::up_blocks);
 
     py::class_<ConformerEncoder>(m, "ConformerEncoder", "The Token2Wav conformer encoder alone, in its streaming form.")
-        .def(py::init([](const std::string & path, const std::string & device, int threads) {
-                 return std::make_unique<ConformerEncoder>(path, std::make_shared<Backend>(device, threads));
+        .def(py::init([](const std::string & path, const std::string & device, int threads, const std::string & engine, bool bf16) {
+                 return std::make_unique<ConformerEncoder>(path, std::make_shared<Backend>(device, threads), nullptr,
+                                                           parse_engine(engine), bf16);
              }),
-             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>())
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("engine") = "auto",
+             py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("dims", &ConformerEncoder::dims)
+        .def_property_readonly("engine", [](const ConformerEncoder & e) { return engine_name(e.engine()); })
         .def("forward_chunk", [](ConformerEncoder & e, f32array xs, bool last_chunk, py::object cnn_cache, py::object att_cache) {
             const ConformerDims & d = e.dims();
             if (xs.ndim() != 2 || xs.shape(1) != d.in) throw InvalidArgument("xs must be (frames, " + std::to_string(d.in) + ")");

@@ -17,8 +17,11 @@ void register_dit(py::module_ & m) {
         .def_readonly("mlp", &DitDims::mlp);
 
     py::class_<DitEstimator>(m, "DitEstimator", "The DiT estimator alone: one CFM velocity call, with or without streaming caches.")
-        .def(py::init<const std::string &, const std::string &, int>(), py::arg("path"), py::arg("device") = "cpu",
-             py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>())
+        .def(py::init([](const std::string & path, const std::string & device, int threads, const std::string & engine,
+                         bool bf16) { return std::make_unique<DitEstimator>(path, device, threads, parse_engine(engine), bf16); }),
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("engine") = "auto",
+             py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("engine", [](const DitEstimator & e) { return engine_name(e.engine()); })
         .def_property_readonly("dims", &DitEstimator::dims)
         .def_property_readonly("device", &DitEstimator::device)
         .def("forward", [](DitEstimator & e, f32array x, f32array mu, f32array t, f32array spks, f32array cond) {

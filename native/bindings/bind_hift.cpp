@@ -31,10 +31,17 @@ void register_hift(py::module_ & m) {
     m.def("sgemm_gflops", &sgemm_gflops, py::arg("threads"), py::arg("m") = 512, py::arg("n") = 512,
           py::arg("k") = 2048, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
           "Measured sgemm GFLOP/s of the vocoder's BLAS on `threads` workers.");
+    m.def("conv_gflops", &conv_gflops, py::arg("threads"), py::arg("out"), py::arg("in_"), py::arg("k") = 1,
+          py::arg("n") = 112, py::arg("reps") = 20, py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>(),
+          "Measured GFLOP/s of the packed direct-convolution kernel on one conv shape.");
+    m.def("cpu_isa", &cpu_isa, "The CPU kernel set in use: 'avx512' or 'generic'.");
+    m.def("cpu_bf16", &cpu_bf16, "Whether this CPU has BF16 dot products (AVX512_BF16).");
+    m.def("force_cpu_isa", &force_cpu_isa, py::arg("name"), "Forces the CPU kernel set: 'auto', 'avx512', 'generic'.");
     py::class_<HiftVocoder>(m, "HiftVocoder", "The HiFT vocoder alone: mel (80, frames) -> 24 kHz audio, on its CPU pool.")
-        .def(py::init<const std::string &, int, const std::vector<int> &>(), py::arg("path"), py::arg("threads") = 1,
-             py::arg("cpus") = std::vector<int>{}, py::call_guard<py::gil_scoped_release>())
+        .def(py::init<const std::string &, int, const std::vector<int> &, bool>(), py::arg("path"), py::arg("threads") = 1,
+             py::arg("cpus") = std::vector<int>{}, py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("threads", &HiftVocoder::threads)
+        .def_property_readonly("bf16", &HiftVocoder::bf16)
         .def_property_readonly("base_channels", &HiftVocoder::base_channels)
         .def("f0", [](HiftVocoder & v, f32array mel) {
             const int frames = mel_frames(mel);

@@ -1,5 +1,6 @@
 #include "omni/conformer.h"
 
+#include "conformer_cpu.h"
 #include "ggml_weights.h"
 #include "graph_util.h"
 #include "omni/errors.h"
@@ -9,6 +10,7 @@
 #include <ggml-backend.h>
 #include <ggml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -46,6 +48,7 @@ std::vector<float> rel_position_table(int d, int size) {
 
 struct ConformerEncoder::Impl : GraphModule {
     ConformerDims d;
+    std::unique_ptr<ConformerCpu> native;
     Impl() : GraphModule("conformer", 1024) {}
 
     // Linear + LayerNorm (1e-5) + x sqrt(d): the LinearNoSubsampling input stage.
@@ -103,7 +106,8 @@ struct ConformerEncoder::Impl : GraphModule {
     }
 };
 
-ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Backend> backend)
+ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Backend> backend,
+                                   std::shared_ptr<ThreadPool> pool, Engine engine, bool bf16)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     GgufFile g(path);
@@ -119,6 +123,14 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
     d.blocks = count_layers(g, "encoders.");
     d.up_blocks = count_layers(g, "up_encoders.");
     if (d.heads * d.d_head != d.d || d.blocks == 0) throw ModelFileError(path, "inconsistent conformer dimensions");
+    engine = resolve_engine(engine, backend->is_cpu());
+    if (bf16 && engine != Engine::Native) throw InvalidArgument("bf16 needs the native CPU engine");
+    if (engine == Engine::Native) {
+        if (!pool) pool = std::make_shared<ThreadPool>(std::max(1, backend->threads()));
+        m.native = std::make_unique<ConformerCpu>(g, d, std::move(pool), bf16);
+        m.backend = std::move(backend);
+        return;
+    }
 
     const int D = d.d;
     auto conv = [&](const std::string & p, int k) {
@@ -155,6 +167,7 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
 ConformerEncoder::~ConformerEncoder() = default;
 
 const ConformerDims & ConformerEncoder::dims() const { return impl_->d; }
+Engine ConformerEncoder::engine() const { return impl_->native ? Engine::Native : Engine::Graph; }
 
 ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool last_chunk, const float * cnn_cache,
                                                const float * att_cache, int att_frames) {
@@ -168,6 +181,7 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     }
     if (att_cache && (att_frames <= 0 || att_frames % 2 != 0)) throw InvalidArgument("att_frames must be even and positive");
     if (!att_cache) att_frames = 0;
+    if (m.native) return m.native->forward_chunk(xs, T, last_chunk, cnn_cache, att_cache, att_frames);
     std::lock_guard<std::mutex> lock(m.mutex);
 
     const int T1 = T_in - kLookahead;          // token-rate frames out of the pre-lookahead layer

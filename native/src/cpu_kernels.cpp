@@ -1,6 +1,8 @@
 #include "cpu_kernels.h"
 
 #include "omni/errors.h"
+#include "vec_math.h"
+#include "blas.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,28 +11,18 @@
 #include <mutex>
 #include <string>
 
-#if defined(OMNI_BLAS_SCIPY_OPENBLAS)
-#include <cblas.h>
-#define OMNI_SGEMM scipy_cblas_sgemm
-#define OMNI_BLAS_SET_THREADS scipy_openblas_set_num_threads
-#define OMNI_BLAS_CORENAME scipy_openblas_get_corename
-#else
-#include <cblas.h>
-#define OMNI_SGEMM cblas_sgemm
-#endif
 
 namespace omni::cpu {
 
-namespace {
-
-// Our pool provides the parallelism; each sgemm call runs on the calling worker only. The
-// wheel's OpenBLAS is private to this extension (prefixed symbols), so the setting is ours.
+// The wheel's OpenBLAS is private to this extension, so the setting is ours.
 void single_threaded_blas() {
 #if defined(OMNI_BLAS_SET_THREADS)
     static std::once_flag once;
     std::call_once(once, [] { OMNI_BLAS_SET_THREADS(1); });
 #endif
 }
+
+namespace {
 
 // Work split of one convolution: column tiles of up to 512 outputs, and when that leaves fewer
 // than 4 tasks, output-channel blocks as well (multiples of 16 rows). Larger tiles mean fewer
@@ -61,8 +53,11 @@ float * Scratch::get(int worker, size_t n) {
     return b.data();
 }
 
-void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & pool, Scratch & scratch) {
+void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & pool, Scratch & scratch, int x_ld,
+            int y_ld) {
     const int out_len = c.out_len(len);
+    if (x_ld <= 0) x_ld = len;
+    if (y_ld <= 0) y_ld = out_len;
     if (out_len <= 0) throw InvalidArgument("conv1d: input of " + std::to_string(len) + " frames is too short");
     const int rows = c.in * c.k;
     scratch.reserve_workers(pool.size());
@@ -73,16 +68,16 @@ void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & 
         const int tile_i = task / sp.m_blocks, mb = task % sp.m_blocks;
         const int t0 = tile_i * sp.tile, n = std::min(sp.tile, out_len - t0);
         const int o0 = mb * sp.m_block, m = std::min(sp.m_block, c.out - o0);
-        for (int o = o0; o < o0 + m; ++o) std::fill_n(y + static_cast<size_t>(o) * out_len + t0, n, c.b[o]);
+        for (int o = o0; o < o0 + m; ++o) std::fill_n(y + static_cast<size_t>(o) * y_ld + t0, n, c.b[o]);
         const float * cols;
         int ldb;
         if (direct) {
             cols = x + t0;
-            ldb = len;
+            ldb = x_ld;
         } else {
             float * col = scratch.get(worker, static_cast<size_t>(rows) * n);
             for (int i = 0; i < c.in; ++i) {
-                const float * xi = x + static_cast<size_t>(i) * len;
+                const float * xi = x + static_cast<size_t>(i) * x_ld;
                 for (int kk = 0; kk < c.k; ++kk) {
                     float * dst = col + (static_cast<size_t>(i) * c.k + kk) * n;
                     const int off = kk * c.dilation - c.pad;
@@ -105,14 +100,16 @@ void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & 
             ldb = n;
         }
         OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, rows, 1.0f, c.w.data() + static_cast<size_t>(o0) * rows,
-                   rows, cols, ldb, 1.0f, y + static_cast<size_t>(o0) * out_len + t0, out_len);
+                   rows, cols, ldb, 1.0f, y + static_cast<size_t>(o0) * y_ld + t0, y_ld);
     });
 }
 
 void conv_transpose1d(const ConvTranspose1d & c, const float * x, int len, float * y, ThreadPool & pool,
-                      Scratch & scratch) {
+                      Scratch & scratch, int x_ld, int y_ld) {
     const int out_len = c.out_len(len);
     if (out_len <= 0) throw InvalidArgument("conv_transpose1d: input is too short");
+    if (x_ld <= 0) x_ld = len;
+    if (y_ld <= 0) y_ld = out_len;
     scratch.reserve_workers(pool.size());
     // Split output channels between workers: each owns its rows of y, so overlap-add never races.
     const int per = kChannelsPerTask;
@@ -125,9 +122,9 @@ void conv_transpose1d(const ConvTranspose1d & c, const float * x, int len, float
         float * z = scratch.get(worker, static_cast<size_t>(m) * len);
         // z[(o,kk)][s] = sum_i w[i][o][kk] * x[i][s]: w viewed as (in x out*k), transposed.
         OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, m, len, c.in, 1.0f, c.w.data() + static_cast<size_t>(o0) * c.k,
-                   c.out * c.k, x, len, 0.0f, z, len);
+                   c.out * c.k, x, x_ld, 0.0f, z, len);
         for (int o = o0; o < o1; ++o) {
-            float * yo = y + static_cast<size_t>(o) * out_len;
+            float * yo = y + static_cast<size_t>(o) * y_ld;
             std::fill_n(yo, out_len, c.b[o]);
             for (int kk = 0; kk < c.k; ++kk) {
                 const float * zr = z + (static_cast<size_t>(o - o0) * c.k + kk) * len;
@@ -160,14 +157,9 @@ inline float sin_fast(float x) {
     return (static_cast<int>(k) & 1) ? -v : v;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define OMNI_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define OMNI_MULTIVERSION
-#endif
 
 OMNI_MULTIVERSION
-void snake_row(const float * x, float a, float inv, int len, float * y) {
+void snake_row_inv(const float * x, float a, float inv, int len, float * y) {
     for (int t = 0; t < len; ++t) {
         const float s = sin_fast(a * x[t]);
         y[t] = x[t] + inv * s * s;
@@ -176,14 +168,16 @@ void snake_row(const float * x, float a, float inv, int len, float * y) {
 
 }  // namespace
 
-void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool) {
+void snake_row(const float * x, float alpha, int len, float * y) { snake_row_inv(x, alpha, 1.0f / (alpha + 1e-9f), len, y); }
+
+void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool, int x_ld, int y_ld) {
+    if (x_ld <= 0) x_ld = len;
+    if (y_ld <= 0) y_ld = len;
     const int per = kChannelsPerTask;
     const int groups = (channels + per - 1) / per;
     pool.parallel_for(groups, [&](int task, int) {
-        for (int ch = task * per; ch < std::min(channels, (task + 1) * per); ++ch) {
-            const float a = alpha[ch];
-            snake_row(x + static_cast<size_t>(ch) * len, a, 1.0f / (a + 1e-9f), len, y + static_cast<size_t>(ch) * len);
-        }
+        for (int ch = task * per; ch < std::min(channels, (task + 1) * per); ++ch)
+            snake_row(x + static_cast<size_t>(ch) * x_ld, alpha[ch], len, y + static_cast<size_t>(ch) * y_ld);
     });
 }
 

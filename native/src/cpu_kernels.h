@@ -34,13 +34,17 @@ private:
     std::vector<std::vector<float>> bufs_;
 };
 
-// y[out][out_len] = conv(x[in][len]); y must not alias x.
-void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & pool, Scratch & scratch);
+// y[out][out_len] = conv(x[in][len]); y must not alias x. x_ld / y_ld: row strides (0: dense).
+void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & pool, Scratch & scratch, int x_ld = 0,
+            int y_ld = 0);
 void conv_transpose1d(const ConvTranspose1d & c, const float * x, int len, float * y, ThreadPool & pool,
-                      Scratch & scratch);
+                      Scratch & scratch, int x_ld = 0, int y_ld = 0);
 
 // y = x + sin(alpha * x)^2 / (alpha + 1e-9), per channel alpha. y may alias x.
-void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool);
+void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool, int x_ld = 0,
+           int y_ld = 0);
+// One channel of it (for fused epilogues).
+void snake_row(const float * x, float alpha, int len, float * y);
 // In place: leaky ReLU with the given slope.
 void leaky_relu(float * x, size_t n, float slope, ThreadPool & pool);
 

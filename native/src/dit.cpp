@@ -1,5 +1,7 @@
 #include "omni/dit.h"
 
+#include "dit_cpu.h"
+#include "dit_state.h"
 #include "ggml_weights.h"
 #include "graph_util.h"
 #include "omni/errors.h"
@@ -43,38 +45,25 @@ std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, in
     return out;
 }
 
-// Estimator caches resident on the device. Keys as [head_dim, frames, depth*heads, batch], values
-// transposed as [frames, head_dim, depth*heads, batch] so attention reads both in place; two
-// copies ping-pong. `stored` frames are held (this chunk first, then the bounded older ones);
-// the bounding of the stored frames happens when the next call copies them forward.
-struct DitDeviceState {
-    ggml_context * ctx = nullptr;
-    ggml_backend_buffer_t buffer = nullptr;
-    ggml_tensor * k[2] = {nullptr, nullptr};
-    ggml_tensor * vt[2] = {nullptr, nullptr};
-    ggml_tensor * cnn[2] = {nullptr, nullptr};
-    int cur = 0, capacity = 0, batch = 0, stored = 0;
-    ~DitDeviceState() {
-        if (buffer) ggml_backend_buffer_free(buffer);
-        if (ctx) ggml_free(ctx);
-    }
-};
-
 namespace {
 
-// The frames of a new-first sequence of `total` frames that the bounding keeps, as (start, len).
-std::vector<std::pair<int, int>> kept_ranges(int total, int head, int tail) {
-    if (tail <= 0 || total <= head + tail) return {{0, total}};
-    if (head <= 0) return {{total - tail, tail}};  // the oldest frames only
-    return {{0, head}, {total - tail, tail}};
-}
-
 int round16(int n) { return (n + kFramePad - 1) / kFramePad * kFramePad; }
+
+// After a call on a resident cache: the other buffer now holds T2 frames (bounded next call).
+void finish_call(DitDeviceState & dev, DitCache & cache, int T2) {
+    dev.cur = 1 - dev.cur;
+    dev.stored = T2;
+    int logical = 0;
+    for (auto & r : kept_ranges(T2, cache.keep_head, cache.keep_tail)) logical += r.second;
+    cache.att_frames = logical;
+}
 
 }  // namespace
 
 struct DitEstimator::Impl : GraphModule {
     DitDims d;
+    Engine engine = Engine::Graph;
+    std::unique_ptr<DitCpu> native;
     Impl() : GraphModule("dit", 4096) {}
 
     // x * (1 + scale) + shift, without SCALE-with-bias (unsupported on CANN).
@@ -127,10 +116,11 @@ struct DitEstimator::Impl : GraphModule {
     }
 };
 
-DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads)
-    : DitEstimator(path, std::make_shared<Backend>(device, threads)) {}
+DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads, Engine engine, bool bf16)
+    : DitEstimator(path, std::make_shared<Backend>(device, threads), nullptr, engine, bf16) {}
 
-DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> backend)
+DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> backend, std::shared_ptr<ThreadPool> pool,
+                           Engine engine, bool bf16)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     GgufFile g(path);
@@ -146,6 +136,14 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
     d.mlp = static_cast<int>(g.tensor("estimator.blocks.0.mlp.fc1.weight").ne[1]);
     const int h = d.hidden, inner = d.heads * d.head_dim;
     if (d.depth == 0 || inner <= 0) throw ModelFileError(path, "no estimator blocks found");
+    m.engine = resolve_engine(engine, backend->is_cpu());
+    if (bf16 && m.engine != Engine::Native) throw InvalidArgument("bf16 needs the native CPU engine");
+    if (m.engine == Engine::Native) {
+        if (!pool) pool = std::make_shared<ThreadPool>(std::max(1, backend->threads()));
+        m.native = std::make_unique<DitCpu>(g, d, std::move(pool), bf16);
+        m.backend = std::move(backend);  // holds the resident caches; no graph weights
+        return;
+    }
 
     m.w.add_linear(g, "estimator.t_embedder.mlp.0", kFreqDim, h);
     m.w.add_linear(g, "estimator.t_embedder.mlp.2", h, h);
@@ -176,6 +174,7 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
 DitEstimator::~DitEstimator() = default;
 
 const DitDims & DitEstimator::dims() const { return impl_->d; }
+Engine DitEstimator::engine() const { return impl_->engine; }
 const DeviceInfo & DitEstimator::device() const { return impl_->backend->device(); }
 
 void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
@@ -280,6 +279,12 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     for (auto & r : old_ranges) old_keep += r.second;
     const int T2 = T + old_keep, T2p = round16(T2);
     if (dev && T2p > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
+    if (m.native) {
+        std::vector<float> res = m.native->run(x, mu, t, spks, cond, B, T, dev, cache ? cache->keep_head : 0,
+                                               cache ? cache->keep_tail : 0);
+        if (dev) finish_call(*dev, *cache, T2);
+        return res;
+    }
     std::lock_guard<std::mutex> lock(m.mutex);
 
     ggml_init_params p{ggml_tensor_overhead() * kGraphNodes + ggml_graph_overhead_custom(kGraphNodes, false), nullptr,
@@ -424,13 +429,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]
         for (int tt = 0; tt < T; ++tt)
             for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
-    if (dev) {
-        dev->cur = nxt;
-        dev->stored = T2;
-        int logical = 0;
-        for (auto & r : kept_ranges(T2, cache->keep_head, cache->keep_tail)) logical += r.second;
-        cache->att_frames = logical;
-    }
+    if (dev) finish_call(*dev, *cache, T2);
     return res;
 }
 

@@ -1,6 +1,7 @@
 #include "omni/hift.h"
 
 #include "cpu_kernels.h"
+#include "packed_conv.h"
 #include "omni/errors.h"
 #include "omni/gguf_file.h"
 
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 namespace omni {
@@ -24,6 +26,8 @@ constexpr float kPi = 3.14159265358979323846f;
 
 using cpu::Conv1d;
 using cpu::ConvTranspose1d;
+using cpu::PackedConv;
+using cpu::Rows;
 
 std::vector<float> read_f32_exact(const GgufFile & g, const std::string & name, std::vector<int64_t> ne) {
     const GgufTensorInfo & t = g.tensor(name);
@@ -47,21 +51,34 @@ Conv1d load_conv(const GgufFile & g, const std::string & p, int in, int out, int
     return c;
 }
 
+PackedConv load_packed(const GgufFile & g, const std::string & p, int in, int out, int k, int pad, int dil, bool bf16) {
+    const Conv1d c = load_conv(g, p, in, out, k, 1, pad, dil);
+    return cpu::pack_conv(c.w.data(), c.b.data(), out, in, k, dil, pad, bf16);
+}
+
 struct ResBlock {
-    Conv1d c1[3], c2[3];
+    PackedConv c1[3], c2[3];
     std::vector<float> a1[3], a2[3];
 };
 
-ResBlock load_resblock(const GgufFile & g, const std::string & p, int ch, int k) {
+ResBlock load_resblock(const GgufFile & g, const std::string & p, int ch, int k, bool bf16) {
     ResBlock r;
     for (int j = 0; j < 3; ++j) {
-        r.c1[j] = load_conv(g, p + ".convs1." + std::to_string(j), ch, ch, k, 1, kDilations[j] * (k - 1) / 2, kDilations[j]);
-        r.c2[j] = load_conv(g, p + ".convs2." + std::to_string(j), ch, ch, k, 1, (k - 1) / 2);
+        r.c1[j] = load_packed(g, p + ".convs1." + std::to_string(j), ch, ch, k, kDilations[j] * (k - 1) / 2, kDilations[j], bf16);
+        r.c2[j] = load_packed(g, p + ".convs2." + std::to_string(j), ch, ch, k, (k - 1) / 2, 1, bf16);
         r.a1[j] = read_f32_exact(g, p + ".activations1." + std::to_string(j) + ".alpha", {ch});
         r.a2[j] = read_f32_exact(g, p + ".activations2." + std::to_string(j) + ".alpha", {ch});
     }
     return r;
 }
+
+// fn(o) for the channels [o0, o1) of a finished block.
+template <class Fn>
+void each_row(int o0, int o1, Fn fn) {
+    for (int o = o0; o < o1; ++o) fn(o);
+}
+
+float leaky(float v, float slope) { return v > 0.0f ? v : v * slope; }
 
 }  // namespace
 
@@ -75,9 +92,18 @@ struct HiftVocoder::Impl {
     ThreadPool pool;
     cpu::Scratch scratch;
     std::mutex mutex;  // one call at a time: the buffers below are shared
-    std::vector<float> rb_t1, rb_t2, b_x, b_y, b_tmp, b_si, b_sr, b_acc, b_out, b_post;
+    cpu::Precision precision = cpu::Precision::F32;
+    // Per stage: the upsampled input y, the source branch si, the resblock temporaries t1/t2 and
+    // output out, the running sum acc; x[i] is stage i's input (x[3] feeds conv_post).
+    struct StageRows {
+        Rows y, si, t1, t2, out, acc;
+    } st[3];
+    Rows x[4], mel_rows, f0_a, f0_b;
+    std::vector<uint16_t> pairs;  // BF16 copy of a conv input
+    std::vector<float> b_tmp, b_post;
     int base = 0, f0_ch = 0, stage_ch[3] = {0, 0, 0};
-    Conv1d conv_pre, conv_post, source_downs[3], f0_convs[5];
+    PackedConv conv_pre, conv_post, f0_convs[5];
+    Conv1d source_downs[3];
     ConvTranspose1d ups[3];
     ResBlock resblocks[9], source_resblocks[3];
     std::vector<float> f0_cls_w, lin_w;
@@ -88,18 +114,48 @@ struct HiftVocoder::Impl {
         for (int n = 0; n < kNfft; ++n) window[n] = 0.5f - 0.5f * std::cos(2.0f * kPi * n / kNfft);  // periodic Hann
     }
 
-    // x [ch][len] -> mean over the blocks' outputs is done by the caller; this returns block(x).
-    void resblock(const ResBlock & r, int ch, const float * x, int len, float * out) {
-        const size_t n = static_cast<size_t>(ch) * len;
-        float * t1 = grow(rb_t1, n);
-        float * t2 = grow(rb_t2, n);
-        std::memcpy(out, x, sizeof(float) * n);
+    // y = conv(x) over n columns, then epilogue(o0, o1, t0, t1) per finished block.
+    void conv(const PackedConv & c, Rows & in, Rows & out, int n, const std::function<void(int, int, int, int)> & ep,
+              bool accumulate = false) {
+        cpu::ConvArgs a;
+        a.x = in.data();
+        a.x_ld = in.ld;
+        a.y = out.data();
+        a.y_ld = out.ld;
+        a.n = n;
+        a.accumulate = accumulate;
+        if (precision == cpu::Precision::BF16) {
+            // Channel pairs over the columns the conv reads, margins included (zeros stay zeros).
+            const size_t need = static_cast<size_t>(c.in / 2) * in.ld * 2;
+            if (pairs.size() < need) pairs.resize(need);
+            cpu::to_bf16_pairs(in.buf.data(), in.ld, c.in, 0, in.ld, pairs.data(), in.ld, pool);
+            a.precision = cpu::Precision::BF16;
+            a.x_bf16 = pairs.data() + 2 * static_cast<size_t>(in.margin);
+        }
+        cpu::BlockFn block;
+        if (ep) block = [&](int, int o0, int o1, int t0, int t1) { ep(o0, o1, t0, t1); };
+        cpu::conv(c, a, pool, block);
+    }
+
+    // One resblock on `in` (ch x len); `done(o0, o1, t0, t1)` consumes finished blocks of its
+    // output (in s.out) after the last conv. Snake runs in the conv epilogues.
+    void resblock(const ResBlock & r, StageRows & s, Rows & in, int len, const std::function<void(int, int, int, int)> & done) {
+        cpu::snake(in.data(), r.a1[0].data(), in.channels, len, s.t1.data(), pool, in.ld, s.t1.ld);
         for (int j = 0; j < 3; ++j) {
-            cpu::snake(out, r.a1[j].data(), ch, len, t1, pool);
-            cpu::conv1d(r.c1[j], t1, len, t2, pool, scratch);
-            cpu::snake(t2, r.a2[j].data(), ch, len, t2, pool);
-            cpu::conv1d(r.c2[j], t2, len, t1, pool, scratch);
-            for (size_t i = 0; i < n; ++i) out[i] += t1[i];
+            conv(r.c1[j], s.t1, s.t2, len, [&](int o0, int o1, int t0, int t1) {
+                each_row(o0, o1, [&](int o) { cpu::snake_row(s.t2.row(o) + t0, r.a2[j][o], t1 - t0, s.t2.row(o) + t0); });
+            });
+            conv(r.c2[j], s.t2, s.out, len, [&](int o0, int o1, int t0, int t1) {
+                each_row(o0, o1, [&](int o) {
+                    float * out = s.out.row(o);
+                    if (j == 0) {  // the residual: x + conv
+                        const float * x = in.row(o);
+                        for (int t = t0; t < t1; ++t) out[t] += x[t];
+                    }
+                    if (j < 2) cpu::snake_row(out + t0, r.a1[j + 1][o], t1 - t0, s.t1.row(o) + t0);
+                });
+                if (j == 2) done(o0, o1, t0, t1);
+            }, j > 0);
         }
     }
 
@@ -167,17 +223,23 @@ struct HiftVocoder::Impl {
     }
 };
 
-HiftVocoder::HiftVocoder(const std::string & path, int threads, const std::vector<int> & cpus)
+HiftVocoder::HiftVocoder(const std::string & path, int threads, const std::vector<int> & cpus, bool bf16)
     : impl_(std::make_unique<Impl>(threads, cpus)) {
+    if (bf16 && !cpu::cpu_has_bf16()) {
+        throw DeviceError("the BF16 vocoder needs a CPU with AVX512_BF16 (this one has " + std::string(cpu::isa_name()) +
+                          " kernels only)");
+    }
     GgufFile g(path);
     Impl & m = *impl_;
+    m.precision = bf16 ? cpu::Precision::BF16 : cpu::Precision::F32;
     const GgufTensorInfo & pre = g.tensor("conv_pre.weight");
     if (pre.ne.size() != 3 || pre.ne[0] != 7 || pre.ne[1] != kMel || pre.ne[2] < 8 || pre.ne[2] % 8) {
         throw ModelFileError(path, "conv_pre.weight must be [7, 80, C] with C a multiple of 8");
     }
     m.base = static_cast<int>(pre.ne[2]);
     m.f0_ch = static_cast<int>(g.tensor("f0_predictor.condnet.0.weight").ne.back());
-    m.conv_pre = load_conv(g, "conv_pre", kMel, m.base, 7, 1, 3);
+    if (bf16 && m.f0_ch % 2) throw ModelFileError(path, "the BF16 vocoder needs an even f0 predictor width");
+    m.conv_pre = load_packed(g, "conv_pre", kMel, m.base, 7, 3, 1, bf16);
     int ch_in = m.base;
     for (int i = 0; i < 3; ++i) {
         const int ch = m.base >> (i + 1);
@@ -188,14 +250,15 @@ HiftVocoder::HiftVocoder(const std::string & path, int threads, const std::vecto
         u.b = read_f32_exact(g, "ups." + std::to_string(i) + ".bias", {ch});
         m.source_downs[i] = load_conv(g, "source_downs." + std::to_string(i), kStftCh, ch, kDownKernel[i], kDownStride[i],
                                       kDownStride[i] / 2 * (kDownKernel[i] > 1 ? 1 : 0));
-        m.source_resblocks[i] = load_resblock(g, "source_resblocks." + std::to_string(i), ch, kSourceKernels[i]);
+        m.source_resblocks[i] = load_resblock(g, "source_resblocks." + std::to_string(i), ch, kSourceKernels[i], bf16);
         for (int r = 0; r < 3; ++r)
-            m.resblocks[3 * i + r] = load_resblock(g, "resblocks." + std::to_string(3 * i + r), ch, kResKernels[r]);
+            m.resblocks[3 * i + r] = load_resblock(g, "resblocks." + std::to_string(3 * i + r), ch, kResKernels[r], bf16);
         ch_in = ch;
     }
-    m.conv_post = load_conv(g, "conv_post", m.stage_ch[2], kStftCh, 7, 1, 3);
+    m.conv_post = load_packed(g, "conv_post", m.stage_ch[2], kStftCh, 7, 3, 1, bf16);
     for (int i = 0; i < 5; ++i)
-        m.f0_convs[i] = load_conv(g, "f0_predictor.condnet." + std::to_string(2 * i), i == 0 ? kMel : m.f0_ch, m.f0_ch, 3, 1, 1);
+        m.f0_convs[i] = load_packed(g, "f0_predictor.condnet." + std::to_string(2 * i), i == 0 ? kMel : m.f0_ch, m.f0_ch, 3, 1, 1,
+                                    bf16);
     m.f0_cls_w = read_f32_exact(g, "f0_predictor.classifier.weight", {m.f0_ch, 1});
     m.f0_cls_b = read_f32_exact(g, "f0_predictor.classifier.bias", {1})[0];
     m.lin_w = read_f32_exact(g, "m_source.l_linear.weight", {kHarmonics, 1});
@@ -206,25 +269,35 @@ HiftVocoder::~HiftVocoder() = default;
 
 int HiftVocoder::threads() const { return impl_->pool.size(); }
 int HiftVocoder::base_channels() const { return impl_->base; }
+bool HiftVocoder::bf16() const { return impl_->precision == cpu::Precision::BF16; }
 
 std::vector<float> HiftVocoder::f0(const float * mel, int frames) {
     if (frames <= 0) throw InvalidArgument("mel has no frames");
     Impl & m = *impl_;
     std::lock_guard<std::mutex> lock(m.mutex);
-    std::vector<float> a(mel, mel + static_cast<size_t>(kMel) * frames), b(static_cast<size_t>(m.f0_ch) * frames);
+    m.mel_rows.shape(kMel, frames);
+    for (int c = 0; c < kMel; ++c) std::copy_n(mel + static_cast<size_t>(c) * frames, frames, m.mel_rows.row(c));
+    m.f0_a.shape(m.f0_ch, frames);
+    m.f0_b.shape(m.f0_ch, frames);
+    Rows * in = &m.mel_rows;
+    Rows * out = &m.f0_a;
     for (int i = 0; i < 5; ++i) {
-        cpu::conv1d(m.f0_convs[i], a.data(), frames, b.data(), m.pool, m.scratch);
-        for (float & v : b) v = v > 0.0f ? v : std::expm1(v);  // ELU
-        a.swap(b);
-        b.resize(static_cast<size_t>(m.f0_ch) * frames);
+        m.conv(m.f0_convs[i], *in, *out, frames, [&](int o0, int o1, int t0, int t1) {
+            each_row(o0, o1, [&](int o) {
+                float * r = out->row(o);
+                for (int t = t0; t < t1; ++t) r[t] = r[t] > 0.0f ? r[t] : std::expm1(r[t]);  // ELU
+            });
+        });
+        in = out;
+        out = out == &m.f0_a ? &m.f0_b : &m.f0_a;
     }
-    std::vector<float> out(frames);
+    std::vector<float> res(frames);
     for (int t = 0; t < frames; ++t) {
         float acc = 0.0f;
-        for (int c = 0; c < m.f0_ch; ++c) acc += m.f0_cls_w[c] * a[static_cast<size_t>(c) * frames + t];
-        out[t] = std::fabs(acc + m.f0_cls_b);
+        for (int c = 0; c < m.f0_ch; ++c) acc += m.f0_cls_w[c] * in->row(c)[t];
+        res[t] = std::fabs(acc + m.f0_cls_b);
     }
-    return out;
+    return res;
 }
 
 std::vector<float> HiftVocoder::source(const std::vector<float> & f0) {
@@ -270,54 +343,75 @@ std::vector<float> HiftVocoder::decode(const float * mel, int frames, const floa
     std::vector<float> spec = m.stft(src, n_src);
     const int stft_frames = n_src / kHop + 1;
 
-    float * x = grow(m.b_x, static_cast<size_t>(m.base) * frames);
-    cpu::conv1d(m.conv_pre, mel, frames, x, m.pool, m.scratch);
+    m.mel_rows.shape(kMel, frames);
+    for (int c = 0; c < kMel; ++c) std::copy_n(mel + static_cast<size_t>(c) * frames, frames, m.mel_rows.row(c));
+    m.x[0].shape(m.base, frames);
+    m.conv(m.conv_pre, m.mel_rows, m.x[0], frames, [&](int o0, int o1, int t0, int t1) {
+        each_row(o0, o1, [&](int o) {  // stage 0 starts with leaky ReLU 0.1
+            float * r = m.x[0].row(o);
+            for (int t = t0; t < t1; ++t) r[t] = leaky(r[t], 0.1f);
+        });
+    });
     int len = frames, ch_in = m.base;
     for (int i = 0; i < 3; ++i) {
         const int ch = m.stage_ch[i];
-        cpu::leaky_relu(x, static_cast<size_t>(ch_in) * len, 0.1f, m.pool);
+        Impl::StageRows & s = m.st[i];
         const int up_len = m.ups[i].out_len(len);
         const int pad = i == 2 ? 1 : 0;  // ReflectionPad1d((1, 0)) after the last upsampling
-        const size_t n = static_cast<size_t>(ch) * (up_len + pad);
-        float * y = grow(m.b_y, n);
+        const int n = up_len + pad;
+        for (Rows * r : {&s.y, &s.si, &s.t1, &s.t2, &s.out, &s.acc}) r->shape(ch, n);
+        m.x[i + 1].shape(ch, n);
         if (pad) {
             float * tmp = grow(m.b_tmp, static_cast<size_t>(ch) * up_len);
-            cpu::conv_transpose1d(m.ups[i], x, len, tmp, m.pool, m.scratch);
+            cpu::conv_transpose1d(m.ups[i], m.x[i].data(), len, tmp, m.pool, m.scratch, m.x[i].ld, up_len);
             for (int c = 0; c < ch; ++c) {
-                float * dst = y + static_cast<size_t>(c) * (up_len + 1);
-                const float * s = tmp + static_cast<size_t>(c) * up_len;
-                dst[0] = s[1];
-                std::memcpy(dst + 1, s, sizeof(float) * up_len);
+                float * dst = s.y.row(c);
+                const float * t = tmp + static_cast<size_t>(c) * up_len;
+                dst[0] = t[1];
+                std::memcpy(dst + 1, t, sizeof(float) * up_len);
             }
         } else {
-            cpu::conv_transpose1d(m.ups[i], x, len, y, m.pool, m.scratch);
+            cpu::conv_transpose1d(m.ups[i], m.x[i].data(), len, s.y.data(), m.pool, m.scratch, m.x[i].ld, s.y.ld);
         }
-        len = up_len + pad;
+        len = n;
         const int s_len = m.source_downs[i].out_len(stft_frames);
         if (s_len != len) {
             throw InvalidArgument("source length does not match the mel (" + std::to_string(s_len) + " vs " +
                                   std::to_string(len) + ")");
         }
-        float * si = grow(m.b_si, n);
-        float * sr = grow(m.b_sr, n);
-        cpu::conv1d(m.source_downs[i], spec.data(), stft_frames, si, m.pool, m.scratch);
-        m.resblock(m.source_resblocks[i], ch, si, len, sr);
-        for (size_t k = 0; k < n; ++k) y[k] += sr[k];
-        float * acc = grow(m.b_acc, n);
-        float * out = grow(m.b_out, n);
-        std::fill_n(acc, n, 0.0f);
+        cpu::conv1d(m.source_downs[i], spec.data(), stft_frames, s.si.data(), m.pool, m.scratch, 0, s.si.ld);
+        // y += source resblock(si), then x_next = leaky(mean of the three resblocks on y).
+        m.resblock(m.source_resblocks[i], s, s.si, len, [&](int o0, int o1, int t0, int t1) {
+            each_row(o0, o1, [&](int o) {
+                float * y = s.y.row(o);
+                const float * r = s.out.row(o);
+                for (int t = t0; t < t1; ++t) y[t] += r[t];
+            });
+        });
+        const float slope = i == 2 ? 0.01f : 0.1f;  // the next stage's leaky ReLU, or conv_post's
         for (int r = 0; r < 3; ++r) {
-            m.resblock(m.resblocks[3 * i + r], ch, y, len, out);
-            for (size_t k = 0; k < n; ++k) acc[k] += out[k];
+            m.resblock(m.resblocks[3 * i + r], s, s.y, len, [&](int o0, int o1, int t0, int t1) {
+                each_row(o0, o1, [&](int o) {
+                    float * acc = s.acc.row(o);
+                    const float * out = s.out.row(o);
+                    if (r == 0) {
+                        std::copy(out + t0, out + t1, acc + t0);
+                    } else if (r == 1) {
+                        for (int t = t0; t < t1; ++t) acc[t] += out[t];
+                    } else {
+                        float * x = m.x[i + 1].row(o);
+                        for (int t = t0; t < t1; ++t) x[t] = leaky((acc[t] + out[t]) / 3.0f, slope);
+                    }
+                });
+            });
         }
-        x = grow(m.b_x, n);
-        for (size_t k = 0; k < n; ++k) x[k] = acc[k] / 3.0f;
         ch_in = ch;
     }
-    cpu::leaky_relu(x, static_cast<size_t>(ch_in) * len, 0.01f, m.pool);
-    float * post = grow(m.b_post, static_cast<size_t>(kStftCh) * len);
-    cpu::conv1d(m.conv_post, x, len, post, m.pool, m.scratch);
-    return m.istft(post, len);
+    (void)ch_in;
+    Rows post;
+    post.shape(kStftCh, len, 0, 0);
+    m.conv(m.conv_post, m.x[3], post, len, nullptr);
+    return m.istft(post.buf.data(), len);
 }
 
 std::vector<float> HiftVocoder::forward(const float * mel, int frames, const std::vector<float> & cache_source,

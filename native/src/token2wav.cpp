@@ -69,8 +69,8 @@ const char * cache_policy_name(CachePolicy p) {
 }
 
 Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
-    t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps);
-    vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus);
+    t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
+    vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
 
     // The fixed voice: speaker vector and the caches computed on the voice prompt.
     GgufFile pc(dir + "/prompt_cache.gguf");
@@ -153,6 +153,7 @@ void Token2Wav::reset() {
     source_cache_.clear();
     tail_.clear();
     finished_ = false;
+    next_vocode_ = next_mel_;  // windows of the stream before are refused from here on
     last_ = total_ = Token2WavTimings{};
 }
 
@@ -195,20 +196,39 @@ std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last
     return out;
 }
 
-std::vector<float> Token2Wav::window(const int32_t * tokens, int n, bool last) {
-    auto t0 = std::chrono::steady_clock::now();
-    int frames = 0;
-    std::vector<float> mel = token2mel(tokens, n, last, &frames);
-    last_.token2mel_ms += ms_since(t0);
+MelWindow Token2Wav::mel_window(const int32_t * tokens, int n, bool last) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MelWindow w;
+    w.last = last;
+    w.seq = next_mel_++;
+    w.mel = token2mel(tokens, n, last, &w.frames);
+    add_timing(&Token2WavTimings::token2mel_ms, ms_since(t0));
+    return w;
+}
 
+void Token2Wav::add_timing(double Token2WavTimings::*field, double ms) {
+    std::lock_guard<std::mutex> lock(timing_mutex_);
+    last_.*field += ms;
+    total_.*field += ms;
+}
+
+std::vector<float> Token2Wav::vocode_window(const MelWindow & w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int frames = w.frames;
+    if (frames < 1 || w.mel.size() != static_cast<size_t>(HiftVocoder::kMel) * frames) {
+        throw InvalidArgument("vocode: not a mel window of this stream");
+    }
+    if (w.seq != next_vocode_) {
+        throw InvalidArgument("vocode: mel windows go to the vocoder once each, in the order they were made, "
+                              "and only those made since the last reset()");
+    }
     // Vocoder input: 8 cached mel frames + this chunk's, channel-major.
-    t0 = std::chrono::steady_clock::now();
     const int cached = mel_cache_.empty() ? 0 : kMelCache;
     const int total = cached + frames;
     std::vector<float> in(static_cast<size_t>(HiftVocoder::kMel) * total);
     for (int c = 0; c < HiftVocoder::kMel; ++c) {
         if (cached) std::copy_n(mel_cache_.data() + static_cast<size_t>(c) * kMelCache, kMelCache, in.data() + static_cast<size_t>(c) * total);
-        std::copy_n(mel.data() + static_cast<size_t>(c) * frames, frames, in.data() + static_cast<size_t>(c) * total + cached);
+        std::copy_n(w.mel.data() + static_cast<size_t>(c) * frames, frames, in.data() + static_cast<size_t>(c) * total + cached);
     }
     std::vector<float> source;
     std::vector<float> speech = vocoder_->forward(in.data(), total, source_cache_, &source);
@@ -230,7 +250,7 @@ std::vector<float> Token2Wav::window(const int32_t * tokens, int n, bool last) {
         }
     }
     std::vector<float> out;
-    if (last) {
+    if (w.last) {
         out = std::move(speech);
         tail_.clear();
     } else {
@@ -238,12 +258,17 @@ std::vector<float> Token2Wav::window(const int32_t * tokens, int n, bool last) {
         tail_.assign(speech.end() - std::min<size_t>(kSourceCache, speech.size()), speech.end());
         out.assign(speech.begin(), speech.begin() + emit);
     }
-    last_.vocoder_ms += ms_since(t0);
+    ++next_vocode_;
+    add_timing(&Token2WavTimings::vocoder_ms, ms_since(t0));
+    std::lock_guard<std::mutex> lock(timing_mutex_);
     last_.windows += 1;
+    total_.windows += 1;
+    last_.samples += out.size();
+    total_.samples += out.size();
     return out;
 }
 
-std::vector<float> Token2Wav::push(const int32_t * tokens, int n, bool final) {
+std::vector<MelWindow> Token2Wav::push_mel(const int32_t * tokens, int n, bool final) {
     if (finished_) throw InvalidArgument("push after the final push: call reset() to start a new stream");
     if (n < 0 || (n == 0 && !final)) throw InvalidArgument("empty push: give tokens, or final=True to flush");
     for (int i = 0; i < n; ++i) {
@@ -252,45 +277,78 @@ std::vector<float> Token2Wav::push(const int32_t * tokens, int n, bool final) {
                                   std::to_string(Token2Mel::kVocab - 1));
         }
     }
-    last_ = Token2WavTimings{};
+    clear_last(true, false);
     buffer_.insert(buffer_.end(), tokens, tokens + n);
-    std::vector<float> audio;
+    std::vector<MelWindow> out;
     while (static_cast<int>(buffer_.size()) >= kWindow) {
-        std::vector<float> a = window(buffer_.data(), kWindow, false);
-        audio.insert(audio.end(), a.begin(), a.end());
+        out.push_back(mel_window(buffer_.data(), kWindow, false));
         buffer_.erase(buffer_.begin(), buffer_.begin() + kHop);
     }
     if (final) {
-        std::vector<float> a = window(buffer_.data(), static_cast<int>(buffer_.size()), true);
-        audio.insert(audio.end(), a.begin(), a.end());
+        out.push_back(mel_window(buffer_.data(), static_cast<int>(buffer_.size()), true));
         buffer_.clear();
         finished_ = true;
     }
-    last_.samples = audio.size();
-    total_.token2mel_ms += last_.token2mel_ms;
-    total_.vocoder_ms += last_.vocoder_ms;
-    total_.windows += last_.windows;
-    total_.samples += last_.samples;
+    return out;
+}
+
+std::vector<MelWindow> Token2Wav::flush_mel() {
+    if (finished_) throw InvalidArgument("flush after the final push: call reset() to start a new stream");
+    constexpr int kMinFlush = 3 + 5;  // look-ahead plus the fewest tokens worth a window
+    clear_last(true, false);
+    std::vector<MelWindow> out;
+    while (static_cast<int>(buffer_.size()) >= kMinFlush) {
+        const int n = std::min<int>(kWindow, static_cast<int>(buffer_.size()));
+        out.push_back(mel_window(buffer_.data(), n, false));
+        buffer_.erase(buffer_.begin(), buffer_.begin() + std::min(kHop, n - 3));
+    }
+    return out;
+}
+
+std::vector<float> Token2Wav::vocode(const MelWindow & w) {
+    clear_last(false, true);
+    return vocode_window(w);
+}
+
+std::vector<float> Token2Wav::vocode_all(const std::vector<MelWindow> & windows) {
+    std::vector<float> audio;
+    for (const MelWindow & w : windows) {
+        std::vector<float> a = vocode_window(w);
+        audio.insert(audio.end(), a.begin(), a.end());
+    }
     return audio;
 }
 
-std::vector<float> Token2Wav::flush() {
-    if (finished_) throw InvalidArgument("flush after the final push: call reset() to start a new stream");
-    constexpr int kMinFlush = 3 + 5;  // look-ahead plus the fewest tokens worth a window
-    last_ = Token2WavTimings{};
-    std::vector<float> audio;
-    while (static_cast<int>(buffer_.size()) >= kMinFlush) {
-        const int n = std::min<int>(kWindow, static_cast<int>(buffer_.size()));
-        std::vector<float> a = window(buffer_.data(), n, false);
-        audio.insert(audio.end(), a.begin(), a.end());
-        buffer_.erase(buffer_.begin(), buffer_.begin() + std::min(kHop, n - 3));
+void Token2Wav::clear_last(bool mel_half, bool vocoder_half) {
+    std::lock_guard<std::mutex> lock(timing_mutex_);
+    if (mel_half) last_.token2mel_ms = 0;
+    if (vocoder_half) {
+        last_.vocoder_ms = 0;
+        last_.windows = 0;
+        last_.samples = 0;
     }
-    last_.samples = audio.size();
-    total_.token2mel_ms += last_.token2mel_ms;
-    total_.vocoder_ms += last_.vocoder_ms;
-    total_.windows += last_.windows;
-    total_.samples += last_.samples;
-    return audio;
+}
+
+std::vector<float> Token2Wav::push(const int32_t * tokens, int n, bool final) {
+    std::vector<MelWindow> windows = push_mel(tokens, n, final);
+    clear_last(false, true);
+    return vocode_all(windows);
+}
+
+std::vector<float> Token2Wav::flush() {
+    std::vector<MelWindow> windows = flush_mel();
+    clear_last(false, true);
+    return vocode_all(windows);
+}
+
+Token2WavTimings Token2Wav::last_timings() const {
+    std::lock_guard<std::mutex> lock(timing_mutex_);
+    return last_;
+}
+
+Token2WavTimings Token2Wav::total_timings() const {
+    std::lock_guard<std::mutex> lock(timing_mutex_);
+    return total_;
 }
 
 }  // namespace omni

@@ -1,5 +1,5 @@
-// The upsampling conformer encoder of Token2Wav (docs/model-files.md) as a ggml graph, in its
-// streaming form: pre-lookahead conv (3 tokens of look-ahead) -> N rel-pos conformer blocks at
+// The upsampling conformer encoder of Token2Wav (docs/model-files.md) as a ggml graph (or on the
+// native CPU engine, conformer_cpu.cpp), in its streaming form: pre-lookahead conv (3 tokens of look-ahead) -> N rel-pos conformer blocks at
 // the token rate -> nearest x2 upsample + conv -> M blocks at the mel rate -> LayerNorm.
 //
 // Host layouts (batch 1): xs (frames, in); caches as in prompt_cache.gguf: cnn (6, d) = 2 frames
@@ -8,6 +8,8 @@
 #pragma once
 
 #include "omni/backend.h"
+#include "omni/engine.h"
+#include "omni/threadpool.h"
 
 #include <memory>
 #include <string>
@@ -29,12 +31,15 @@ struct ConformerChunk {
 
 class ConformerEncoder {
 public:
-    ConformerEncoder(const std::string & encoder_gguf, std::shared_ptr<Backend> backend);
+    // engine / pool / bf16: as DitEstimator (the native engine shares Token2Mel's pool).
+    ConformerEncoder(const std::string & encoder_gguf, std::shared_ptr<Backend> backend,
+                     std::shared_ptr<ThreadPool> pool = nullptr, Engine engine = Engine::Auto, bool bf16 = false);
     ~ConformerEncoder();
     ConformerEncoder(const ConformerEncoder &) = delete;
     ConformerEncoder & operator=(const ConformerEncoder &) = delete;
 
     const ConformerDims & dims() const;
+    Engine engine() const;
 
     // xs: (frames, in) token embeddings incl. 3 look-ahead tokens (not on the last chunk).
     // cnn_cache / att_cache may be null (first chunk); att_frames = cached frames (even).

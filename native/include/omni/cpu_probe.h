@@ -13,4 +13,15 @@ std::string blas_description();
 // `reps` times.
 double sgemm_gflops(int threads, int m, int n, int k, int reps);
 
+// Measured GFLOP/s of the packed direct-convolution kernel (the vocoder's and the native
+// Token2Mel engine's) on one conv of `out` x `in` channels, k taps, n output columns, over a
+// pool of `threads`; bf16 uses the BF16 kernel.
+double conv_gflops(int threads, int out, int in, int k, int n, int reps, bool bf16);
+
+// The kernel set in use ("avx512" or "generic"), whether the CPU has BF16 dot products, and a
+// switch for tests and comparisons ("auto", "avx512", "generic").
+std::string cpu_isa();
+bool cpu_bf16();
+void force_cpu_isa(const std::string & name);
+
 }  // namespace omni

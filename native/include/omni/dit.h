@@ -8,6 +8,8 @@
 #pragma once
 
 #include "omni/backend.h"
+#include "omni/engine.h"
+#include "omni/threadpool.h"
 
 #include <memory>
 #include <string>
@@ -39,14 +41,20 @@ std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, in
 
 class DitEstimator {
 public:
-    // device: "cpu", "cuda:0", "cann:0", ...; threads applies to the CPU backend.
-    DitEstimator(const std::string & flow_matching_gguf, const std::string & device, int threads);
-    DitEstimator(const std::string & flow_matching_gguf, std::shared_ptr<Backend> backend);
+    // device: "cpu", "cuda:0", "cann:0", ...; threads applies to the CPU backend (and the native
+    // engine's pool). engine: see omni/engine.h; bf16 (native engine only) runs its linear
+    // layers and convolutions in BF16.
+    DitEstimator(const std::string & flow_matching_gguf, const std::string & device, int threads,
+                 Engine engine = Engine::Auto, bool bf16 = false);
+    // pool: the native engine's workers (shared with the conformer); null makes one.
+    DitEstimator(const std::string & flow_matching_gguf, std::shared_ptr<Backend> backend,
+                 std::shared_ptr<ThreadPool> pool = nullptr, Engine engine = Engine::Auto, bool bf16 = false);
     ~DitEstimator();
     DitEstimator(const DitEstimator &) = delete;
     DitEstimator & operator=(const DitEstimator &) = delete;
 
     const DitDims & dims() const;
+    Engine engine() const;
     const DeviceInfo & device() const;
 
     // One estimator call without caches (full attention over the T frames).

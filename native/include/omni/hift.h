@@ -21,14 +21,16 @@ public:
     static constexpr int kSamplesPerFrame = 480;
     static constexpr int kSampleRate = 24000;
 
-    // threads >= 1; cpus: empty or one CPU per thread (see ThreadPool).
-    HiftVocoder(const std::string & hifigan_gguf, int threads, const std::vector<int> & cpus = {});
+    // threads >= 1; cpus: empty or one CPU per thread (see ThreadPool). bf16: run the
+    // convolutions in BF16 (AVX512_BF16; throws DeviceError on a CPU without it).
+    HiftVocoder(const std::string & hifigan_gguf, int threads, const std::vector<int> & cpus = {}, bool bf16 = false);
     ~HiftVocoder();
     HiftVocoder(const HiftVocoder &) = delete;
     HiftVocoder & operator=(const HiftVocoder &) = delete;
 
     int threads() const;
     int base_channels() const;
+    bool bf16() const;
 
     // mel: [80][frames] -> f0 (Hz) per frame.
     std::vector<float> f0(const float * mel, int frames);

@@ -33,12 +33,15 @@ public:
     static constexpr int kMel = 80, kSpk = 192, kVocab = 6561, kLookahead = 3;
     static constexpr float kCfgRate = 0.7f;
 
-    // token2wav_dir holds encoder.gguf, flow_matching.gguf and flow_extra.gguf.
-    Token2Mel(const std::string & token2wav_dir, const std::string & device, int threads, int n_steps);
+    // token2wav_dir holds encoder.gguf, flow_matching.gguf and flow_extra.gguf. engine: graph or
+    // native CPU compute (omni/engine.h); bf16: the native engine's matmuls in BF16.
+    Token2Mel(const std::string & token2wav_dir, const std::string & device, int threads, int n_steps,
+              Engine engine = Engine::Auto, bool bf16 = false);
     ~Token2Mel();
 
     int steps() const { return n_steps_; }
     const DeviceInfo & device() const { return backend_->device(); }
+    Engine engine() const { return dit_->engine(); }
     const ConformerDims & encoder_dims() const { return encoder_->dims(); }
     const DitDims & estimator_dims() const { return dit_->dims(); }
 
@@ -54,6 +57,7 @@ public:
 
 private:
     std::shared_ptr<Backend> backend_;
+    std::shared_ptr<ThreadPool> pool_;  // the native engine's workers (null for graphs)
     std::unique_ptr<ConformerEncoder> encoder_;
     std::unique_ptr<DitEstimator> dit_;
     int n_steps_;

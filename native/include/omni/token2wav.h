@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,22 @@ struct Token2WavOptions {
     float temperature = 1.0f;
     uint32_t seed = 42;           // noise generator seed (llama.cpp-omni: 42)
     CachePolicy cache_policy = CachePolicy::LlamaCppOmni;
+    Engine engine = Engine::Auto;  // Token2Mel's compute on the CPU (omni/engine.h)
+    bool bf16 = false;             // BF16 matmuls in the vocoder and the native Token2Mel engine
 };
 
 struct Token2WavTimings {
     double token2mel_ms = 0, vocoder_ms = 0;
     int windows = 0;
     size_t samples = 0;
+};
+
+// One window's mel on its way from Token2Mel to the vocoder (the two halves of a stream).
+struct MelWindow {
+    std::vector<float> mel;  // (80, frames) channel-major
+    int frames = 0;
+    bool last = false;       // the stream's final window (the vocoder then emits its held-back tail)
+    uint64_t seq = 0;        // order of making; vocode takes each window once, in this order
 };
 
 class Token2Wav {
@@ -66,15 +77,32 @@ public:
     // Back to the state right after loading (prompt caches, silence prefix, fresh noise seed).
     void reset();
 
-    const Token2WavTimings & last_timings() const { return last_; }
-    const Token2WavTimings & total_timings() const { return total_; }
+    // The two halves of push/flush, for running them as two pipeline stages: push_mel/flush_mel
+    // run Token2Mel on the windows that became ready, vocode turns one window into audio. One
+    // thread may call the mel half while another vocodes earlier windows, in order; the audio is
+    // that of push/flush. push(...) == concatenated vocode(w) for w in push_mel(...). vocode
+    // throws for a window out of order, vocoded twice, or made before the last reset(); reset()
+    // needs both halves idle.
+    std::vector<MelWindow> push_mel(const int32_t * tokens, int n, bool final);
+    std::vector<MelWindow> flush_mel();
+    std::vector<float> vocode(const MelWindow & window);
+
+    // Of the last push/flush (or, for the split calls, of the last call of each half).
+    Token2WavTimings last_timings() const;
+    Token2WavTimings total_timings() const;
     int steps() const { return t2m_->steps(); }
     int threads() const { return vocoder_->threads(); }
     bool finished() const { return finished_; }
     CachePolicy cache_policy() const { return opt_.cache_policy; }
+    Engine engine() const { return t2m_->engine(); }
+    bool bf16() const { return opt_.bf16; }
 
 private:
-    std::vector<float> window(const int32_t * tokens, int n, bool last);
+    MelWindow mel_window(const int32_t * tokens, int n, bool last);
+    std::vector<float> vocode_window(const MelWindow & w);
+    std::vector<float> vocode_all(const std::vector<MelWindow> & windows);
+    void add_timing(double Token2WavTimings::*field, double ms);
+    void clear_last(bool mel_half, bool vocoder_half);
     std::vector<float> token2mel(const int32_t * tokens, int n, bool last, int * frames);
     void update_conformer_cache();
 
@@ -87,6 +115,8 @@ private:
     std::vector<int32_t> buffer_;
     std::vector<float> mel_cache_, source_cache_, tail_;  // mel_cache_: (80, kMelCache) channel-major
     bool finished_ = false;
+    uint64_t next_mel_ = 0, next_vocode_ = 0;  // MelWindow::seq of the next window made / vocoded
+    mutable std::mutex timing_mutex_;  // the two halves may run on two threads
     Token2WavTimings last_, total_;
 };
 
