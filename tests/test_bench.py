@@ -1,6 +1,7 @@
 """The benchmark suite: schema-valid JSON runs, validity gates, pinned CPU lists, report plots.
 Nothing here asserts on speed (timings on the tiny set are noise)."""
 
+import argparse
 import json
 import os
 import statistics
@@ -14,7 +15,7 @@ import pytest
 from test_placement import _sysfs  # synthetic sysfs trees
 
 from llama_omni_py import cli
-from llama_omni_py.bench import metrics, pinning, prompts
+from llama_omni_py.bench import metrics, pinning, prompts, runner
 from llama_omni_py.bench.runner import exit_status
 from llama_omni_py.bench.schema import validate_run
 from llama_omni_py.errors import ConfigError
@@ -104,6 +105,8 @@ def test_gate_violation_marks_the_run_invalid_and_exits_nonzero(tiny_dir, tmp_pa
             "50",
             "--handoff",
             "text_chunk",
+            "--t2w-engine",
+            "graph",
             "--out-dir",
             str(tmp_path),
             "--allow-realtime-miss",
@@ -117,6 +120,7 @@ def test_gate_violation_marks_the_run_invalid_and_exits_nonzero(tiny_dir, tmp_pa
     assert any(g.endswith(": steady_chunk_samples") for g in run["failed_gates"])
     assert run["label"].startswith("t2w2-") and run["manifest"]["env"]["OMNI_T2W_THREADS"] == "2"
     assert run["config"]["t2w_threads"] == min(2, len(os.sched_getaffinity(0)))
+    assert run["config"]["t2w_engine"] == "graph" and run["label"].endswith("-chunked-graph")
     assert "INVALID" in capsys.readouterr().out
 
 
@@ -261,3 +265,14 @@ def test_checkout_wrapper_is_the_same_command():
     )
     assert r.returncode == 0 and "--t2w-threads" in r.stdout and "--allow-realtime-miss" in r.stdout
     assert cli.main(["bench", "--repeats", "2", "--model-dir", "unused"]) == 2  # fewer than 3 rounds: refused
+
+
+def test_engine_list_alternates_token2mel_engines():
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    opts = runner.options_from_args(parser.parse_args(["--t2w-engine", "graph,native", "--t2w-threads", "1"]))
+    assert [c.t2w_engine for c in opts.configs] == ["graph", "native"]
+    assert [c.label.rsplit("-", 1)[-1] for c in opts.configs] == ["graph", "native"]
+    with pytest.raises(ConfigError) as e:
+        runner.options_from_args(parser.parse_args(["--t2w-engine", "fast"]))
+    assert e.value.field == "t2w_engine"

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import HANDOFFS
+from .. import checks
+from ..config import ENGINES, HANDOFFS
 from ..errors import ConfigError
 from . import metrics, prompts, summary
 from .manifest import manifest
@@ -31,6 +32,7 @@ class RunConfig:
     tts_queue: int | None = None
     pin: bool | None = None
     handoff: str = "window"  # TTS -> Token2Wav every 25 codes, or "text_chunk" (a text chunk's codes at once)
+    t2w_engine: str = "auto"  # Token2Mel's CPU compute: Token2WavConfig.engine
 
     def __post_init__(self):
         for name in ("t2w_threads", "tts_queue"):
@@ -39,13 +41,20 @@ class RunConfig:
                 raise ConfigError(name, f"must be a positive integer, got {v!r}")
         if self.handoff not in HANDOFFS:
             raise ConfigError("handoff", f"must be one of {', '.join(HANDOFFS)}, got {self.handoff!r}")
+        checks.choice("t2w_engine", self.t2w_engine, ENGINES)
 
     @property
     def label(self) -> str:
         pin = {None: "auto", True: "pin", False: "nopin"}[self.pin]
         t2w = self.t2w_threads or os.environ.get("OMNI_T2W_THREADS", "default")
         chunked = "" if self.handoff == "window" else "-chunked"
-        return f"t2w{t2w}-q{self.tts_queue or os.environ.get('OMNI_TTS_QUEUE', 16)}-{pin}{chunked}"
+        engine = "" if self.t2w_engine == "auto" else f"-{self.t2w_engine}"
+        return f"t2w{t2w}-q{self.tts_queue or os.environ.get('OMNI_TTS_QUEUE', 16)}-{pin}{chunked}{engine}"
+
+    def token2wav(self):
+        from ..config import Token2WavConfig
+
+        return Token2WavConfig(threads=self.t2w_threads, engine=self.t2w_engine)
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ class _Sessions:
     when the vocoder thread count changes and the TTS queue size is set per request."""
 
     def __init__(self, opts: BenchOptions, model_dir: str):
-        from ..config import SessionConfig, Token2WavConfig
+        from ..config import SessionConfig
         from ..session import OmniSession
 
         self._make = lambda c: OmniSession(
@@ -113,7 +122,7 @@ class _Sessions:
             opts.device,
             SessionConfig(
                 threads=opts.threads,
-                token2wav=Token2WavConfig(threads=c.t2w_threads),
+                token2wav=c.token2wav(),
                 pin=c.pin,
                 seed=opts.seed,
                 max_new_tokens=opts.max_new_tokens,
@@ -123,14 +132,12 @@ class _Sessions:
         self._open: dict = {}
 
     def get(self, c: RunConfig):
-        from ..config import Token2WavConfig
-
         if c.pin not in self._open:
             s = self._make(c)
             self._open[c.pin] = (s, s.config.tts_queue)  # the default (OMNI_TTS_QUEUE or 16)
         s, default_queue = self._open[c.pin]
-        if s.config.token2wav.threads != c.t2w_threads:
-            s.reconfigure(Token2WavConfig(threads=c.t2w_threads))
+        if s.config.token2wav != c.token2wav():
+            s.reconfigure(c.token2wav())
         s.config = dataclasses.replace(s.config, tts_queue=c.tts_queue or default_queue, tts_handoff=c.handoff)
         return s
 
@@ -160,6 +167,7 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
         "threads": session.config.llm_threads,
         "device": session.device,
         "handoff": c.handoff,
+        "t2w_engine": session.token2wav.engine,
     }
     # the plan the session applied, else the default one it would use (recorded as not applied)
     note = []
@@ -311,6 +319,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="window",
         help="comma list of window,text_chunk: TTS -> Token2Wav every 25 codes, or a text chunk's codes at once",
     )
+    p.add_argument(
+        "--t2w-engine",
+        default="auto",
+        help="comma list of auto,graph,native: Token2Mel's CPU compute (graph: ggml graphs; native: our CPU engine)",
+    )
     p.add_argument("--prompts", default=",".join(d.prompts), help=f"comma list from {','.join(prompts.PROMPTS)}")
     p.add_argument(
         "--repeats", type=int, default=None, help=f"measured rounds (simplex: >= 3, default {d.repeats}; duplex: 1)"
@@ -349,10 +362,11 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
     except KeyError:
         raise ConfigError("pin", f"each value must be auto, on or off, got {a.pin!r}") from None
     try:
-        grid = itertools.product(_int_list(a.t2w_threads), _int_list(a.tts_queue), pin, a.handoff.split(","))
-        configs = tuple(RunConfig(t, q, p, h) for t, q, p, h in grid)
+        threads, queues = _int_list(a.t2w_threads), _int_list(a.tts_queue)
     except ValueError as e:
         raise ConfigError("t2w_threads/tts_queue", f"comma lists of integers or 'env': {e}") from None
+    lists = (threads, queues, pin, a.handoff.split(","), a.t2w_engine.split(","))
+    configs = tuple(RunConfig(t, q, p, h, e) for t, q, p, h, e in itertools.product(*lists))
     return BenchOptions(
         a.model_dir,
         a.device,
@@ -376,6 +390,7 @@ def duplex_options_from_args(a: argparse.Namespace):
 
     simplex_only = {
         "--handoff": a.handoff != "window",
+        "--t2w-engine": a.t2w_engine != "auto",
         "--tts-queue": a.tts_queue != "env",
         "--prompts": a.prompts != ",".join(BenchOptions().prompts),
         "--codes-per-chunk": a.codes_per_chunk != BenchOptions().codes_per_chunk,
