@@ -69,3 +69,22 @@ def test_ten_step_module_set(tmp_path):
         omni.Token2Wav(tmp_path, steps=5, threads=1)
     with pytest.raises(ValueError, match="cfm_steps"):
         omni.make_models(tmp_path, "tiny", only=["token2wav"], cfm_steps=0)
+
+
+def _stream(t2w, tokens):
+    return np.concatenate([t2w.push(tokens[:25]), t2w.push(tokens[25:50]), t2w.push([], final=True)])
+
+
+def test_bf16_is_close_to_f32_or_refused(tiny_dir):
+    """Opt-in BF16 (vocoder and native Token2Mel): same stream within BF16 rounding where the CPU
+    has BF16 dot products; a typed error naming the missing feature where it does not."""
+    tokens = list(range(100, 150))
+    if not omni._core.internal.cpu_bf16():
+        with pytest.raises(omni.DeviceError, match="AVX512_BF16"):
+            omni.Token2Wav(tiny_dir, threads=1, bf16=True)
+        return
+    with omni.Token2Wav(tiny_dir, threads=1) as f32, omni.Token2Wav(tiny_dir, threads=1, bf16=True) as bf16:
+        a, b = _stream(f32, tokens), _stream(bf16, tokens)
+    assert a.size == b.size and not np.array_equal(a, b)  # the BF16 kernels did run
+    snr = 10 * np.log10(np.sum(a.astype(np.float64) ** 2) / np.sum((a.astype(np.float64) - b) ** 2))
+    assert snr > 20, snr

@@ -78,24 +78,12 @@ void run_tile_generic(int R, int K, const float * a, const float * b, const int 
 
 #if defined(OMNI_X86)
 
-// ---- AVX-512 F32: R channels x V vectors of 16 columns, the last vector masked ------------
+// ---- AVX-512: R channels x V vectors of 16 columns, the last vector masked ----------------
 
+// Bias, optional accumulation into C and the masked store, shared by the F32 and BF16 tiles.
 template <int R, int V>
-OMNI_AVX512 inline void tile_avx512(int K, const float * a, const float * b, const int * off, float * c, int ldc,
-                                    __mmask16 last, bool acc_mode, const float * bias) {
-    __m512 acc[R][V];
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
-    for (int k = 0; k < K; ++k) {
-        const float * bp = b + off[k];
-        __m512 bv[V];
-        for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);  // reads past `cols` are in the margin
-        const float * ak = a + static_cast<size_t>(k) * kPanel;
-        for (int r = 0; r < R; ++r) {
-            const __m512 w = _mm512_set1_ps(ak[r]);
-            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(w, bv[v], acc[r][v]);
-        }
-    }
+OMNI_AVX512 inline void store_tile(__m512 (&acc)[R][V], float * c, int ldc, __mmask16 last, bool acc_mode,
+                                   const float * bias) {
     for (int r = 0; r < R; ++r) {
         const __m512 br = _mm512_set1_ps(bias[r]);
         float * cr = c + static_cast<size_t>(r) * ldc;
@@ -108,83 +96,71 @@ OMNI_AVX512 inline void tile_avx512(int K, const float * a, const float * b, con
     }
 }
 
-template <int R>
-OMNI_AVX512 void tile_avx512_v(int K, const float * a, const float * b, const int * off, float * c, int ldc, int cols,
-                               bool acc_mode, const float * bias) {
+struct F32Tile {
+    template <int R, int V>
+    OMNI_AVX512 static void tile(__mmask16 last, int K, const float * a, const float * b, const int * off, float * c,
+                                 int ldc, bool acc_mode, const float * bias) {
+        __m512 acc[R][V];
+        for (int r = 0; r < R; ++r)
+            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+        for (int k = 0; k < K; ++k) {
+            const float * bp = b + off[k];
+            __m512 bv[V];
+            for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);  // reads past `cols` are in the margin
+            const float * ak = a + static_cast<size_t>(k) * kPanel;
+            for (int r = 0; r < R; ++r) {
+                const __m512 w = _mm512_set1_ps(ak[r]);
+                for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(w, bv[v], acc[r][v]);
+            }
+        }
+        store_tile<R, V>(acc, c, ldc, last, acc_mode, bias);
+    }
+};
+
+// BF16: channel pairs, one vdpbf16ps per pair and vector.
+struct Bf16Tile {
+    template <int R, int V>
+    OMNI_AVX512_BF16 static void tile(__mmask16 last, int K2, const uint32_t * a, const uint16_t * b, const int * off,
+                                      float * c, int ldc, bool acc_mode, const float * bias) {
+        __m512 acc[R][V];
+        for (int r = 0; r < R; ++r)
+            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+        for (int k = 0; k < K2; ++k) {
+            const uint16_t * bp = b + 2 * static_cast<ptrdiff_t>(off[k]);
+            __m512bh bv[V];
+            for (int v = 0; v < V; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bp + 32 * v));
+            const uint32_t * ak = a + static_cast<size_t>(k) * kPanel;
+            for (int r = 0; r < R; ++r) {
+                const __m512bh w = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ak[r])));
+                for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], w, bv[v]);
+            }
+        }
+        store_tile<R, V>(acc, c, ldc, last, acc_mode, bias);
+    }
+};
+
+// Picks the tile instance for R rows and cols columns (up to 3 vectors; the last one masked).
+template <typename Kernel, int R, typename... Args>
+void tile_cols(int cols, Args... args) {
     const int V = (cols + 15) / 16;
     const int rem = cols - 16 * (V - 1);
-    const __mmask16 last = static_cast<__mmask16>(rem >= 16 ? 0xffff : ((1u << rem) - 1));
-    if (V == 3) tile_avx512<R, 3>(K, a, b, off, c, ldc, last, acc_mode, bias);
-    else if (V == 2) tile_avx512<R, 2>(K, a, b, off, c, ldc, last, acc_mode, bias);
-    else tile_avx512<R, 1>(K, a, b, off, c, ldc, last, acc_mode, bias);
+    const auto last = static_cast<__mmask16>(rem >= 16 ? 0xffff : ((1u << rem) - 1));
+    if (V == 3) Kernel::template tile<R, 3>(last, args...);
+    else if (V == 2) Kernel::template tile<R, 2>(last, args...);
+    else Kernel::template tile<R, 1>(last, args...);
 }
 
-OMNI_AVX512 void run_tile_avx512(int R, int K, const float * a, const float * b, const int * off, float * c, int ldc,
-                                 int cols, bool acc_mode, const float * bias) {
+template <typename Kernel, typename... Args>
+void run_tile(int R, int cols, Args... args) {
     switch (R) {
-        case 8: return tile_avx512_v<8>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 7: return tile_avx512_v<7>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 6: return tile_avx512_v<6>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 5: return tile_avx512_v<5>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 4: return tile_avx512_v<4>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 3: return tile_avx512_v<3>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 2: return tile_avx512_v<2>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        default: return tile_avx512_v<1>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-    }
-}
-
-// ---- AVX-512 BF16: channel pairs, one vdpbf16ps per pair and vector ----------------------
-
-template <int R, int V>
-OMNI_AVX512_BF16 inline void tile_bf16(int K2, const uint32_t * a, const uint16_t * b, const int * off, float * c, int ldc,
-                                       __mmask16 last, bool acc_mode, const float * bias) {
-    __m512 acc[R][V];
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
-    for (int k = 0; k < K2; ++k) {
-        const uint16_t * bp = b + 2 * static_cast<ptrdiff_t>(off[k]);
-        __m512bh bv[V];
-        for (int v = 0; v < V; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bp + 32 * v));
-        const uint32_t * ak = a + static_cast<size_t>(k) * kPanel;
-        for (int r = 0; r < R; ++r) {
-            const __m512bh w = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ak[r])));
-            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], w, bv[v]);
-        }
-    }
-    for (int r = 0; r < R; ++r) {
-        const __m512 br = _mm512_set1_ps(bias[r]);
-        float * cr = c + static_cast<size_t>(r) * ldc;
-        for (int v = 0; v < V; ++v) {
-            const __mmask16 m = v == V - 1 ? last : static_cast<__mmask16>(0xffff);
-            __m512 val = _mm512_add_ps(acc[r][v], br);
-            if (acc_mode) val = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr + 16 * v), val);
-            _mm512_mask_storeu_ps(cr + 16 * v, m, val);
-        }
-    }
-}
-
-template <int R>
-OMNI_AVX512_BF16 void tile_bf16_v(int K2, const uint32_t * a, const uint16_t * b, const int * off, float * c, int ldc,
-                                  int cols, bool acc_mode, const float * bias) {
-    const int V = (cols + 15) / 16;
-    const int rem = cols - 16 * (V - 1);
-    const __mmask16 last = static_cast<__mmask16>(rem >= 16 ? 0xffff : ((1u << rem) - 1));
-    if (V == 3) tile_bf16<R, 3>(K2, a, b, off, c, ldc, last, acc_mode, bias);
-    else if (V == 2) tile_bf16<R, 2>(K2, a, b, off, c, ldc, last, acc_mode, bias);
-    else tile_bf16<R, 1>(K2, a, b, off, c, ldc, last, acc_mode, bias);
-}
-
-OMNI_AVX512_BF16 void run_tile_bf16(int R, int K2, const uint32_t * a, const uint16_t * b, const int * off, float * c,
-                                    int ldc, int cols, bool acc_mode, const float * bias) {
-    switch (R) {
-        case 8: return tile_bf16_v<8>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 7: return tile_bf16_v<7>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 6: return tile_bf16_v<6>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 5: return tile_bf16_v<5>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 4: return tile_bf16_v<4>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 3: return tile_bf16_v<3>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 2: return tile_bf16_v<2>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
-        default: return tile_bf16_v<1>(K2, a, b, off, c, ldc, cols, acc_mode, bias);
+        case 8: return tile_cols<Kernel, 8>(cols, args...);
+        case 7: return tile_cols<Kernel, 7>(cols, args...);
+        case 6: return tile_cols<Kernel, 6>(cols, args...);
+        case 5: return tile_cols<Kernel, 5>(cols, args...);
+        case 4: return tile_cols<Kernel, 4>(cols, args...);
+        case 3: return tile_cols<Kernel, 3>(cols, args...);
+        case 2: return tile_cols<Kernel, 2>(cols, args...);
+        default: return tile_cols<Kernel, 1>(cols, args...);
     }
 }
 
@@ -298,14 +274,14 @@ void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const Blo
 #if defined(OMNI_X86)
                 if (bf16) {
                     const auto * ap = reinterpret_cast<const uint32_t *>(w.w_bf16.data()) + static_cast<size_t>(p) * K * kPanel;
-                    run_tile_bf16(R, K, ap, a.x_bf16 + 2 * (static_cast<ptrdiff_t>(seg) * a.x_seg + t), off.data(), c,
-                                  a.y_ld, cols, a.accumulate, bias);
+                    run_tile<Bf16Tile>(R, cols, K, ap, a.x_bf16 + 2 * (static_cast<ptrdiff_t>(seg) * a.x_seg + t),
+                                       off.data(), c, a.y_ld, a.accumulate, bias);
                     continue;
                 }
                 if (isa == Isa::Avx512) {
-                    run_tile_avx512(R, K, w.w.data() + static_cast<size_t>(p) * K * kPanel,
-                                    a.x + static_cast<ptrdiff_t>(seg) * a.x_seg + t, off.data(), c, a.y_ld, cols,
-                                    a.accumulate, bias);
+                    run_tile<F32Tile>(R, cols, K, w.w.data() + static_cast<size_t>(p) * K * kPanel,
+                                      a.x + static_cast<ptrdiff_t>(seg) * a.x_seg + t, off.data(), c, a.y_ld,
+                                      a.accumulate, bias);
                     continue;
                 }
 #endif
