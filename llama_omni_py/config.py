@@ -173,7 +173,8 @@ class Token2WavConfig:
 class SessionConfig:
     """Knobs of an :class:`~llama_omni_py.OmniSession`; every error names the field."""
 
-    threads: int | None = None  # LLM/TTS/encoder CPU threads; None: libllama's default for the LLM, 1 for the rest
+    threads: int | None = None  # LLM/TTS/encoder CPU threads; None: libllama's default for the LLM, 1 for the
+    # TTS, the stage threads' CPUs (at most 16) for the audio and image encoders
     n_ctx: int = 4096  # LLM context (tokens)
     prompt_cache: bool = True  # keep the KV of the prefix a prompt shares with the previous one
     max_new_tokens: int = 256  # LLM tokens per reply
@@ -235,7 +236,7 @@ class SessionConfig:
 
     @property
     def module_threads(self) -> int:
-        """TTS / audio / image encoder threads."""
+        """TTS threads (the TTS runs beside the LLM; the encoders' default is the session's)."""
         return self.threads or 1
 
 

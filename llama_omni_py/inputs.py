@@ -76,6 +76,10 @@ class InputEncoder:
         self._apm: AudioEncoder | None = None
         self._vpm: ImageEncoder | None = None
 
+    @property
+    def threads(self) -> int:
+        return self._args[2]
+
     def encoders(self) -> tuple[AudioEncoder, ImageEncoder]:
         """The audio and image encoders (loaded now if they were not yet)."""
         model_dir, device, threads = self._args

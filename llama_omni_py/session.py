@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import placement, stages
+from . import checks, placement, stages
 from .backend import resolve_device
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig
 from .constants import OUTPUT_SAMPLE_RATE
@@ -35,6 +35,9 @@ from .token2wav import Token2Wav
 from .tts import TtsModel
 
 log = logging.getLogger(__name__)
+
+
+MAX_DEFAULT_ENCODER_THREADS = 16  # the encoders' graphs stop scaling well beyond this
 
 
 class OmniSession:
@@ -68,9 +71,9 @@ class OmniSession:
             raise InvalidArgumentError(
                 f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, the LLM has {self.llm.n_embd}"
             )
-        self.inputs = InputEncoder(self.model_dir, self.device, c.module_threads, c.audio_mode, c.stack_frames)
         report("placement")
         self.placement = self._plan(c.token2wav)
+        self.inputs = InputEncoder(self.model_dir, self.device, self._encoder_threads(), c.audio_mode, c.stack_frames)
         report("Token2Wav")
         self.token2wav = self._token2wav(c.token2wav)
         self._other_token2wav: dict[str, Token2Wav] = {}
@@ -133,6 +136,14 @@ class OmniSession:
         except BaseException:
             held.__exit__(None, None, None)
             raise
+
+    def _encoder_threads(self) -> int:
+        """APM and VPM run on the LLM's thread between its calls, never beside it: by default they
+        get every CPU the stage threads may use (capped at 16), as the LLM does."""
+        if self.config.threads:
+            return self.config.threads
+        cpus = self.placement.stage_cpus if self.placement is not None else checks.usable_cpus()
+        return max(1, min(len(cpus), MAX_DEFAULT_ENCODER_THREADS))
 
     def reconfigure(self, token2wav: Token2WavConfig) -> None:
         """Rebuilds the Token2Wav stage (vocoder threads, CPUs, steps) and its placement, keeping

@@ -1,6 +1,7 @@
 """OmniSession end to end on the tiny set: the threaded pipeline gives the same audio as the
 sequential path, streams before the LLM is done, cancels, forwards stage errors, cleans up."""
 
+import os
 import threading
 
 import numpy as np
@@ -236,3 +237,14 @@ def test_two_stage_token2wav_gives_the_same_audio(tiny_dir, session):
     assert np.array_equal(r.audio, session.speak(TEXT, seed=5).audio)
     assert r.text == text and np.array_equal(r.audio, ref)
     assert r.timings.token2wav_ms > 0 and r.timings.n_tts_tokens > 0
+
+
+def test_encoders_default_to_the_stage_cpus(tiny_dir):
+    # APM/VPM run between LLM calls on its thread: all the CPUs the stages may use, unless
+    # SessionConfig.threads says otherwise.
+    cpus = len(os.sched_getaffinity(0))
+    with omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(token2wav=_t2w(), pin=False)) as s:
+        assert s.inputs.threads == min(cpus, 16)
+        assert s.speak(image=np.full((32, 48, 3), 90, np.uint8), seed=3).timings.vpm_ms > 0
+    with omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(threads=1, token2wav=_t2w())) as s:
+        assert s.inputs.threads == 1
