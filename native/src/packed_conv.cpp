@@ -217,6 +217,10 @@ const char * isa_name() { return active_isa() == Isa::Avx512 ? "avx512" : "gener
 
 PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad, bool bf16) {
     if (out < 1 || in < 1 || k < 1 || dilation < 1 || pad < 0) throw InvalidArgument("pack_conv: bad shape");
+    // Every BF16 user (vocoder, native DiT and conformer) packs its weights here first: refusing
+    // now keeps a CPU without the instructions from ever reaching the BF16 tiles.
+    if (bf16 && !cpu_has_bf16())
+        throw DeviceError(std::string("BF16 needs a CPU with AVX512_BF16 (this one has ") + isa_name() + " kernels only)");
     PackedConv p;
     p.out = out, p.in = in, p.k = k, p.dilation = dilation, p.pad = pad;
     const int K = in * k, P = p.panels();
