@@ -88,3 +88,21 @@ def test_bf16_is_close_to_f32_or_refused(tiny_dir):
     assert a.size == b.size and not np.array_equal(a, b)  # the BF16 kernels did run
     snr = 10 * np.log10(np.sum(a.astype(np.float64) ** 2) / np.sum((a.astype(np.float64) - b) ** 2))
     assert snr > 20, snr
+
+
+def test_generic_cpu_kernels_match_the_vectorised_ones(tiny_dir):
+    """The portable convolution kernels (what a CPU without AVX-512 runs, e.g. aarch64 hosts)
+    give the same stream as the AVX-512 ones, within float rounding."""
+    internal = omni._core.internal
+    tokens = list(range(100, 150))
+    with omni.Token2Wav(tiny_dir, threads=2) as t2w:
+        fast = _stream(t2w, tokens)
+    internal.force_cpu_isa("generic")
+    try:
+        assert internal.cpu_isa() == "generic"
+        with omni.Token2Wav(tiny_dir, threads=2) as t2w:
+            generic = _stream(t2w, tokens)
+    finally:
+        internal.force_cpu_isa("auto")
+    assert generic.size == fast.size
+    assert np.max(np.abs(generic - fast)) <= 1e-4 * np.max(np.abs(fast))
