@@ -26,18 +26,8 @@ double conv_gflops(int threads, int out, int in, int k, int n, int reps, bool bf
     y.shape(out, n);
     std::fill_n(x.data(), static_cast<size_t>(in) * x.ld - x.margin, 0.5f);
     std::vector<uint16_t> pairs;
-    cpu::ConvArgs a;
-    a.x = x.data();
-    a.x_ld = x.ld;
-    a.y = y.data();
-    a.y_ld = y.ld;
-    a.n = n;
-    if (bf16) {
-        pairs.resize(static_cast<size_t>(in) * x.ld);
-        cpu::to_bf16_pairs(x.buf.data(), x.ld, in, 0, x.ld, pairs.data(), x.ld, pool);
-        a.precision = cpu::Precision::BF16;
-        a.x_bf16 = pairs.data() + 2 * static_cast<size_t>(x.margin);
-    }
+    const cpu::ConvArgs a =
+        cpu::rows_conv_args(pc, x, y, n, bf16 ? cpu::Precision::BF16 : cpu::Precision::F32, pairs, pool);
     cpu::conv(pc, a, pool);  // warm-up
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r) cpu::conv(pc, a, pool);

@@ -117,21 +117,8 @@ struct HiftVocoder::Impl {
     // y = conv(x) over n columns, then epilogue(o0, o1, t0, t1) per finished block.
     void conv(const PackedConv & c, Rows & in, Rows & out, int n, const std::function<void(int, int, int, int)> & ep,
               bool accumulate = false) {
-        cpu::ConvArgs a;
-        a.x = in.data();
-        a.x_ld = in.ld;
-        a.y = out.data();
-        a.y_ld = out.ld;
-        a.n = n;
+        cpu::ConvArgs a = cpu::rows_conv_args(c, in, out, n, precision, pairs, pool);
         a.accumulate = accumulate;
-        if (precision == cpu::Precision::BF16) {
-            // Channel pairs over the columns the conv reads, margins included (zeros stay zeros).
-            const size_t need = static_cast<size_t>(c.in / 2) * in.ld * 2;
-            if (pairs.size() < need) pairs.resize(need);
-            cpu::to_bf16_pairs(in.buf.data(), in.ld, c.in, 0, in.ld, pairs.data(), in.ld, pool);
-            a.precision = cpu::Precision::BF16;
-            a.x_bf16 = pairs.data() + 2 * static_cast<size_t>(in.margin);
-        }
         cpu::BlockFn block;
         if (ep) block = [&](int, int o0, int o1, int t0, int t1) { ep(o0, o1, t0, t1); };
         cpu::conv(c, a, pool, block);

@@ -28,23 +28,10 @@ LayerRunner::LayerRunner(std::shared_ptr<ThreadPool> pool, bool bf16)
 
 void LayerRunner::apply(const PackedConv & w, Rows & in, Rows & out, int n, const BlockFn & epilogue, int segs, int x_seg,
                         int y_seg, int x_col, int y_col) {
-    ConvArgs a;
-    a.x = in.data() + x_col;
-    a.x_ld = in.ld;
-    a.y = out.data() + y_col;
-    a.y_ld = out.ld;
-    a.n = n;
+    ConvArgs a = rows_conv_args(w, in, out, n, precision_, pairs_, *pool_, x_col, y_col);
     a.segments = segs;
     a.x_seg = x_seg;
     a.y_seg = y_seg;
-    if (precision_ == Precision::BF16) {
-        // Whole rows, margins included (their zeros stay zeros).
-        const size_t need = static_cast<size_t>(w.in / 2) * in.ld * 2;
-        if (pairs_.size() < need) pairs_.resize(need);
-        to_bf16_pairs(in.buf.data(), in.ld, w.in, 0, in.ld, pairs_.data(), in.ld, *pool_);
-        a.precision = Precision::BF16;
-        a.x_bf16 = pairs_.data() + 2 * (static_cast<size_t>(in.margin) + x_col);
-    }
     conv(w, a, *pool_, epilogue);
 }
 

@@ -249,6 +249,24 @@ PackedConv pack_linear(const float * w, const float * bias, int out, int in, boo
     return pack_conv(w, bias, out, in, 1, 1, 0, bf16);
 }
 
+ConvArgs rows_conv_args(const PackedConv & w, Rows & in, Rows & out, int n, Precision precision,
+                        std::vector<uint16_t> & pairs, ThreadPool & pool, int x_col, int y_col) {
+    ConvArgs a;
+    a.x = in.data() + x_col;
+    a.x_ld = in.ld;
+    a.y = out.data() + y_col;
+    a.y_ld = out.ld;
+    a.n = n;
+    if (precision == Precision::BF16) {
+        const size_t need = static_cast<size_t>(w.in / 2) * in.ld * 2;
+        if (pairs.size() < need) pairs.resize(need);
+        to_bf16_pairs(in.buf.data(), in.ld, w.in, 0, in.ld, pairs.data(), in.ld, pool);
+        a.precision = Precision::BF16;
+        a.x_bf16 = pairs.data() + 2 * (static_cast<size_t>(in.margin) + x_col);
+    }
+    return a;
+}
+
 void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const BlockFn & epilogue) {
     if (a.n <= 0 || a.segments <= 0) return;
     const bool bf16 = a.precision == Precision::BF16;

@@ -87,4 +87,9 @@ struct Rows {
     float * data() { return row(0); }
 };
 
+// The arguments of out[:, y_col + t] = w(in[:, x_col + t]) for t < n. With BF16 the rows of `in`,
+// margins included (their zeros stay zeros), are first converted into `pairs` (grown as needed).
+ConvArgs rows_conv_args(const PackedConv & w, Rows & in, Rows & out, int n, Precision precision,
+                        std::vector<uint16_t> & pairs, ThreadPool & pool, int x_col = 0, int y_col = 0);
+
 }  // namespace omni::cpu
