@@ -10,28 +10,33 @@ SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).with_name("run.schema.json")
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=2)
+def _schema(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _validate(run: dict, path: Path) -> None:
+    import jsonschema
+
+    jsonschema.validate(run, _schema(path), cls=jsonschema.Draft202012Validator)
+
+
 def run_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+    return _schema(SCHEMA_PATH)
 
 
 def validate_run(run: dict) -> None:
     """Raises jsonschema.ValidationError naming the offending field."""
-    import jsonschema
-
-    jsonschema.validate(run, run_schema(), cls=jsonschema.Draft202012Validator)
+    _validate(run, SCHEMA_PATH)
 
 
 DUPLEX_SCHEMA_PATH = Path(__file__).with_name("duplex.schema.json")
 
 
-@lru_cache(maxsize=1)
 def duplex_schema() -> dict:
-    return json.loads(DUPLEX_SCHEMA_PATH.read_text())
+    return _schema(DUPLEX_SCHEMA_PATH)
 
 
 def validate_duplex_run(run: dict) -> None:
     """Raises jsonschema.ValidationError naming the offending field."""
-    import jsonschema
-
-    jsonschema.validate(run, duplex_schema(), cls=jsonschema.Draft202012Validator)
+    _validate(run, DUPLEX_SCHEMA_PATH)

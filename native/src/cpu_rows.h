@@ -23,6 +23,25 @@ void for_column_blocks(ThreadPool & pool, int B, int T, Fn fn) {
     });
 }
 
+// Mean and 1/sqrt(variance + eps) over rows [r0, r0 + C) of kColBlock columns from c (two
+// passes, as the references compute them).
+inline void column_stats(const Rows & x, int r0, int C, int c, float eps, float * mean, float * inv_std) {
+    for (int j = 0; j < kColBlock; ++j) mean[j] = inv_std[j] = 0.0f;
+    for (int r = 0; r < C; ++r) {
+        const float * row = x.row(r0 + r) + c;
+        for (int j = 0; j < kColBlock; ++j) mean[j] += row[j];
+    }
+    for (int j = 0; j < kColBlock; ++j) mean[j] /= static_cast<float>(C);
+    for (int r = 0; r < C; ++r) {
+        const float * row = x.row(r0 + r) + c;
+        for (int j = 0; j < kColBlock; ++j) {
+            const float v = row[j] - mean[j];
+            inv_std[j] += v * v;
+        }
+    }
+    for (int j = 0; j < kColBlock; ++j) inv_std[j] = 1.0f / std::sqrt(inv_std[j] / static_cast<float>(C) + eps);
+}
+
 // LayerNorm without affine over rows [r0, r0 + C) of columns [c0, c1): calls
 // out(r - r0, column, (x - mean) / sqrt(var + eps)) for every element (in place is fine: each
 // element is read before it is written). Reads up to 15 columns past c1 (the rows' margin).
@@ -30,20 +49,8 @@ template <class Out>
 void norm_columns_rows(const Rows & x, int r0, int C, int c0, int c1, float eps, Out out) {
     for (int cc = c0; cc < c1; cc += kColBlock) {
         const int n = std::min(kColBlock, c1 - cc);
-        float mean[kColBlock] = {}, var[kColBlock] = {};
-        for (int r = 0; r < C; ++r) {
-            const float * row = x.row(r0 + r) + cc;
-            for (int j = 0; j < kColBlock; ++j) mean[j] += row[j];
-        }
-        for (int j = 0; j < kColBlock; ++j) mean[j] /= static_cast<float>(C);
-        for (int r = 0; r < C; ++r) {
-            const float * row = x.row(r0 + r) + cc;
-            for (int j = 0; j < kColBlock; ++j) {
-                const float v = row[j] - mean[j];
-                var[j] += v * v;
-            }
-        }
-        for (int j = 0; j < kColBlock; ++j) var[j] = 1.0f / std::sqrt(var[j] / static_cast<float>(C) + eps);
+        float mean[kColBlock], var[kColBlock];
+        column_stats(x, r0, C, cc, eps, mean, var);
         for (int r = 0; r < C; ++r) {
             const float * row = x.row(r0 + r) + cc;
             for (int j = 0; j < n; ++j) out(r, cc + j, (row[j] - mean[j]) * var[j]);
@@ -61,20 +68,8 @@ void norm_columns(const Rows & x, int C, int c0, int c1, float eps, Out out) {
 template <class RowOut>
 void norm_column_rows(const Rows & x, int r0, int C, int c0, int c1, float eps, float * tmp, RowOut row_out) {
     const int n = c1 - c0;
-    float mean[kColBlock] = {}, var[kColBlock] = {};
-    for (int r = 0; r < C; ++r) {
-        const float * row = x.row(r0 + r) + c0;
-        for (int j = 0; j < kColBlock; ++j) mean[j] += row[j];
-    }
-    for (int j = 0; j < kColBlock; ++j) mean[j] /= static_cast<float>(C);
-    for (int r = 0; r < C; ++r) {
-        const float * row = x.row(r0 + r) + c0;
-        for (int j = 0; j < kColBlock; ++j) {
-            const float v = row[j] - mean[j];
-            var[j] += v * v;
-        }
-    }
-    for (int j = 0; j < kColBlock; ++j) var[j] = 1.0f / std::sqrt(var[j] / static_cast<float>(C) + eps);
+    float mean[kColBlock], var[kColBlock];
+    column_stats(x, r0, C, c0, eps, mean, var);
     for (int r = 0; r < C; ++r) {
         const float * row = x.row(r0 + r) + c0;
         for (int j = 0; j < kColBlock; ++j) tmp[j] = (row[j] - mean[j]) * var[j];
