@@ -110,9 +110,7 @@ class Token2WavStage:
         token2wav.reset()
 
     def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
-        parts = self._pushes(chunk, self.token2wav.push)
-        audio = np.concatenate(parts) if parts else _NO_AUDIO
-        emit(SpeechChunk("", audio, 0, chunk.final))
+        emit(_speech(self._pushes(chunk, self.token2wav.push), chunk.final))
 
     def _pushes(self, chunk: CodeChunk, push: Callable) -> list:
         """push(codes[, final=True]) per 25 codes and at the end; what the pushes returned."""
@@ -151,9 +149,12 @@ class VocoderStage:
         self.token2wav = token2wav
 
     def __call__(self, chunk: MelChunk, emit: Emit) -> None:
-        parts = [self.token2wav.vocode(w) for w in chunk.windows]
-        audio = np.concatenate(parts) if parts else _NO_AUDIO
-        emit(SpeechChunk("", audio, 0, chunk.final))
+        emit(_speech([self.token2wav.vocode(w) for w in chunk.windows], chunk.final))
+
+
+def _speech(parts: list, final: bool) -> SpeechChunk:
+    """One chunk of a reply's audio from the windows made for it (none: an empty chunk)."""
+    return SpeechChunk("", np.concatenate(parts) if parts else _NO_AUDIO, 0, final)
 
 
 def token2wav_stages(token2wav: Token2Wav, overlap: bool) -> list[tuple[str, Stage]]:
