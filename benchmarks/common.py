@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,3 +35,16 @@ def write_result(name: str, payload: dict, model_files: list[str | Path] = (), o
     path.write_text(json.dumps({"benchmark": name, **payload, "manifest": manifest(model_files)}, indent=2))
     print(f"wrote {path}")
     return path
+
+
+@contextlib.contextmanager
+def busy_competitor(cpu: int | None):
+    """One single-threaded busy loop in another process (optionally pinned to one CPU)."""
+    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
+    time.sleep(0.5)  # running before the first timed window
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()

@@ -2,6 +2,11 @@
 file and 448 x 448 image (alternating, so machine noise hits both), and the APM per 10 s of audio.
 
     python benchmarks/encoders.py --model-dir DIR [--threads 2] [--repeats 3] [--out FILE]
+    python benchmarks/encoders.py --model-dir DIR --scaling 1,2 [--repeats 3]
+
+``--scaling``: the VPM on a 540x960 frame (the duplex case's shape) at each thread count,
+alternating, quiet and then beside one single-threaded busy process: whether more encoder
+threads still pay when another process shares the cores.
 
 Needs a real-dimension set (`llama-omni make-models DIR --size real --only llm,apm,vpm`).
 """
@@ -9,6 +14,7 @@ Needs a real-dimension set (`llama-omni make-models DIR --size real --only llm,a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -20,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd through ctypes
 
-from common import write_result  # noqa: E402
+from common import busy_competitor, write_result  # noqa: E402
 
 from llama_omni_py.apm import AudioEncoder  # noqa: E402
 from llama_omni_py.models import discover  # noqa: E402
@@ -32,9 +38,12 @@ def main(argv=None) -> int:
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scaling", help="comma list of thread counts: VPM scaling, quiet and beside a busy process")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     s = discover(args.model_dir)
+    if args.scaling:
+        return scaling(args, s, [int(t) for t in args.scaling.split(",")])
     from reference.mtmd import UpstreamVision
 
     image = (np.random.default_rng(0).random((448, 448, 3)) * 255).astype(np.uint8)
@@ -74,6 +83,26 @@ def main(argv=None) -> int:
     )
     print(f"APM: {res['apm_s_per_10s_audio']:.2f} s per 10 s of audio")
     write_result("encoders", {**res}, [s.path("vpm"), s.path("apm")], args.out)
+    return 0
+
+
+def scaling(args, s, counts: list[int]) -> int:
+    frame = (np.random.default_rng(0).random((540, 960, 3)) * 255).astype(np.uint8)
+    encoders = {t: ImageEncoder(args.model_dir, threads=t) for t in counts}
+    for enc in encoders.values():
+        enc.encode(frame)  # warm-up
+    res = {"frame": [540, 960], "repeats": args.repeats}
+    for load in ("quiet", "busy"):
+        times: dict[int, list[float]] = {t: [] for t in counts}
+        with busy_competitor(None) if load == "busy" else contextlib.nullcontext():
+            for _ in range(args.repeats):
+                for t, enc in encoders.items():
+                    t0 = time.perf_counter()
+                    enc.encode(frame)
+                    times[t].append(time.perf_counter() - t0)
+        res[f"vpm_s_{load}"] = {str(t): statistics.median(v) for t, v in times.items()}
+        print(f"VPM 540x960, {load}: " + ", ".join(f"{t} threads {res[f'vpm_s_{load}'][str(t)]:.2f} s" for t in counts))
+    write_result("encoders_scaling", res, [s.path("vpm")], args.out)
     return 0
 
 

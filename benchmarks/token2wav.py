@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import timed, write_result  # noqa: E402
+from common import busy_competitor, timed, write_result  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -100,19 +100,6 @@ def push_ms(stream, window: np.ndarray, n: int) -> list[float]:
 def snr_db(want: np.ndarray, got: np.ndarray) -> float:
     want, got = want.astype(np.float64), got.astype(np.float64)
     return float(10 * np.log10(np.sum(want**2) / max(np.sum((want - got) ** 2), 1e-30)))
-
-
-@contextlib.contextmanager
-def busy_competitor(cpu: int | None):
-    """One single-threaded busy loop in another process (optionally pinned to one CPU)."""
-    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
-    time.sleep(0.5)  # running before the first timed window
-    try:
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 class Reference:
