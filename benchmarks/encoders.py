@@ -41,9 +41,12 @@ def main(argv=None) -> int:
     ap.add_argument("--scaling", help="comma list of thread counts: VPM scaling, quiet and beside a busy process")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    counts = [int(t) for t in args.scaling.split(",") if t.strip().isdigit() and int(t) > 0] if args.scaling else []
+    if args.scaling and len(counts) != len(args.scaling.split(",")):
+        ap.error(f"--scaling: a comma list of positive thread counts, got {args.scaling!r}")
     s = discover(args.model_dir)
-    if args.scaling:
-        return scaling(args, s, [int(t) for t in args.scaling.split(",")])
+    if counts:
+        return scaling(args, s, counts)
     from reference.mtmd import UpstreamVision
 
     image = (np.random.default_rng(0).random((448, 448, 3)) * 255).astype(np.uint8)
