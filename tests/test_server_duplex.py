@@ -147,3 +147,31 @@ def test_gateway_duplex_queues_and_relays(tiny_dir):
         assert result["type"] == "result" and result["current_time"] == 1 and result["is_listen"]
         assert second["type"] == "prepared"
         wait_until(lambda: http(g.url + "/status")[1]["idle_workers"] == 1)
+
+
+def test_gateway_gives_the_worker_on_only_after_a_vanished_duplex_client_freed_it(tiny_dir):
+    # A client that drops its socket without `stop`: the relay ends the worker's session first,
+    # so the next queued session is served, not refused as busy.
+    with running_gateway(tiny_dir, workers=1, queue_update_s=0.2) as g:
+
+        async def go():
+            base = g.url.replace("http://", "ws://")
+            a = await connect(base + "/ws/duplex/adx_leaver", max_size=None)
+            assert json.loads(await a.recv())["type"] == "queue_done"
+            await a.send(json.dumps({"type": "prepare"}))
+            assert json.loads(await a.recv())["type"] == "prepared"
+            async with connect(base + "/ws/duplex/adx_next", max_size=None) as b:
+                assert json.loads(await asyncio.wait_for(b.recv(), TIMEOUT))["type"] == "queued"
+                await a.close()  # no stop
+                while (m := json.loads(await asyncio.wait_for(b.recv(), TIMEOUT)))["type"] != "queue_done":
+                    assert m["type"] == "queue_update"
+                await b.send(json.dumps({"type": "prepare"}))
+                prepared = json.loads(await asyncio.wait_for(b.recv(), TIMEOUT))
+                await b.send(json.dumps({"type": "stop"}))
+                stopped = json.loads(await asyncio.wait_for(b.recv(), TIMEOUT))
+            return prepared, stopped
+
+        prepared, stopped = run(go())
+        assert prepared["type"] == "prepared", prepared
+        assert stopped["type"] == "stopped"
+        wait_until(lambda: http(g.url + "/status")[1]["idle_workers"] == 1)

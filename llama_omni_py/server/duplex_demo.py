@@ -46,11 +46,16 @@ class DemoDuplexConnection:
         except ConnectionClosed:
             pass
         finally:
-            if self._watchdog is not None:
-                self._watchdog.cancel()
-            if self.duplex is not None:
-                await asyncio.to_thread(self.duplex.close)
-            self.engine.release(self.id)
+            await self._end()
+
+    async def _end(self) -> None:
+        """Frees the engine (idempotent)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        duplex, self.duplex = self.duplex, None
+        if duplex is not None:
+            await asyncio.to_thread(duplex.close)
+        self.engine.release(self.id)
 
     async def _serve(self) -> None:
         while True:
@@ -98,6 +103,7 @@ class DemoDuplexConnection:
                 self._watchdog.cancel()
             await self.send({"type": "resumed"})
         elif kind == "stop":
+            await self._end()  # a client that hears "stopped" may start the next session at once
             await self.send({"type": "stopped"})
             await self.ws.close(1000, "stopped")
             return "stop"

@@ -16,6 +16,7 @@ from .client_channel import ClientChannel, SlowReader
 from .pool import NoWorkerFor, QueueFull
 
 HANDLERS: dict = {}  # session type -> async handler(websocket, channel, lease, gateway)
+STOP_TIMEOUT_S = 10.0  # how long a relay waits for the worker to confirm the end of a session
 
 
 def register(session_type: str, handler) -> None:
@@ -102,7 +103,13 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
 
         tasks = [asyncio.create_task(client_to_worker()), asyncio.create_task(worker_to_client())]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if tasks[0] in done and not tasks[1].done():
+                # The client left without `stop`: end the worker's session the same way, so that
+                # its engine is free before the worker goes back to the pool for the next session.
+                with contextlib.suppress(ConnectionClosed):
+                    await upstream.send(json.dumps({"type": "stop"}))
+                    await asyncio.wait({tasks[1]}, timeout=STOP_TIMEOUT_S)
         finally:
             for t in tasks:
                 t.cancel()
