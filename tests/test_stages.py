@@ -14,7 +14,7 @@ from llama_omni_py.constants import AUDIO_EOS
 from llama_omni_py.llm import LanguageModel
 from llama_omni_py.models import discover
 from llama_omni_py.prompt import simplex_speech_prompt
-from llama_omni_py.tts import TtsModel
+from llama_omni_py.tts import CodeChunk, TtsModel
 
 TEXT = "hello there, how are you today?"
 
@@ -131,17 +131,27 @@ def test_native_tts_loop_stops_when_asked(core_small):
 
 
 def test_tts_context_slides_for_long_replies(tiny_dir):
-    # A TTS context of 128 positions and 50-code chunks: a reply of 4x that in codes completes,
-    # and every code reaches Token2Wav.
+    # A TTS context of 128 positions and twelve text chunks of exactly 50 codes each (the end code
+    # is held off with min_codes, so the length never depends on how the random decoder samples on
+    # this CPU): the decoder slides its context, every chunk still gets all its codes, and every
+    # code reaches Token2Wav.
     s = discover(tiny_dir)
     tts = TtsModel(s.path("tts"), s.path("projector"), "cpu", 1, n_ctx=128)
-    llm = LanguageModel(s.llm, "cpu", 4096, 1)
-    core = Core(llm, tts, max_new_tokens=200, max_audio=50)
-    texts, codes = core.generate(TEXT, seed=2)
-    n = sum(len(c.codes) for c in codes)
-    assert n >= 4 * 128 and tts.slides > 0
-    audio = stages.synthesize(llm, tts, omni.Token2Wav(tiny_dir, threads=1), core.reply(TEXT, seed=2))[1]
-    assert audio.size == (3 + n) * 960
+    tts.start_turn()
+    sampler = tts.sampler(TtsSampling(), 2)
+    rng = np.random.default_rng(2)
+    token2wav = stages.Token2WavStage(omni.Token2Wav(tiny_dir, threads=1))
+    out = stages._Collect()
+    chunks = 12
+    for i in range(chunks):
+        hidden = rng.standard_normal((2, tts.dims.llm_embd)).astype(np.float32)
+        codes = tts.generate(tts.tts.conditions([5 + i, 6 + i], hidden, False), sampler, 50, min_codes=50)
+        assert len(codes) == 50 and all(0 <= c < AUDIO_EOS for c in codes)
+        token2wav(CodeChunk(codes, i == chunks - 1), out)
+    assert tts.slides > 0 and tts.n_ctx == 128
+    assert token2wav.n_codes == chunks * 50
+    audio = np.concatenate([c.audio for c in out])
+    assert audio.size == (3 + chunks * 50) * 960
 
 
 def test_deterministic_across_runs_and_threads(tiny_dir, core_small):

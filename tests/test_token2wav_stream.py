@@ -47,12 +47,21 @@ def _ours(t2w_dir, policy, tokens, pieces=25, engine="auto"):
     return got
 
 
-def _assert_close(got, want, tol=1e-4):
+def _assert_close(got, want, rms_tol=1e-5, max_tol=3e-4):
+    """Audio after Token2Mel, the vocoder and the streaming caches: the RMS of the difference
+    stays near float rounding (measured 2.4e-6..3.2e-6 x the audio's RMS per window, both engines
+    and policies, AVX2 kernels), and no sample strays far (the largest of 24000 differences is
+    20-40 x their RMS: 4e-5..1.1e-4 x the audio's RMS). A bound on the maximum alone sat within
+    10 % of what one CPU's rounding gives, so it failed on another."""
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
-        rms = np.sqrt(np.mean(w.astype(np.float64) ** 2))
         assert g.shape == w.shape, i
-        assert np.abs(g - w).max() <= tol * rms, f"chunk {i}: {np.abs(g - w).max():.3g} vs RMS {rms:.3g}"
+        w64 = w.astype(np.float64)
+        rms = np.sqrt(np.mean(w64**2))
+        err_rms, err_max = np.sqrt(np.mean((g - w64) ** 2)), np.abs(g - w64).max()
+        assert err_rms <= rms_tol * rms and err_max <= max_tol * rms, (
+            f"chunk {i}: RMS of difference {err_rms:.3g}, max {err_max:.3g}, vs RMS {rms:.3g}"
+        )
 
 
 @pytest.mark.parametrize("engine", ["graph", "native"])
