@@ -38,6 +38,20 @@ def write_result(name: str, payload: dict, model_files: list[str | Path] = (), o
 
 
 @contextlib.contextmanager
+def kernel_set(name: str | None):
+    """Runs the block on the named CPU kernel set (generic, avx2, avx512, neon); None: unchanged."""
+    from llama_omni_py._native import core
+
+    before = core.internal.cpu_isa()
+    if name:
+        core.internal.force_cpu_isa(name)
+    try:
+        yield
+    finally:
+        core.internal.force_cpu_isa(before)
+
+
+@contextlib.contextmanager
 def busy_competitor(cpu: int | None):
     """One single-threaded busy loop in another process (optionally pinned to one CPU)."""
     pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None

@@ -10,7 +10,8 @@ Modes (any of them, comma-separated):
 
 * ``speed`` (default): Token2Mel and vocoder ms per window for each of ``--engines``
   (``auto``, ``graph``, ``native``; ``+bf16`` adds the BF16 path, e.g. ``native+bf16``: its
-  speed and the SNR of its audio against the same engine in F32), and the PyTorch reference.
+  speed and the SNR of its audio against the same engine in F32; ``@SET`` runs the row on that
+  CPU kernel set, e.g. ``native@generic,native@avx2``), and the PyTorch reference.
 * ``contention``: wall ms per window, quiet and beside one busy competitor process (a
   single-threaded busy loop, pinned with ``--competitor-cpu``), alternating quiet/busy round by
   round, for each engine, the PyTorch reference and ``--baseline`` (another build of the
@@ -48,7 +49,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import busy_competitor, timed, write_result  # noqa: E402
+from common import busy_competitor, kernel_set, timed, write_result  # noqa: E402
 
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
@@ -66,13 +67,16 @@ def real_token2wav(cache: Path) -> Path:
 
 
 def variants(spec: str) -> list[dict]:
-    """``auto,native+bf16`` -> [{"label", "engine", "bf16"}, ...]."""
+    """``auto,native+bf16,native@avx2`` -> [{"label", "engine", "bf16", "isa"}, ...]."""
     out = []
     for label in spec.split(","):
-        engine, _, extra = label.partition("+")
+        head, _, isa = label.partition("@")
+        engine, _, extra = head.partition("+")
         if extra not in ("", "bf16"):
-            raise SystemExit(f"unknown engine variant {label!r} (ENGINE or ENGINE+bf16)")
-        out.append({"label": label, "engine": engine, "bf16": extra == "bf16"})
+            raise SystemExit(f"unknown engine variant {label!r} (ENGINE[+bf16][@SET])")
+        if isa and isa not in core.internal.cpu_isas():
+            raise SystemExit(f"{label!r}: this CPU runs the kernel sets {', '.join(core.internal.cpu_isas())}")
+        out.append({"label": label, "engine": engine, "bf16": extra == "bf16", "isa": isa or core.internal.cpu_isa()})
     return out
 
 
@@ -87,6 +91,12 @@ def open_stream(t2w: Path, device: str, steps: int, threads: int, engine: str = 
     return stream
 
 
+def open_stream_on(isa: str, *args):
+    """open_stream with the given CPU kernel set in use (it picks the weights' layout)."""
+    with kernel_set(isa):
+        return open_stream(*args)
+
+
 def push_ms(stream, window: np.ndarray, n: int) -> list[float]:
     """Wall ms of n pushes of one window each (Token2Mel + vocoder)."""
     out = []
@@ -95,6 +105,12 @@ def push_ms(stream, window: np.ndarray, n: int) -> list[float]:
         stream.push(window)
         out.append((time.perf_counter() - t0) * 1000)
     return out
+
+
+def push_ms_on(isa: str, stream, window: np.ndarray, n: int) -> list[float]:
+    """push_ms on the given CPU kernel set."""
+    with kernel_set(isa):
+        return push_ms(stream, window, n)
 
 
 def snr_db(want: np.ndarray, got: np.ndarray) -> float:
@@ -146,15 +162,16 @@ class Reference:
 def speed(args, t2w, window, ref, threads: int) -> list[dict]:
     rows = []
     for v in variants(args.engines):
-        stream = open_stream(t2w, args.device, args.steps, threads, v["engine"], v["bf16"])
+        stream = open_stream_on(v["isa"], t2w, args.device, args.steps, threads, v["engine"], v["bf16"])
         rows.append({"device": args.device, "threads": threads, **v, "stream": stream})
         rows[-1].update(token2mel_ms=[], vocoder_ms=[], ref_token2mel_ms=[], ref_vocoder_ms=[])
     for _ in range(2):  # A B A B
         for row in rows:
-            for _ in range(args.chunks):
-                row["stream"].push(window)
-                row["token2mel_ms"].append(row["stream"].last_timings["token2mel_ms"])
-                row["vocoder_ms"].append(row["stream"].last_timings["vocoder_ms"])
+            with kernel_set(row["isa"]):
+                for _ in range(args.chunks):
+                    row["stream"].push(window)
+                    row["token2mel_ms"].append(row["stream"].last_timings["token2mel_ms"])
+                    row["vocoder_ms"].append(row["stream"].last_timings["vocoder_ms"])
         if ref is not None:
             t2m, voc = timed(ref.token2mel, args.chunks), timed(ref.vocoder, args.chunks)
             for row in rows:
@@ -221,7 +238,11 @@ def worker(job: dict) -> None:
 def contention(args, t2w, window, ref, threads: int) -> list[dict]:
     """Quiet vs one busy competitor, alternating (quiet first in even rounds, busy first in odd)."""
     rows = [
-        {"label": v["label"], "stream": open_stream(t2w, args.device, args.steps, threads, v["engine"], v["bf16"])}
+        {
+            "label": v["label"],
+            "isa": v["isa"],
+            "stream": open_stream_on(v["isa"], t2w, args.device, args.steps, threads, v["engine"], v["bf16"]),
+        }
         for v in variants(args.engines)
     ]
     if ref is not None:
@@ -231,7 +252,7 @@ def contention(args, t2w, window, ref, threads: int) -> list[dict]:
     for row in rows:
         row.update(threads=threads, quiet_ms=[], busy_ms=[])
         if "stream" in row:
-            row["measure"] = lambda n, s=row["stream"]: push_ms(s, window, n)
+            row["measure"] = lambda n, s=row["stream"], isa=row["isa"]: push_ms_on(isa, s, window, n)
     for r in range(args.rounds):
         for busy in (False, True) if r % 2 == 0 else (True, False):
             with busy_competitor(args.competitor_cpu) if busy else contextlib.nullcontext():

@@ -14,6 +14,9 @@ one to two orders of magnitude (measured: a Token2Mel window 4351 ms instead of 
 busy competitor). So threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) unless the user set
 ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` themselves; libgomp reads them when it loads, which is
 when the core is imported below.
+
+``OMNI_CPU_ISA`` forces the CPU kernel set of the native engines (docs/cpu-kernels.md); a set this
+CPU cannot run, or an unknown name, is a ConfigError naming the variable.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import ctypes
 import os
 from pathlib import Path
 
-from .errors import OmniError
+from .config import ENV_CPU_ISA, cpu_isa_override
+from .errors import ConfigError, OmniError
 
 
 def _preload_misplaced_backends() -> list[str]:
@@ -69,4 +73,24 @@ except ImportError as exc:  # pragma: no cover - only on a broken install
         "llama.cpp libraries of llama-cpp-python==0.3.36 (or the tree named by OMNI_LLAMA_CPP_DIR)."
     ) from exc
 
-__all__ = ["core", "OPENMP_APPLIED", "PRELOADED"]
+
+def apply_cpu_isa(environ=None) -> str:
+    """Selects the kernel set OMNI_CPU_ISA names, or the best this CPU runs when it names none;
+    returns the set in use."""
+    try:
+        core.internal.force_cpu_isa(cpu_isa_override(environ) or "auto")
+    except Exception as exc:  # DeviceError (this CPU or build) or InvalidArgumentError (name)
+        raise ConfigError(ENV_CPU_ISA, f"{exc}; this CPU runs {', '.join(core.internal.cpu_isas())}") from None
+    return core.internal.cpu_isa()
+
+
+def cpu_kernels() -> dict:
+    """The CPU kernel set in use, the ones this CPU runs, BF16 support and the BLAS (for `llama-omni
+    info` and benchmark manifests)."""
+    i = core.internal
+    return {"active": i.cpu_isa(), "available": list(i.cpu_isas()), "bf16": i.cpu_bf16(), "blas": i.blas_description()}
+
+
+CPU_ISA = apply_cpu_isa()
+
+__all__ = ["core", "CPU_ISA", "OPENMP_APPLIED", "PRELOADED", "apply_cpu_isa", "cpu_kernels"]

@@ -64,7 +64,7 @@ def _pkg_version(name: str) -> str:
 
 def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
     from . import backend, placement
-    from ._native import core
+    from ._native import core, cpu_kernels
 
     topo = placement.read_topology()
     devs = []
@@ -92,6 +92,7 @@ def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
             "allowed": placement.format_cpulist(list(topo.allowed_cpus)),
         },
         "numa_nodes": [{"id": n.id, "cpus": placement.format_cpulist(list(n.cpus))} for n in topo.nodes],
+        "cpu_kernels": cpu_kernels(),
         "llama_system_info": core.llama_system_info().strip(),
     }
     if model_dir:
@@ -131,6 +132,11 @@ def _print_info(info: dict) -> None:
     )
     for n in info["numa_nodes"]:
         print(f"  NUMA node {n['id']}: CPUs {n['cpus']}")
+    k = info["cpu_kernels"]
+    print(
+        f"cpu kernels: {k['active']} (this CPU runs {', '.join(k['available'])}; "
+        f"BF16 {'yes' if k['bf16'] else 'no'}; BLAS {k['blas']})"
+    )
     print(f"llama.cpp: {info['llama_system_info']}")
     if "model_set" in info:
         m = info["model_set"]

@@ -10,7 +10,8 @@ error is a :class:`ConfigError` naming the field), and the one reader of environ
 
 Environment overrides (read here and nowhere else; an explicit field wins):
 OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE (numa_node),
-OMNI_T2W_PROFILE (print a stage profile when a session closes).
+OMNI_T2W_PROFILE (print a stage profile when a session closes), OMNI_CPU_ISA (the CPU kernel set of
+the native engines: generic, avx2, avx512 or neon; default: the best this CPU runs).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
 ENV_T2W_THREADS = "OMNI_T2W_THREADS"
 ENV_NUMA_NODE = "OMNI_NUMA_NODE"
 ENV_PROFILE = "OMNI_T2W_PROFILE"
+ENV_CPU_ISA = "OMNI_CPU_ISA"
 
 CACHE_POLICIES = ("llama.cpp-omni", "reference")
 ENGINES = ("auto", "graph", "native")
@@ -42,6 +44,12 @@ def env_int(name: str, environ=None) -> int | None:
         return int(raw)
     except ValueError:
         raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+
+
+def cpu_isa_override(environ=None) -> str | None:
+    """The CPU kernel set forced by OMNI_CPU_ISA, or None (the best this CPU runs)."""
+    raw = (os.environ if environ is None else environ).get(ENV_CPU_ISA, "").strip().lower()
+    return None if raw in ("", "auto") else raw
 
 
 def profiling_enabled(environ=None) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llama_omni_py import make_models
+from llama_omni_py._native import core
 
 # tests/reference (the PyTorch reference implementations) is importable as `reference`.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -24,6 +25,18 @@ def pytest_collection_modifyitems(config, items):
     if device:
         config.hook.pytest_deselected(items=device)
         items[:] = [item for item in items if not item.get_closest_marker("device")]
+
+
+@pytest.fixture(params=core.internal.cpu_isas(), ids=lambda name: f"isa-{name}")
+def cpu_isa(request):
+    """Each CPU kernel set this CPU runs (docs/cpu-kernels.md), forced for the test; the set in use
+    before (the best, or what OMNI_CPU_ISA chose) comes back afterwards."""
+    before = core.internal.cpu_isa()
+    core.internal.force_cpu_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        core.internal.force_cpu_isa(before)
 
 
 @pytest.fixture(scope="session")

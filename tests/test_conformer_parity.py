@@ -52,6 +52,13 @@ def test_streaming_chunks_match_reference(tiny_dir, engine):
     _stream(model, enc, chunks)
 
 
+def test_native_engine_on_every_kernel_set(tiny_dir, cpu_isa):
+    path = str(tiny_dir / "token2wav-gguf" / "encoder.gguf")
+    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2, engine="native")
+    rng = np.random.default_rng(1)
+    _stream(model, enc, [rng.standard_normal((n, 64)).astype(np.float32) for n in (28, 28, 5)])
+
+
 def test_rel_position_table_matches_reference():
     emb = __import__("reference.stepaudio2_loader", fromlist=["load"]).load(
         "stepaudio2.cosyvoice2.transformer.embedding"

@@ -60,6 +60,13 @@ def test_estimator_matches_reference(tiny_dit, batch, frames, engine):
     _check(est.forward(*inputs), _reference(model, *inputs))
 
 
+def test_native_engine_on_every_kernel_set(tiny_dit, cpu_isa):
+    path, model = tiny_dit
+    est = core.internal.DitEstimator(path, "cpu", 2, engine="native")
+    inputs = _inputs(2, 50, seed=5)
+    _check(est.forward(*inputs), _reference(model, *inputs))
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_cfg_batch_rows_are_independent(tiny_dit, engine):
     # Batch doubling for CFG must not mix rows: row 0 of a batch of 2 equals a batch of 1.

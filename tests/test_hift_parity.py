@@ -65,6 +65,15 @@ def test_decode_with_fixed_source(tiny_hift, frames):
     _assert_close(got, want, what=f"decode {frames} frames")
 
 
+def test_decode_on_every_kernel_set(tiny_hift, cpu_isa):
+    path, model = tiny_hift
+    mel = _mel(58, seed=11)
+    src = (0.1 * np.random.default_rng(12).standard_normal(58 * 480)).astype(np.float32)
+    with torch.inference_mode():
+        want = model.decode(torch.from_numpy(mel)[None], torch.from_numpy(src)[None, None])[0].numpy()
+    _assert_close(core.internal.HiftVocoder(path, 2).decode(mel, src), want, what=f"decode on {cpu_isa}")
+
+
 def test_forward_with_cache_source(tiny_hift):
     path, model = tiny_hift
     mel = _mel(58, seed=3)

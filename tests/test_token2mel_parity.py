@@ -67,6 +67,10 @@ def test_streaming_matches_reference(tiny_dir, steps, engine):
     _run(str(tiny_dir / "token2wav-gguf"), steps, [(28, False), (28, False), (28, False), (13, True)], engine=engine)
 
 
+def test_native_engine_on_every_kernel_set(tiny_dir, cpu_isa):
+    _run(str(tiny_dir / "token2wav-gguf"), 5, [(28, False), (13, True)], engine="native")
+
+
 def test_seeded_noise_is_reproducible_and_per_stream(tiny_dir):
     t2m = core.internal.Token2Mel(str(tiny_dir / "token2wav-gguf"), "cpu", 1, 5)
     spk = np.ones(192, np.float32)

@@ -95,7 +95,7 @@ def git_state() -> dict:
 def manifest(model_files=(), full_hash: bool = True) -> dict:
     """Build, host and environment; model files hashed in full, or by their first MiB."""
     from .. import backend, placement
-    from .._native import core
+    from .._native import core, cpu_kernels
 
     topo = placement.read_topology()
     return {
@@ -106,6 +106,7 @@ def manifest(model_files=(), full_hash: bool = True) -> dict:
         },
         "ggml": core.ggml_version(),
         "blas": core.internal.blas_description(),
+        "cpu_kernels": cpu_kernels(),
         "compiled_backends": backend.compiled_backends(),
         "devices": [
             {

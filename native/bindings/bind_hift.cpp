@@ -32,11 +32,14 @@ void register_hift(py::module_ & m) {
           py::arg("k") = 2048, py::arg("reps") = 20, py::call_guard<py::gil_scoped_release>(),
           "Measured sgemm GFLOP/s of the vocoder's BLAS on `threads` workers.");
     m.def("conv_gflops", &conv_gflops, py::arg("threads"), py::arg("out"), py::arg("in_"), py::arg("k") = 1,
-          py::arg("n") = 112, py::arg("reps") = 20, py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>(),
-          "Measured GFLOP/s of the packed direct-convolution kernel on one conv shape.");
-    m.def("cpu_isa", &cpu_isa, "The CPU kernel set in use: 'avx512' or 'generic'.");
+          py::arg("n") = 112, py::arg("reps") = 20, py::arg("bf16") = false, py::arg("route") = "auto",
+          py::call_guard<py::gil_scoped_release>(),
+          "Measured GFLOP/s of one packed convolution shape: route 'auto' (as the active kernel set runs it), "
+          "'tiles' (its register tiles) or 'sgemm' (im2col + the BLAS's sgemm).");
+    m.def("cpu_isa", &cpu_isa, "The CPU kernel set in use: 'generic', 'avx2', 'avx512' or 'neon'.");
+    m.def("cpu_isas", &cpu_isas, "The CPU kernel sets this build has and this CPU runs, best last.");
     m.def("cpu_bf16", &cpu_bf16, "Whether this CPU has BF16 dot products (AVX512_BF16).");
-    m.def("force_cpu_isa", &force_cpu_isa, py::arg("name"), "Forces the CPU kernel set: 'auto', 'avx512', 'generic'.");
+    m.def("force_cpu_isa", &force_cpu_isa, py::arg("name"), "Forces the CPU kernel set: 'auto' or one of cpu_isas().");
     py::class_<HiftVocoder>(m, "HiftVocoder", "The HiFT vocoder alone: mel (80, frames) -> 24 kHz audio, on its CPU pool.")
         .def(py::init<const std::string &, int, const std::vector<int> &, bool>(), py::arg("path"), py::arg("threads") = 1,
              py::arg("cpus") = std::vector<int>{}, py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())

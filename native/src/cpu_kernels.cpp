@@ -1,8 +1,8 @@
 #include "cpu_kernels.h"
 
 #include "omni/errors.h"
-#include "vec_math.h"
 #include "blas.h"
+#include "kernels/kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -137,38 +137,9 @@ void conv_transpose1d(const ConvTranspose1d & c, const float * x, int len, float
     });
 }
 
-namespace {
-
-// sin(x) for the Snake activation: Cody-Waite reduction by pi in three parts, then the Taylor
-// polynomial to x^11 on [-pi/2, pi/2] (truncation error < 6e-8, below one float ulp of 1).
-// Written branch-free so the compiler vectorises the loop; std::sin was half the vocoder's time.
-inline float sin_fast(float x) {
-    const float k = static_cast<float>(static_cast<int>(x * 0.318309886f + (x >= 0.0f ? 0.5f : -0.5f)));
-    float r = x - k * 3.140625f;        // pi = 3.140625 + 9.6765358e-4 + 5.1265658e-12, each part
-    r -= k * 9.67653584667e-4f;         // exactly representable, so k * part is (nearly) exact
-    r -= k * 5.12656584e-12f;
-    const float r2 = r * r;
-    float p = 2.50521084e-8f;
-    p = p * r2 - 2.75573192e-6f;
-    p = p * r2 + 1.98412698e-4f;
-    p = p * r2 - 8.33333333e-3f;
-    p = p * r2 + 1.66666667e-1f;
-    const float v = r - r * r2 * p;
-    return (static_cast<int>(k) & 1) ? -v : v;
+void snake_row(const float * x, float alpha, int len, float * y) {
+    kernels().snake_row(x, alpha, 1.0f / (alpha + 1e-9f), len, y);
 }
-
-
-OMNI_MULTIVERSION
-void snake_row_inv(const float * x, float a, float inv, int len, float * y) {
-    for (int t = 0; t < len; ++t) {
-        const float s = sin_fast(a * x[t]);
-        y[t] = x[t] + inv * s * s;
-    }
-}
-
-}  // namespace
-
-void snake_row(const float * x, float alpha, int len, float * y) { snake_row_inv(x, alpha, 1.0f / (alpha + 1e-9f), len, y); }
 
 void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool, int x_ld, int y_ld) {
     if (x_ld <= 0) x_ld = len;

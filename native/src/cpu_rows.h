@@ -11,8 +11,6 @@
 
 namespace omni::cpu {
 
-constexpr int kColBlock = 16;
-
 // Runs fn(b, c0, c1) for blocks of up to 16 columns of each of B segments of T columns.
 template <class Fn>
 void for_column_blocks(ThreadPool & pool, int B, int T, Fn fn) {
@@ -23,23 +21,9 @@ void for_column_blocks(ThreadPool & pool, int B, int T, Fn fn) {
     });
 }
 
-// Mean and 1/sqrt(variance + eps) over rows [r0, r0 + C) of kColBlock columns from c (two
-// passes, as the references compute them).
+// Mean and 1/sqrt(variance + eps) over rows [r0, r0 + C) of kColBlock columns from c.
 inline void column_stats(const Rows & x, int r0, int C, int c, float eps, float * mean, float * inv_std) {
-    for (int j = 0; j < kColBlock; ++j) mean[j] = inv_std[j] = 0.0f;
-    for (int r = 0; r < C; ++r) {
-        const float * row = x.row(r0 + r) + c;
-        for (int j = 0; j < kColBlock; ++j) mean[j] += row[j];
-    }
-    for (int j = 0; j < kColBlock; ++j) mean[j] /= static_cast<float>(C);
-    for (int r = 0; r < C; ++r) {
-        const float * row = x.row(r0 + r) + c;
-        for (int j = 0; j < kColBlock; ++j) {
-            const float v = row[j] - mean[j];
-            inv_std[j] += v * v;
-        }
-    }
-    for (int j = 0; j < kColBlock; ++j) inv_std[j] = 1.0f / std::sqrt(inv_std[j] / static_cast<float>(C) + eps);
+    kernels().column_stats(x.row(r0) + c, static_cast<size_t>(x.ld), C, eps, mean, inv_std);
 }
 
 // LayerNorm without affine over rows [r0, r0 + C) of columns [c0, c1): calls

@@ -1,170 +1,18 @@
 #include "packed_conv.h"
 
 #include "omni/errors.h"
+#if !defined(OMNI_NO_BLAS)
+#include "blas.h"
+#endif
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define OMNI_X86 1
-#define OMNI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define OMNI_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-#endif
 
 namespace omni::cpu {
 
 namespace {
 
 constexpr int kBlockPanels = 8;  // a task covers up to 64 output channels
-
-// ---- ISA selection ----------------------------------------------------------------------
-
-bool has_avx512() {
-#if defined(OMNI_X86)
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-#else
-    return false;
-#endif
-}
-
-std::atomic<int> g_isa{-1};  // -1: not chosen yet
-
-// ---- generic kernel: plain loops the compiler vectorises for the build's ISA --------------
-
-#if defined(OMNI_X86)
-#define OMNI_GENERIC_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define OMNI_GENERIC_CLONES
-#endif
-
-// Sub-tiles of 16 columns keep R x 16 accumulators in registers on 256- and 128-bit ISAs.
-template <int R>
-__attribute__((always_inline)) inline void tile_generic(int K, const float * a, const float * b, const int * off, float * c,
-                                                        int ldc, int cols, bool acc_mode, const float * bias) {
-    for (int t0 = 0; t0 < cols; t0 += 16) {
-        float acc[R][16];
-        for (int r = 0; r < R; ++r)
-            for (int t = 0; t < 16; ++t) acc[r][t] = 0.0f;
-        for (int k = 0; k < K; ++k) {
-            const float * bp = b + off[k] + t0;
-            const float * ak = a + static_cast<size_t>(k) * kPanel;
-            for (int r = 0; r < R; ++r)
-                for (int t = 0; t < 16; ++t) acc[r][t] += ak[r] * bp[t];
-        }
-        const int n = std::min(16, cols - t0);
-        for (int r = 0; r < R; ++r) {
-            float * cr = c + static_cast<size_t>(r) * ldc + t0;
-            for (int t = 0; t < n; ++t) cr[t] = (acc_mode ? cr[t] : 0.0f) + (acc[r][t] + bias[r]);
-        }
-    }
-}
-
-OMNI_GENERIC_CLONES
-void run_tile_generic(int R, int K, const float * a, const float * b, const int * off, float * c, int ldc, int cols,
-                      bool acc_mode, const float * bias) {
-    switch (R) {
-        case 8: return tile_generic<8>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 7: return tile_generic<7>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 6: return tile_generic<6>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 5: return tile_generic<5>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 4: return tile_generic<4>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 3: return tile_generic<3>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        case 2: return tile_generic<2>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-        default: return tile_generic<1>(K, a, b, off, c, ldc, cols, acc_mode, bias);
-    }
-}
-
-#if defined(OMNI_X86)
-
-// ---- AVX-512: R channels x V vectors of 16 columns, the last vector masked ----------------
-
-// Bias, optional accumulation into C and the masked store, shared by the F32 and BF16 tiles.
-template <int R, int V>
-OMNI_AVX512 inline void store_tile(__m512 (&acc)[R][V], float * c, int ldc, __mmask16 last, bool acc_mode,
-                                   const float * bias) {
-    for (int r = 0; r < R; ++r) {
-        const __m512 br = _mm512_set1_ps(bias[r]);
-        float * cr = c + static_cast<size_t>(r) * ldc;
-        for (int v = 0; v < V; ++v) {
-            const __mmask16 m = v == V - 1 ? last : static_cast<__mmask16>(0xffff);
-            __m512 val = _mm512_add_ps(acc[r][v], br);
-            if (acc_mode) val = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr + 16 * v), val);
-            _mm512_mask_storeu_ps(cr + 16 * v, m, val);
-        }
-    }
-}
-
-struct F32Tile {
-    template <int R, int V>
-    OMNI_AVX512 static void tile(__mmask16 last, int K, const float * a, const float * b, const int * off, float * c,
-                                 int ldc, bool acc_mode, const float * bias) {
-        __m512 acc[R][V];
-        for (int r = 0; r < R; ++r)
-            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
-        for (int k = 0; k < K; ++k) {
-            const float * bp = b + off[k];
-            __m512 bv[V];
-            for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);  // reads past `cols` are in the margin
-            const float * ak = a + static_cast<size_t>(k) * kPanel;
-            for (int r = 0; r < R; ++r) {
-                const __m512 w = _mm512_set1_ps(ak[r]);
-                for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(w, bv[v], acc[r][v]);
-            }
-        }
-        store_tile<R, V>(acc, c, ldc, last, acc_mode, bias);
-    }
-};
-
-// BF16: channel pairs, one vdpbf16ps per pair and vector.
-struct Bf16Tile {
-    template <int R, int V>
-    OMNI_AVX512_BF16 static void tile(__mmask16 last, int K2, const uint32_t * a, const uint16_t * b, const int * off,
-                                      float * c, int ldc, bool acc_mode, const float * bias) {
-        __m512 acc[R][V];
-        for (int r = 0; r < R; ++r)
-            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
-        for (int k = 0; k < K2; ++k) {
-            const uint16_t * bp = b + 2 * static_cast<ptrdiff_t>(off[k]);
-            __m512bh bv[V];
-            for (int v = 0; v < V; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bp + 32 * v));
-            const uint32_t * ak = a + static_cast<size_t>(k) * kPanel;
-            for (int r = 0; r < R; ++r) {
-                const __m512bh w = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ak[r])));
-                for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], w, bv[v]);
-            }
-        }
-        store_tile<R, V>(acc, c, ldc, last, acc_mode, bias);
-    }
-};
-
-// Picks the tile instance for R rows and cols columns (up to 3 vectors; the last one masked).
-template <typename Kernel, int R, typename... Args>
-void tile_cols(int cols, Args... args) {
-    const int V = (cols + 15) / 16;
-    const int rem = cols - 16 * (V - 1);
-    const auto last = static_cast<__mmask16>(rem >= 16 ? 0xffff : ((1u << rem) - 1));
-    if (V == 3) Kernel::template tile<R, 3>(last, args...);
-    else if (V == 2) Kernel::template tile<R, 2>(last, args...);
-    else Kernel::template tile<R, 1>(last, args...);
-}
-
-template <typename Kernel, typename... Args>
-void run_tile(int R, int cols, Args... args) {
-    switch (R) {
-        case 8: return tile_cols<Kernel, 8>(cols, args...);
-        case 7: return tile_cols<Kernel, 7>(cols, args...);
-        case 6: return tile_cols<Kernel, 6>(cols, args...);
-        case 5: return tile_cols<Kernel, 5>(cols, args...);
-        case 4: return tile_cols<Kernel, 4>(cols, args...);
-        case 3: return tile_cols<Kernel, 3>(cols, args...);
-        case 2: return tile_cols<Kernel, 2>(cols, args...);
-        default: return tile_cols<Kernel, 1>(cols, args...);
-    }
-}
-
-#endif  // OMNI_X86
 
 // Round to nearest even, as vcvtne2ps2bf16 does (NaN is not expected in activations).
 uint16_t bf16_round(float f) {
@@ -181,41 +29,39 @@ int tiles_per_task(int K) {
     return std::clamp(static_cast<int>(3e6 / per_tile + 0.5), 1, 8);
 }
 
+#if !defined(OMNI_NO_BLAS)
+// A block of outputs through im2col + sgemm: y[o0+r][t0+j] (+)= bias + W[o0+r] . cols[:, j].
+void blas_block(const PackedConv & w, const ConvArgs & a, int seg, int o0, int o1, int t0, int t1) {
+    single_threaded_blas();
+    const int K = w.in * w.k, n = t1 - t0, m = o1 - o0;
+    const float * x = a.x + static_cast<ptrdiff_t>(seg) * a.x_seg + t0;
+    float * y = a.y + static_cast<ptrdiff_t>(seg) * a.y_seg + static_cast<size_t>(o0) * a.y_ld + t0;
+    for (int r = 0; r < m; ++r) {
+        float * yr = y + static_cast<size_t>(r) * a.y_ld;
+        const float b = w.bias[o0 + r];
+        for (int j = 0; j < n; ++j) yr[j] = (a.accumulate ? yr[j] : 0.0f) + b;
+    }
+    const float * cols = x;
+    int ldb = a.x_ld;
+    if (!(w.k == 1 && w.pad == 0)) {  // rows of the im2col matrix: (i, kk) -> x[i][t + kk*dil - pad]
+        thread_local std::vector<float> buf;
+        if (buf.size() < static_cast<size_t>(K) * n) buf.resize(static_cast<size_t>(K) * n);
+        for (int i = 0; i < w.in; ++i)
+            for (int kk = 0; kk < w.k; ++kk)
+                std::memcpy(buf.data() + (static_cast<size_t>(i) * w.k + kk) * n,
+                            x + static_cast<ptrdiff_t>(i) * a.x_ld + kk * w.dilation - w.pad, sizeof(float) * n);
+        cols = buf.data();
+        ldb = n;
+    }
+    OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, w.w_rows.data() + static_cast<size_t>(o0) * K, K,
+               cols, ldb, 1.0f, y, a.y_ld);
+}
+#endif
+
 }  // namespace
 
-Isa active_isa() {
-    int v = g_isa.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = static_cast<int>(has_avx512() ? Isa::Avx512 : Isa::Generic);
-        g_isa.store(v, std::memory_order_relaxed);
-    }
-    return static_cast<Isa>(v);
-}
-
-void force_isa(const std::string & name) {
-    if (name == "auto") {
-        g_isa.store(-1);
-    } else if (name == "avx512") {
-        if (!has_avx512()) throw DeviceError("this CPU has no AVX-512 (avx512f/bw/vl)");
-        g_isa.store(static_cast<int>(Isa::Avx512));
-    } else if (name == "generic") {
-        g_isa.store(static_cast<int>(Isa::Generic));
-    } else {
-        throw InvalidArgument("isa must be 'auto', 'avx512' or 'generic', got '" + name + "'");
-    }
-}
-
-bool cpu_has_bf16() {
-#if defined(OMNI_X86)
-    return has_avx512() && __builtin_cpu_supports("avx512bf16");
-#else
-    return false;
-#endif
-}
-
-const char * isa_name() { return active_isa() == Isa::Avx512 ? "avx512" : "generic"; }
-
-PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad, bool bf16) {
+PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad, bool bf16,
+                     bool keep_rows) {
     if (out < 1 || in < 1 || k < 1 || dilation < 1 || pad < 0) throw InvalidArgument("pack_conv: bad shape");
     // Every BF16 user (vocoder, native DiT and conformer) packs its weights here first: refusing
     // now keeps a CPU without the instructions from ever reaching the BF16 tiles.
@@ -232,6 +78,9 @@ PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k
                     w[(static_cast<size_t>(o) * in + i) * k + kk];
     p.bias.assign(out, 0.0f);
     if (bias) std::copy_n(bias, out, p.bias.begin());
+#if !defined(OMNI_NO_BLAS)
+    if (keep_rows || kernels().blas_convs) p.w_rows.assign(w, w + static_cast<size_t>(out) * K);
+#endif
     if (bf16) {
         if (in % 2) throw InvalidArgument("pack_conv: BF16 needs an even number of input channels");
         const int I2 = in / 2;
@@ -271,7 +120,8 @@ void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const Blo
     if (a.n <= 0 || a.segments <= 0) return;
     const bool bf16 = a.precision == Precision::BF16;
     if (bf16 && (!w.has_bf16() || !a.x_bf16)) throw InvalidArgument("conv: BF16 needs BF16 weights and paired input");
-    if (bf16 && active_isa() != Isa::Avx512) throw DeviceError("BF16 kernels need AVX-512 BF16");
+    const Kernels & kern = kernels();
+    if (bf16 && !kern.conv_block_bf16) throw DeviceError(std::string("BF16 kernels need AVX512_BF16; the active set is ") + kern.name);
     // Row offsets of the K index into x: F32 K = i*k + kk; BF16 K2 = (i/2)*k + kk (pairs).
     const int K = bf16 ? w.k * (w.in / 2) : w.in * w.k;
     std::vector<int> off(K);
@@ -280,39 +130,45 @@ void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const Blo
     for (int i2 = 0, idx = 0; bf16 && i2 < w.in / 2; ++i2)
         for (int kk = 0; kk < w.k; ++kk) off[idx++] = i2 * a.x_ld + kk * w.dilation - w.pad;
     const int P = w.panels(), o_blocks = (P + kBlockPanels - 1) / kBlockPanels;
-    const int cols_per_task = tiles_per_task(bf16 ? 2 * K : K) * kTileCols;
-    const int t_blocks = (a.n + cols_per_task - 1) / cols_per_task;
-    const Isa isa = active_isa();
+    // Column blocks of about tiles_per_task tiles, of even width in whole 8-column steps (50
+    // columns: 32 + 24, not 48 + 2): a block's tiles are then as full as the columns allow.
+    const int most = tiles_per_task(bf16 ? 2 * K : K) * kTileCols;
+    const int t_blocks = (a.n + most - 1) / most;
+    const int cols_per_task = ((a.n + t_blocks - 1) / t_blocks + 7) / 8 * 8;
+    const bool sgemm = !bf16 && (a.route == ConvArgs::Route::Sgemm ||
+                                 (a.route == ConvArgs::Route::Auto && kern.blas_convs && !w.w_rows.empty()));
+#if defined(OMNI_NO_BLAS)
+    if (sgemm) throw InvalidArgument("conv: this build has no sgemm route");
+#endif
+    if (sgemm && w.w_rows.empty()) throw InvalidArgument("conv: the sgemm route needs weights packed with keep_rows");
     pool.parallel_for(a.segments * t_blocks * o_blocks, [&](int task, int) {
         const int ob = task % o_blocks, tb = (task / o_blocks) % t_blocks, seg = task / (o_blocks * t_blocks);
-        const int t0 = tb * cols_per_task, t1 = std::min(a.n, t0 + cols_per_task);
+        const int t0 = tb * cols_per_task, t1 = std::min(a.n, t0 + cols_per_task);  // never empty: width <= most
         const int p0 = ob * kBlockPanels, p1 = std::min(P, p0 + kBlockPanels);
-        for (int t = t0; t < t1; t += kTileCols) {
-            const int cols = std::min(kTileCols, t1 - t);
-            for (int p = p0; p < p1; ++p) {
-                const int o = p * kPanel, R = std::min(kPanel, w.out - o);
-                float * c = a.y + static_cast<ptrdiff_t>(seg) * a.y_seg + static_cast<size_t>(o) * a.y_ld + t;
-                const float * bias = w.bias.data() + o;
-#if defined(OMNI_X86)
-                if (bf16) {
-                    const auto * ap = reinterpret_cast<const uint32_t *>(w.w_bf16.data()) + static_cast<size_t>(p) * K * kPanel;
-                    run_tile<Bf16Tile>(R, cols, K, ap, a.x_bf16 + 2 * (static_cast<ptrdiff_t>(seg) * a.x_seg + t),
-                                       off.data(), c, a.y_ld, a.accumulate, bias);
-                    continue;
-                }
-                if (isa == Isa::Avx512) {
-                    run_tile<F32Tile>(R, cols, K, w.w.data() + static_cast<size_t>(p) * K * kPanel,
-                                      a.x + static_cast<ptrdiff_t>(seg) * a.x_seg + t, off.data(), c, a.y_ld,
-                                      a.accumulate, bias);
-                    continue;
-                }
+        const int o0 = p0 * kPanel, o1 = std::min(w.out, p1 * kPanel);
+        ConvBlock b;
+        b.K = K;
+        b.off = off.data();
+        b.y = a.y + static_cast<ptrdiff_t>(seg) * a.y_seg + static_cast<size_t>(o0) * a.y_ld + t0;
+        b.y_ld = a.y_ld;
+        b.bias = w.bias.data() + o0;
+        b.rows = o1 - o0;
+        b.cols = t1 - t0;
+        b.accumulate = a.accumulate;
+        if (sgemm) {
+#if !defined(OMNI_NO_BLAS)
+            blas_block(w, a, seg, o0, o1, t0, t1);
 #endif
-                run_tile_generic(R, K, w.w.data() + static_cast<size_t>(p) * K * kPanel,
-                                 a.x + static_cast<ptrdiff_t>(seg) * a.x_seg + t, off.data(), c, a.y_ld, cols, a.accumulate,
-                                 bias);
-            }
+        } else if (bf16) {
+            b.w_bf16 = reinterpret_cast<const uint32_t *>(w.w_bf16.data()) + static_cast<size_t>(p0) * K * kPanel;
+            b.x_bf16 = a.x_bf16 + 2 * (static_cast<ptrdiff_t>(seg) * a.x_seg + t0);
+            kern.conv_block_bf16(b);
+        } else {
+            b.w = w.w.data() + static_cast<size_t>(p0) * K * kPanel;
+            b.x = a.x + static_cast<ptrdiff_t>(seg) * a.x_seg + t0;
+            kern.conv_block(b);
         }
-        if (epilogue) epilogue(seg, p0 * kPanel, std::min(w.out, p1 * kPanel), t0, t1);
+        if (epilogue) epilogue(seg, o0, o1, t0, t1);
     });
 }
 

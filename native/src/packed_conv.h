@@ -3,8 +3,8 @@
 //
 // Activations are rows [channels][ld] with the time (or frame) axis contiguous. A stride-1
 // convolution y[o][t] = b[o] + sum_{i,kk} w[o][i][kk] x[i][t + kk*dilation - pad] is computed
-// in register tiles of 8 output channels x 48 columns straight from x (no im2col); a linear
-// layer is the case k = 1. Each output element is summed in one fixed order whatever the tile
+// in register tiles straight from x (no im2col) by the active kernel set (kernels/kernels.h); a
+// linear layer is the case k = 1. Each output element is summed in one fixed order whatever the tile
 // or thread split, so results are bit-identical across thread counts.
 //
 // Reads: x must be readable from column -pad to n - 1 + (k-1)*dilation - pad + kTileCols of
@@ -12,6 +12,7 @@
 // reaches must hold zeros.
 #pragma once
 
+#include "kernels/kernels.h"
 #include "omni/threadpool.h"
 
 #include <cstdint>
@@ -21,22 +22,14 @@
 
 namespace omni::cpu {
 
-constexpr int kPanel = 8;      // output channels per register tile
-constexpr int kTileCols = 48;  // columns per register tile
-
 enum class Precision { F32, BF16 };
-
-// Which kernel runs: the best the CPU has, or forced (tests, comparisons).
-enum class Isa { Avx512, Generic };
-Isa active_isa();
-void force_isa(const std::string & name);  // "auto", "avx512", "generic"; throws if unavailable
-bool cpu_has_bf16();                        // AVX512_BF16 dot products (vdpbf16ps)
-const char * isa_name();
 
 struct PackedConv {
     int out = 0, in = 0, k = 1, dilation = 1, pad = 0;
     std::vector<float> w;          // F32: [panels][in*k][kPanel], K index = i*k + kk
     std::vector<uint16_t> w_bf16;  // BF16: [panels][in/2][k][kPanel][2] (only when packed for it)
+    std::vector<float> w_rows;     // [out][in*k] as given: kept when the kernel set in use at packing
+                                   // runs convolutions through sgemm (Kernels::blas_convs)
     std::vector<float> bias;       // [out]
     int panels() const { return (out + kPanel - 1) / kPanel; }
     bool has_bf16() const { return !w_bf16.empty(); }
@@ -45,8 +38,10 @@ struct PackedConv {
 };
 
 // w: [out][in][k] (PyTorch Conv1d), bias: [out] or null. bf16: also pack the BF16 copy (needs
-// an even `in`).
-PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad, bool bf16 = false);
+// an even `in`). keep_rows: also keep w as given for the sgemm route (default: when the active
+// kernel set routes convolutions through sgemm).
+PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad, bool bf16 = false,
+                     bool keep_rows = false);
 // w: [out][in] (a linear layer).
 PackedConv pack_linear(const float * w, const float * bias, int out, int in, bool bf16 = false);
 
@@ -63,6 +58,8 @@ struct ConvArgs {
     Precision precision = Precision::F32;
     // BF16 only: x as channel pairs, [in/2][x_ld][2] bf16 (see to_bf16_pairs); x is unused.
     const uint16_t * x_bf16 = nullptr;
+    // F32: the active kernel set's tiles, or im2col + sgemm (needs w_rows). Auto: as the set says.
+    enum class Route { Auto, Tiles, Sgemm } route = Route::Auto;
 };
 
 // Called once per finished block of outputs: channels [o0, o1), columns [t0, t1) of segment
