@@ -14,9 +14,11 @@ Modes (any of them, comma-separated):
   CPU kernel set, e.g. ``native@generic,native@avx2``), and the PyTorch reference.
 * ``contention``: wall ms per window, quiet and beside one busy competitor process (a
   single-threaded busy loop, pinned with ``--competitor-cpu``), alternating quiet/busy round by
-  round, for each engine, the PyTorch reference and ``--baseline`` (another build of the
-  package, e.g. an older commit's, imported from that directory in a fresh process per round);
-  the ratio busy / quiet.
+  round, for each engine, the PyTorch reference, ``--baseline`` (another build of the
+  package, e.g. an older commit's, imported from that directory in a fresh process per round)
+  and llama.cpp-omni (``--lco-src``/``--lco-build``: its tree and a build you made, see
+  benchmarks/lco.py; at our thread count unless ``--lco-threads 0`` keeps its own defaults);
+  the ratio busy / quiet, and each row's time over llama.cpp-omni's.
 * ``overlap``: Token2Mel as a stand-in device stage that releases the CPU for ``--device-ms``
   (uniform in the range, per window) and hands on real mel windows, the vocoder on its CPU
   pool; ms per window run one after the other (one Token2Wav stage) and as two pipeline
@@ -249,6 +251,17 @@ def contention(args, t2w, window, ref, threads: int) -> list[dict]:
         rows.append({"label": "pytorch", "measure": ref.window_ms})
     if args.baseline:
         rows.append({"label": "baseline", "measure": lambda n: baseline_ms(args, t2w, window, threads)})
+    lco_t2w = None
+    if args.lco_build:
+        import tempfile
+
+        import lco
+
+        exe = lco.build_driver("t2w_driver", args.lco_src, args.lco_build)
+        lco_threads = threads if args.lco_threads is None else args.lco_threads
+        lco_t2w = lco.Token2Wav(exe, t2w, lco_threads, np.tile(window, 4), Path(tempfile.mkdtemp()))
+        lco_t2w.window_ms(1)  # past its first window, as ours
+        rows.append({"label": "llama.cpp-omni", "measure": lco_t2w.window_ms})
     for row in rows:
         row.update(threads=threads, quiet_ms=[], busy_ms=[])
         if "stream" in row:
@@ -258,15 +271,24 @@ def contention(args, t2w, window, ref, threads: int) -> list[dict]:
             with busy_competitor(args.competitor_cpu) if busy else contextlib.nullcontext():
                 for row in rows:
                     row["busy_ms" if busy else "quiet_ms"] += row["measure"](args.chunks)
+    if lco_t2w is not None:
+        lco_t2w.close()
+    lco_row = next((r for r in rows if r["label"] == "llama.cpp-omni"), None)
     for row in rows:
         del row["measure"]
         row.pop("stream", None)
         row["quiet_ms_median"] = statistics.median(row["quiet_ms"])
         row["busy_ms_median"] = statistics.median(row["busy_ms"])
         row["busy_over_quiet"] = row["busy_ms_median"] / row["quiet_ms_median"]
+    for row in rows:
+        vs = ""
+        if lco_row is not None:
+            row["quiet_vs_lco"] = row["quiet_ms_median"] / lco_row["quiet_ms_median"]
+            row["busy_vs_lco"] = row["busy_ms_median"] / lco_row["busy_ms_median"]
+            vs = f"; vs llama.cpp-omni {row['quiet_vs_lco']:.2f} x quiet, {row['busy_vs_lco']:.2f} x busy"
         print(
             f"contention, threads {threads} {row['label']}: quiet {row['quiet_ms_median']:.0f} ms, "
-            f"beside a busy process {row['busy_ms_median']:.0f} ms per window ({row['busy_over_quiet']:.2f} x)"
+            f"beside a busy process {row['busy_ms_median']:.0f} ms per window ({row['busy_over_quiet']:.2f} x){vs}"
         )
     return rows
 
@@ -356,6 +378,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="contention/overlap: alternating rounds")
     ap.add_argument("--competitor-cpu", type=int, help="contention: pin the busy competitor to this CPU")
     ap.add_argument("--baseline", help="contention: a directory holding another build of llama_omni_py")
+    ap.add_argument("--lco-src", help="contention: a llama.cpp-omni source tree (with --lco-build)")
+    ap.add_argument("--lco-build", help="contention: the build directory you made of --lco-src (target omni)")
+    ap.add_argument("--lco-threads", type=int, help="llama.cpp-omni's threads (default ours; 0: its own defaults)")
     ap.add_argument("--device-ms", default="100,140", help="overlap: the stand-in device's ms per window (range)")
     ap.add_argument("--windows", type=int, default=8, help="overlap: windows per run")
     ap.add_argument("--no-reference", action="store_true")
@@ -365,6 +390,8 @@ def main(argv=None) -> int:
     if args.worker:
         worker(json.loads(args.worker))
         return 0
+    if bool(args.lco_src) != bool(args.lco_build):
+        raise SystemExit("--lco-src and --lco-build go together")
     modes = args.mode.split(",")
     if set(modes) - set(MODES):
         raise SystemExit(f"unknown mode in {args.mode!r}; choose from {', '.join(MODES)}")

@@ -124,11 +124,13 @@ void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const Blo
     if (bf16 && !kern.conv_block_bf16) throw DeviceError(std::string("BF16 kernels need AVX512_BF16; the active set is ") + kern.name);
     // Row offsets of the K index into x: F32 K = i*k + kk; BF16 K2 = (i/2)*k + kk (pairs).
     const int K = bf16 ? w.k * (w.in / 2) : w.in * w.k;
-    std::vector<int> off(K);
+    // kOffPad more entries (repeating the last) let a tile prefetch ahead without a bounds test.
+    std::vector<int> off(K + kOffPad);
     for (int i = 0, idx = 0; !bf16 && i < w.in; ++i)
         for (int kk = 0; kk < w.k; ++kk) off[idx++] = i * a.x_ld + kk * w.dilation - w.pad;
     for (int i2 = 0, idx = 0; bf16 && i2 < w.in / 2; ++i2)
         for (int kk = 0; kk < w.k; ++kk) off[idx++] = i2 * a.x_ld + kk * w.dilation - w.pad;
+    std::fill(off.begin() + K, off.end(), off[K - 1]);
     const int P = w.panels(), o_blocks = (P + kBlockPanels - 1) / kBlockPanels;
     // Column blocks of about tiles_per_task tiles, of even width in whole 8-column steps (50
     // columns: 32 + 24, not 48 + 2): a block's tiles are then as full as the columns allow.

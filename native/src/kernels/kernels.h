@@ -19,6 +19,7 @@ enum class Isa { Generic, Avx2, Avx512, Neon };
 
 constexpr int kPanel = 8;      // output channels per packed weight panel
 constexpr int kTileCols = 48;  // columns per register tile (every set divides it into its vectors)
+constexpr int kOffPad = 8;     // ConvBlock::off holds this many valid entries past K (prefetching)
 
 // One task's share of a packed convolution (packed_conv.h): output channels [0, rows) (at most
 // 8 panels) x columns [0, cols), every output summed over k = 0..K-1 in that order with one
@@ -26,7 +27,7 @@ constexpr int kTileCols = 48;  // columns per register tile (every set divides i
 // fixed, every set with FMA gives the same bits, whatever the split.
 struct ConvBlock {
     int K = 0;                         // F32: in*k; BF16: (in/2)*k channel pairs
-    const int * off = nullptr;         // per K index: offset of its input row and tap in x
+    const int * off = nullptr;         // per K index: offset of its input row and tap in x (K + kOffPad)
     const float * w = nullptr;         // F32 panels [rows/8][K][kPanel]
     const uint32_t * w_bf16 = nullptr; // BF16 panels [rows/8][K][kPanel] of channel pairs
     const float * x = nullptr;         // F32 input at this block's first column

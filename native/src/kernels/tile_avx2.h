@@ -35,7 +35,7 @@ void tile4x24(int last, const TileArgs & t) {
             acc[r][v] = t.load_part() ? _mm256_loadu_ps(t.part + r * kTileCols + 8 * v) : _mm256_setzero_ps();
     for (int k = 0; k < t.K; ++k) {
         const float * bp = t.b + t.off[k];
-        if (k + 8 < t.K) _mm_prefetch(reinterpret_cast<const char *>(t.b + t.off[k + 8]), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char *>(t.b + t.off[k + kOffPad]), _MM_HINT_T0);  // 8 rows ahead
         __m256 bv[V];
 #pragma GCC unroll 3
         for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);  // reads past `cols` land in the margin

@@ -23,9 +23,11 @@ constexpr int kVecCols = 16;  // columns per vector
 // Bias, optional accumulation into C and the masked store, shared by the F32 and BF16 tiles.
 template <int R, int V>
 inline void store_tile(__m512 (&acc)[R][V], float * c, int ldc, __mmask16 last, bool acc_mode, const float * bias) {
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
         const __m512 br = _mm512_set1_ps(bias[r]);
         float * cr = c + static_cast<size_t>(r) * ldc;
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) {
             const __mmask16 m = v == V - 1 ? last : static_cast<__mmask16>(0xffff);
             __m512 val = _mm512_add_ps(acc[r][v], br);
@@ -39,21 +41,28 @@ struct F32Tile {
     template <int R, int V>
     static void tile(__mmask16 last, const TileArgs & t) {
         __m512 acc[R][V];
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v)
                 acc[r][v] = t.load_part() ? _mm512_loadu_ps(t.part + r * kTileCols + 16 * v) : _mm512_setzero_ps();
         for (int k = 0; k < t.K; ++k) {
             const float * bp = t.b + t.off[k];
             __m512 bv[V];
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);  // reads past `cols` land in the margin
             const float * ak = t.a + static_cast<size_t>(k) * kPanel;
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
                 const __m512 w = _mm512_set1_ps(ak[r]);
+#pragma GCC unroll 3
                 for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(w, bv[v], acc[r][v]);
             }
         }
         if (t.store_part()) {  // whole vectors: the partial rows are kTileCols wide
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
                 for (int v = 0; v < V; ++v) _mm512_storeu_ps(t.part + r * kTileCols + 16 * v, acc[r][v]);
             return;
         }
@@ -68,15 +77,20 @@ struct Bf16Tile {
     OMNI_TARGET_BF16 static void tile(__mmask16 last, int K2, const uint32_t * a, const uint16_t * b, const int * off,
                                       float * c, int ldc, bool acc_mode, const float * bias) {
         __m512 acc[R][V];
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
         for (int k = 0; k < K2; ++k) {
             const uint16_t * bp = b + 2 * static_cast<ptrdiff_t>(off[k]);
             __m512bh bv[V];
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bp + 32 * v));
             const uint32_t * ak = a + static_cast<size_t>(k) * kPanel;
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
                 const __m512bh w = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ak[r])));
+#pragma GCC unroll 3
                 for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], w, bv[v]);
             }
         }

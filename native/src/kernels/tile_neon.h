@@ -22,17 +22,22 @@ constexpr int kVecCols = 4;  // columns per vector
 template <int R, int V>
 void tile8x12(int last, const TileArgs & t) {
     float32x4_t acc[R][V];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) acc[r][v] = t.load_part() ? vld1q_f32(t.part + r * kTileCols + 4 * v) : vdupq_n_f32(0.0f);
     for (int k = 0; k < t.K; ++k) {
         const float * bp = t.b + t.off[k];
         float32x4_t bv[V];
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) bv[v] = vld1q_f32(bp + 4 * v);  // reads past `cols` land in the margin
         const float * ak = t.a + static_cast<size_t>(k) * kPanel;
         const float32x4_t w0 = vld1q_f32(ak), w1 = vld1q_f32(ak + 4);  // panels are padded to 8 channels
-#define OMNI_ROW(r, w, lane)                                                                         \
-    if constexpr (R > r)                                                                             \
-        for (int v = 0; v < V; ++v) acc[r][v] = vfmaq_laneq_f32(acc[r][v], bv[v], w, lane);
+#define OMNI_ROW(r, w, lane)                                                                     \
+    if constexpr (R > r) {                                                                       \
+        _Pragma("GCC unroll 3") for (int v = 0; v < V; ++v) acc[r][v] =                          \
+            vfmaq_laneq_f32(acc[r][v], bv[v], w, lane);                                          \
+    }
         OMNI_ROW(0, w0, 0)
         OMNI_ROW(1, w0, 1)
         OMNI_ROW(2, w0, 2)
@@ -44,13 +49,17 @@ void tile8x12(int last, const TileArgs & t) {
 #undef OMNI_ROW
     }
     if (t.store_part()) {  // whole vectors: the partial rows are kTileCols wide
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v) vst1q_f32(t.part + r * kTileCols + 4 * v, acc[r][v]);
         return;
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
         const float32x4_t br = vdupq_n_f32(t.bias[r]);
         float * cr = t.c + static_cast<size_t>(r) * t.ldc;
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) {
             float32x4_t val = vaddq_f32(acc[r][v], br);
             if (v < V - 1 || last == 4) {

@@ -30,26 +30,35 @@ inline void store4(float * p, vec4 v) { std::memcpy(p, &v, sizeof(v)); }
 template <int R, int V>
 void tile4x8(int last, const TileArgs & t) {
     vec4 acc[R][V];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v)
             acc[r][v] = t.load_part() ? load4(t.part + r * kTileCols + 4 * v) : vec4{0.0f, 0.0f, 0.0f, 0.0f};
     for (int k = 0; k < t.K; ++k) {
         const float * bp = t.b + t.off[k];
         vec4 bv[V];
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) bv[v] = load4(bp + 4 * v);  // reads past `cols` land in the margin
         const float * ak = t.a + static_cast<size_t>(k) * kPanel;
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const vec4 w = vec4{0.0f, 0.0f, 0.0f, 0.0f} + ak[r];
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v) acc[r][v] += w * bv[v];
         }
     }
     if (t.store_part()) {
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
             for (int v = 0; v < V; ++v) store4(t.part + r * kTileCols + 4 * v, acc[r][v]);
         return;
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
         float * cr = t.c + static_cast<size_t>(r) * t.ldc;
+#pragma GCC unroll 3
         for (int v = 0; v < V; ++v) {
             float lanes[4];
             store4(lanes, acc[r][v] + t.bias[r]);

@@ -1,0 +1,89 @@
+"""llama.cpp-omni beside us in one benchmark run: builds our small driver programs
+(benchmarks/lco_drivers/) against a llama.cpp-omni tree and build directory the user provides,
+and runs them as long-lived processes the benchmark alternates with our code.
+
+The project never fetches, vendors or builds llama.cpp-omni itself. Build it first (CPU):
+
+    cmake -S SRC -B BUILD -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON \\
+        -DGGML_F16C=ON -DGGML_AVX512=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \\
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+    cmake --build BUILD --target omni
+
+(-DGGML_AVX512=ON on a CPU that has it; both ISAs are worth a row.) Then pass --lco-src SRC
+--lco-build BUILD to the benchmark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+DRIVERS = Path(__file__).resolve().parent / "lco_drivers"
+CACHE = Path.home() / ".cache" / "llama-omni-py" / "lco-drivers"
+
+
+def _libdir(build: Path) -> Path:
+    for d in (build / "bin", build):
+        if list(d.glob("libomni.*")):
+            return d
+    raise SystemExit(f"{build}: no libomni shared library (build the 'omni' target of llama.cpp-omni there)")
+
+
+def build_driver(name: str, src: str | Path, build: str | Path) -> Path:
+    """Compiles lco_drivers/<name>.cpp against the tree and its build (cached by content)."""
+    src, build = Path(src).resolve(), Path(build).resolve()
+    omni = src / "tools" / "omni"
+    if not (omni / "token2wav" / "token2wav-impl.h").exists():
+        raise SystemExit(f"{src}: not a llama.cpp-omni source tree (no tools/omni/token2wav)")
+    lib = _libdir(build)
+    code = (DRIVERS / f"{name}.cpp").read_text()
+    key = hashlib.sha256(f"{code}|{src}|{lib}".encode()).hexdigest()[:16]
+    exe = CACHE / f"{name}-{key}"
+    if exe.exists():
+        return exe
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cxx = shutil.which("g++") or shutil.which("c++")
+    cmd = [cxx, "-std=c++17", "-O2", str(DRIVERS / f"{name}.cpp"), "-o", str(exe)]
+    cmd += [f"-I{p}" for p in (omni, omni / "token2wav", src / "include", src / "ggml" / "include")]
+    cmd += [f"-L{lib}", "-lomni", "-lllama", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lpthread"]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+class Token2Wav:
+    """llama.cpp-omni's Token2Wav in a driver process: 28-token windows advancing by 25."""
+
+    def __init__(self, exe: Path, t2w_dir: str | Path, threads: int, tokens: np.ndarray, tmp: Path):
+        tok = tmp / "lco-tokens.txt"
+        tok.write_text(" ".join(str(int(t)) for t in tokens))
+        self.proc = subprocess.Popen(
+            [str(exe), str(t2w_dir), str(threads), str(tok)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # it prints a timing line per window there
+            text=True,
+        )
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"llama.cpp-omni Token2Wav driver failed to start (exit {self.proc.wait()})")
+
+    def _ask(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        out = self.proc.stdout.readline()
+        if not out or out.startswith("error"):
+            raise RuntimeError(f"llama.cpp-omni driver: {out.strip() or 'exited'}")
+        return out
+
+    def window_ms(self, n: int) -> list[float]:
+        """Wall ms of each of the next n windows (Token2Mel + vocoder)."""
+        return [float(x) for x in self._ask(f"run {n}").split()]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=30)
