@@ -43,6 +43,7 @@ from common import write_result  # noqa: E402
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
+from llama_omni_py.config import Token2WavConfig  # noqa: E402
 from llama_omni_py.gguf_writer import GgufWriter  # noqa: E402
 
 SILENCE, HOP, WINDOW, SAMPLES_PER_FRAME = 4218, 25, 28, 480
@@ -96,7 +97,9 @@ def offline(flow, hift_ref, hift, tokens, ptok, pmel, spk, steps):
 
 
 def ours(t2w_dir, policy, tokens, steps):
-    t = core.Token2Wav(str(t2w_dir), "cpu", steps, 2, temperature=0.0, cache_policy=policy)
+    t = core.Token2Wav(
+        str(t2w_dir), Token2WavConfig(steps=steps, threads=2, temperature=0.0, cache_policy=policy).to_native("cpu")
+    )
     return np.concatenate([t.push(np.asarray(tokens, np.int32)), t.push(np.zeros(0, np.int32), final=True)])
 
 

@@ -56,6 +56,7 @@ from common import busy_competitor, kernel_set, timed, write_result  # noqa: E40
 from llama_omni_py import modelgen  # noqa: E402
 from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
+from llama_omni_py.config import Token2WavConfig  # noqa: E402
 
 VOCODER_FRAMES, VOCODER_GFLOP = 58, 35.5  # docs/performance.md
 MODES = ("speed", "contention", "overlap")
@@ -86,9 +87,13 @@ def open_stream(t2w: Path, device: str, steps: int, threads: int, engine: str = 
     """Our streaming Token2Wav, past its first window (no vocoder cache yet: not steady state).
     The reference cache policy, so both implementations attend over the same bounded caches.
     Engine and BF16 are passed only when asked for, so an older build (--baseline) runs too."""
-    extra = {"engine": engine} if engine != "auto" else {}
-    extra.update({"bf16": True} if bf16 else {})
-    stream = core.Token2Wav(str(t2w), device, steps, threads, cache_policy="reference", **extra)
+    config = Token2WavConfig(steps=steps, threads=threads, cache_policy="reference", engine=engine, bf16=bf16)
+    try:
+        stream = core.Token2Wav(str(t2w), config.to_native(device))
+    except TypeError:  # an older build (--baseline) takes the options one by one
+        extra = {"engine": engine} if engine != "auto" else {}
+        extra.update({"bf16": True} if bf16 else {})
+        stream = core.Token2Wav(str(t2w), device, steps, threads, cache_policy="reference", **extra)
     stream.push(np.arange(25, dtype=np.int32))
     return stream
 
@@ -212,7 +217,8 @@ def bf16_snr(args, t2w: Path, threads: int, engine: str) -> float:
     tokens = np.random.default_rng(3).integers(0, 6561, 4 * 25 + 10).astype(np.int32)
     audio = []
     for bf16 in (False, True):
-        t = core.Token2Wav(str(t2w), args.device, args.steps, threads, engine=engine, bf16=bf16)
+        config = Token2WavConfig(steps=args.steps, threads=threads, engine=engine, bf16=bf16)
+        t = core.Token2Wav(str(t2w), config.to_native(args.device))
         audio.append(
             np.concatenate([t.push(tokens[i : i + 25]) for i in range(0, 100, 25)] + [t.push(tokens[100:], True)])
         )
@@ -322,7 +328,8 @@ def overlap(args, t2w, window, threads: int) -> dict:
     from llama_omni_py.tts import CodeChunk
 
     v = variants(args.engines)[0]
-    stream = core.Token2Wav(str(t2w), args.device, args.steps, threads, engine=v["engine"], bf16=v["bf16"])
+    config = Token2WavConfig(steps=args.steps, threads=threads, engine=v["engine"], bf16=v["bf16"])
+    stream = core.Token2Wav(str(t2w), config.to_native(args.device))
     lo, hi = (float(x) for x in args.device_ms.split(","))
     n = args.windows
     device_ms = list(np.random.default_rng(2).uniform(lo, hi, n))

@@ -17,7 +17,7 @@ the native engines: generic, avx2, avx512 or neon; default: the best this CPU ru
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
@@ -56,6 +56,20 @@ def profiling_enabled(environ=None) -> bool:
     return (os.environ if environ is None else environ).get(ENV_PROFILE, "0") not in ("", "0")
 
 
+def _native_options(name: str, config, **resolved):
+    """A core options struct filled field by field: every field the struct and ``config`` share,
+    then ``resolved`` (values the config does not hold as such)."""
+    from ._native import core
+
+    native = getattr(core, name)()
+    for f in fields(config):
+        if hasattr(native, f.name) and f.name not in resolved:
+            setattr(native, f.name, getattr(config, f.name))
+    for k, v in resolved.items():
+        setattr(native, k, v)
+    return native
+
+
 @dataclass(frozen=True)
 class LlmSampling:
     """How the LLM samples the reply (MiniCPM-o's speech defaults)."""
@@ -74,6 +88,10 @@ class LlmSampling:
         checks.number_in("min_p", self.min_p, 0.0, 1.0)
         checks.number_in("repeat_penalty", self.repeat_penalty, 0.0, 10.0, lo_open=True)
         checks.int_in("repeat_last_n", self.repeat_last_n, 0)
+
+    def to_native(self, seed: int):
+        """The core's SamplingOptions: these fields and the request's seed."""
+        return _native_options("SamplingOptions", self, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,10 @@ class TtsSampling:
     @classmethod
     def llama_cpp_omni_duplex(cls) -> TtsSampling:
         return cls(window=16, top_k=25, top_p=0.85)
+
+    def to_native(self, seed: int):
+        """The core's TtsSamplerOptions: these fields and the request's seed."""
+        return _native_options("TtsSamplerOptions", self, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -175,6 +197,13 @@ class Token2WavConfig:
         usable = len(checks.usable_cpus())
         wanted = self.explicit_threads
         return min(usable, wanted if wanted is not None else DEFAULT_VOCODER_THREADS)
+
+    def to_native(self, device: str):
+        """The core's Token2WavOptions for a stream on ``device``: the resolved thread count and
+        CPUs; ``overlap`` is the pipeline's business and stays here."""
+        return _native_options(
+            "Token2WavOptions", self, device=device, threads=self.resolved_threads, cpus=list(self.cpus or [])
+        )
 
 
 @dataclass(frozen=True)

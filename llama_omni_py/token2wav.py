@@ -48,18 +48,7 @@ class Token2Wav:
         self.device = resolve_device(device)
         if (path / ms.T2W_DIR).exists():
             validate(discover(path), ["token2wav"], self.device)
-        self._native = core.Token2Wav(
-            str(t2w_dir),
-            self.device,
-            c.steps,
-            c.resolved_threads,
-            list(c.cpus or []),
-            float(c.temperature),
-            c.seed,
-            c.cache_policy,
-            c.engine,
-            c.bf16,
-        )
+        self._native = core.Token2Wav(str(t2w_dir), c.to_native(self.device))
 
     def push(self, tokens, final: bool = False) -> np.ndarray:
         """Appends speech codes (ints in 0..6560); returns the float32 24 kHz audio now ready."""

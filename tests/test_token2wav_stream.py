@@ -10,9 +10,15 @@ from reference import hift as hift_ref
 from reference.token2wav_stream import LlamaCppOmniStream, ReferenceStream, prompt_caches, stream_all
 
 from llama_omni_py._native import core
+from llama_omni_py.config import Token2WavConfig
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
 
 POLICIES = {"reference": ReferenceStream, "llama.cpp-omni": LlamaCppOmniStream}
+
+
+def native(t2w_dir, steps=5, threads=1, **options):
+    """The core stream with options from a Token2WavConfig (the one route into the core)."""
+    return core.Token2Wav(str(t2w_dir), Token2WavConfig(steps=steps, threads=threads, **options).to_native("cpu"))
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +46,7 @@ def _reference(t2w_dir, policy="reference", steps=5):
 def _ours(t2w_dir, policy, tokens, pieces=25, engine="auto"):
     """Our stream fed `pieces` tokens per push, then the final flush; one array per push. One
     thread: results do not depend on it (see below), and it stays fast on a busy machine."""
-    t = core.Token2Wav(t2w_dir, "cpu", 5, 1, temperature=0.0, cache_policy=policy, engine=engine)
+    t = native(t2w_dir, temperature=0.0, cache_policy=policy, engine=engine)
     n_full = len(tokens) // pieces * pieces
     got = [t.push(tokens[i : i + pieces]) for i in range(0, n_full, pieces)]
     got.append(t.push(tokens[n_full:], final=True))
@@ -103,9 +109,10 @@ def test_last_window_is_padded_with_silence_tokens(t2w_dir):
 
 
 def test_cache_policy_is_checked(t2w_dir):
+    options = core.Token2WavOptions()
     with pytest.raises(InvalidArgumentError, match="cache_policy"):
-        core.Token2Wav(t2w_dir, "cpu", 5, 1, cache_policy="pytorch")
-    assert core.Token2Wav(t2w_dir, "cpu", 5, 1).cache_policy == "llama.cpp-omni"
+        options.cache_policy = "pytorch"
+    assert core.Token2Wav(t2w_dir, options).cache_policy == "llama.cpp-omni"
 
 
 @pytest.mark.parametrize("engine", ["graph", "native"])
@@ -113,7 +120,7 @@ def test_determinism_across_runs_and_threads(t2w_dir, engine):
     tokens = np.random.default_rng(1).integers(0, 6561, 80).astype(np.int32)
 
     def run(threads):
-        t = core.Token2Wav(t2w_dir, "cpu", 5, threads, engine=engine)
+        t = native(t2w_dir, threads=threads, engine=engine)
         assert t.engine == engine
         out = [t.push(tokens[:50]), t.push(tokens[50:], final=True)]
         return np.concatenate(out)
@@ -125,7 +132,7 @@ def test_determinism_across_runs_and_threads(t2w_dir, engine):
 
 def test_reset_restarts_the_stream(t2w_dir):
     tokens = np.arange(60, dtype=np.int32)
-    t = core.Token2Wav(t2w_dir, "cpu", 5, 1)
+    t = native(t2w_dir)
     first = np.concatenate([t.push(tokens), t.push(np.zeros(0, np.int32), final=True)])
     t.reset()
     again = np.concatenate([t.push(tokens), t.push(np.zeros(0, np.int32), final=True)])
@@ -134,7 +141,7 @@ def test_reset_restarts_the_stream(t2w_dir):
 
 
 def test_bad_input(t2w_dir):
-    t = core.Token2Wav(t2w_dir, "cpu", 5, 1)
+    t = native(t2w_dir)
     with pytest.raises(InvalidArgumentError, match="outside 0..6560"):
         t.push(np.array([1, 2, 6561], np.int32))
     with pytest.raises(InvalidArgumentError, match="empty push"):
@@ -143,7 +150,7 @@ def test_bad_input(t2w_dir):
     with pytest.raises(InvalidArgumentError, match="after the final"):
         t.push(np.zeros(3, np.int32))
     with pytest.raises(ModelFileError, match="built for 5 CFM steps"):
-        core.Token2Wav(t2w_dir, "cpu", 10, 1)
+        native(t2w_dir, steps=10)
 
 
 def test_nan_in_prompt_cache_is_refused(t2w_dir, tmp_path):
@@ -165,7 +172,7 @@ def test_nan_in_prompt_cache_is_refused(t2w_dir, tmp_path):
     del g
     w.write(lambda name, ne, dt: [arrays[name].reshape(-1)])
     with pytest.raises(ModelFileError, match="NaN"):
-        core.Token2Wav(str(d), "cpu", 5, 1)
+        native(d)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +209,7 @@ def test_split_halves_give_the_same_audio(t2w_dir, engine):
     calls += [("flush", None, False), ("push", tokens[100:], True)]
 
     def stream():
-        return core.Token2Wav(t2w_dir, "cpu", 5, 2, engine=engine)
+        return native(t2w_dir, threads=2, engine=engine)
 
     ref = stream()
     want = [ref.flush() if kind == "flush" else ref.push(codes, final) for kind, codes, final in calls]
@@ -240,7 +247,7 @@ def test_split_halves_give_the_same_audio(t2w_dir, engine):
 
 
 def test_split_halves_refuse_out_of_order_windows(t2w_dir):
-    t = core.Token2Wav(t2w_dir, "cpu", 5, 1)
+    t = native(t2w_dir)
     tokens = np.arange(100, 150, dtype=np.int32)
     first, second = t.push_mel(tokens[:25])[0], t.push_mel(tokens[25:])[0]
     with pytest.raises(InvalidArgumentError, match="in the order"):

@@ -29,58 +29,69 @@ void register_token2wav(py::module_ & m) {
             std::vector<float> copy = w.mel;
             return to_numpy(copy, {80, static_cast<py::ssize_t>(w.frames)});
         });
+    py::class_<Token2WavOptions>(m, "Token2WavOptions",
+                                 "Token2Wav settings as the core takes them (Token2WavConfig.to_native() fills them).")
+        .def(py::init<>())
+        .def_readwrite("device", &Token2WavOptions::device)
+        .def_readwrite("steps", &Token2WavOptions::steps)
+        .def_readwrite("threads", &Token2WavOptions::threads)
+        .def_readwrite("cpus", &Token2WavOptions::cpus)
+        .def_readwrite("temperature", &Token2WavOptions::temperature)
+        .def_readwrite("seed", &Token2WavOptions::seed)
+        .def_property(
+            "cache_policy", [](const Token2WavOptions & o) { return cache_policy_name(o.cache_policy); },
+            [](Token2WavOptions & o, const std::string & v) { o.cache_policy = parse_cache_policy(v); })
+        .def_property(
+            "engine", [](const Token2WavOptions & o) { return engine_name(o.engine); },
+            [](Token2WavOptions & o, const std::string & v) { o.engine = parse_engine(v); })
+        .def_readwrite("bf16", &Token2WavOptions::bf16);
     py::class_<Token2Wav>(m, "Token2Wav")
-        .def(py::init([](const std::string & dir, const std::string & device, int steps, int threads, std::vector<int> cpus,
-                         float temperature, uint32_t seed, const std::string & cache_policy, const std::string & engine,
-                         bool bf16) {
-                 Token2WavOptions o;
-                 o.device = device;
-                 o.steps = steps;
-                 o.threads = threads;
-                 o.cpus = std::move(cpus);
-                 o.temperature = temperature;
-                 o.seed = seed;
-                 o.cache_policy = parse_cache_policy(cache_policy);
-                 o.engine = parse_engine(engine);
-                 o.bf16 = bf16;
-                 return std::make_unique<Token2Wav>(dir, o);
-             }),
-             py::arg("token2wav_dir"), py::arg("device") = "cpu", py::arg("steps") = 5, py::arg("threads") = 1,
-             py::arg("cpus") = std::vector<int>{}, py::arg("temperature") = 1.0f, py::arg("seed") = 42u,
-             py::arg("cache_policy") = "llama.cpp-omni", py::arg("engine") = "auto", py::arg("bf16") = false,
+        .def(py::init<const std::string &, const Token2WavOptions &>(), py::arg("token2wav_dir"), py::arg("options"),
              py::call_guard<py::gil_scoped_release>())
-        .def("push", [](Token2Wav & t, i32array tokens, bool final) {
-            if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
-            std::vector<float> audio;
-            {
+        .def(
+            "push",
+            [](Token2Wav & t, i32array tokens, bool final) {
+                if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
+                std::vector<float> audio;
+                {
+                    py::gil_scoped_release release;
+                    audio = t.push(tokens.data(), static_cast<int>(tokens.shape(0)), final);
+                }
+                return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
+            },
+            py::arg("tokens"), py::arg("final") = false)
+        .def(
+            "flush",
+            [](Token2Wav & t) {
+                std::vector<float> audio;
+                {
+                    py::gil_scoped_release release;
+                    audio = t.flush();
+                }
+                return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
+            },
+            "Audio of what the buffer holds now (windows of up to 28 tokens), the stream going on.")
+        .def(
+            "push_mel",
+            [](Token2Wav & t, i32array tokens, bool final) {
+                if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
                 py::gil_scoped_release release;
-                audio = t.push(tokens.data(), static_cast<int>(tokens.shape(0)), final);
-            }
-            return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
-        }, py::arg("tokens"), py::arg("final") = false)
-        .def("flush", [](Token2Wav & t) {
-            std::vector<float> audio;
-            {
-                py::gil_scoped_release release;
-                audio = t.flush();
-            }
-            return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
-        }, "Audio of what the buffer holds now (windows of up to 28 tokens), the stream going on.")
-        .def("push_mel", [](Token2Wav & t, i32array tokens, bool final) {
-            if (tokens.ndim() != 1) throw InvalidArgument("tokens must be a 1-D integer array");
-            py::gil_scoped_release release;
-            return t.push_mel(tokens.data(), static_cast<int>(tokens.shape(0)), final);
-        }, py::arg("tokens"), py::arg("final") = false, "The Token2Mel half of push: the mel windows now ready.")
+                return t.push_mel(tokens.data(), static_cast<int>(tokens.shape(0)), final);
+            },
+            py::arg("tokens"), py::arg("final") = false, "The Token2Mel half of push: the mel windows now ready.")
         .def("flush_mel", &Token2Wav::flush_mel, py::call_guard<py::gil_scoped_release>(),
              "The Token2Mel half of flush.")
-        .def("vocode", [](Token2Wav & t, const MelWindow & w) {
-            std::vector<float> audio;
-            {
-                py::gil_scoped_release release;
-                audio = t.vocode(w);
-            }
-            return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
-        }, py::arg("window"), "The vocoder half: one mel window (in stream order) -> audio.")
+        .def(
+            "vocode",
+            [](Token2Wav & t, const MelWindow & w) {
+                std::vector<float> audio;
+                {
+                    py::gil_scoped_release release;
+                    audio = t.vocode(w);
+                }
+                return to_numpy(audio, {static_cast<py::ssize_t>(audio.size())});
+            },
+            py::arg("window"), "The vocoder half: one mel window (in stream order) -> audio.")
         .def("reset", &Token2Wav::reset, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("steps", &Token2Wav::steps)
         .def_property_readonly("threads", &Token2Wav::threads)

@@ -27,11 +27,12 @@ struct LlmOptions {
     bool record_graph = false;
 };
 
+// Defaults are the Python LlmSampling's (MiniCPM-o's speech defaults); a test keeps them equal.
 struct SamplingOptions {
-    float temperature = 0.8f;  // <= 0: greedy
-    int top_k = 40;            // <= 0: off
-    float top_p = 0.95f;       // >= 1: off
-    float min_p = 0.05f;       // <= 0: off
+    float temperature = 0.7f;  // <= 0: greedy
+    int top_k = 20;  // <= 0: off
+    float top_p = 0.95f;  // >= 1: off
+    float min_p = 0.0f;  // <= 0: off
     float repeat_penalty = 1.0f;
     int repeat_last_n = 64;
     uint32_t seed = 0;

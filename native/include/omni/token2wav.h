@@ -34,16 +34,17 @@ enum class CachePolicy { LlamaCppOmni, Reference };
 CachePolicy parse_cache_policy(const std::string & name);
 const char * cache_policy_name(CachePolicy p);
 
+// Defaults are the Python Token2WavConfig's where both have the field; a test keeps them equal.
 struct Token2WavOptions {
-    std::string device = "cpu";   // Token2Mel device
-    int steps = 5;                // CFM steps; must match the prompt cache
-    int threads = 1;              // vocoder pool and CPU Token2Mel threads
-    std::vector<int> cpus;        // vocoder workers' CPUs (empty: not pinned)
+    std::string device = "cpu";  // Token2Mel device
+    int steps = 5;  // CFM steps; must match the prompt cache
+    int threads = 1;  // vocoder pool and CPU Token2Mel threads
+    std::vector<int> cpus;  // vocoder workers' CPUs (empty: not pinned)
     float temperature = 1.0f;
-    uint32_t seed = 42;           // noise generator seed (llama.cpp-omni: 42)
+    uint32_t seed = 42;  // noise generator seed (llama.cpp-omni: 42)
     CachePolicy cache_policy = CachePolicy::LlamaCppOmni;
     Engine engine = Engine::Auto;  // Token2Mel's compute on the CPU (omni/engine.h)
-    bool bf16 = false;             // BF16 matmuls in the vocoder and the native Token2Mel engine
+    bool bf16 = false;  // BF16 matmuls in the vocoder and the native Token2Mel engine
 };
 
 struct Token2WavTimings {
@@ -56,8 +57,8 @@ struct Token2WavTimings {
 struct MelWindow {
     std::vector<float> mel;  // (80, frames) channel-major
     int frames = 0;
-    bool last = false;       // the stream's final window (the vocoder then emits its held-back tail)
-    uint64_t seq = 0;        // order of making; vocode takes each window once, in this order
+    bool last = false;  // the stream's final window (the vocoder then emits its held-back tail)
+    uint64_t seq = 0;  // order of making; vocode takes each window once, in this order
 };
 
 class Token2Wav {
@@ -101,7 +102,7 @@ private:
     MelWindow mel_window(const int32_t * tokens, int n, bool last);
     std::vector<float> vocode_window(const MelWindow & w);
     std::vector<float> vocode_all(const std::vector<MelWindow> & windows);
-    void add_timing(double Token2WavTimings::*field, double ms);
+    void add_timing(double Token2WavTimings::* field, double ms);
     void clear_last(bool mel_half, bool vocoder_half);
     std::vector<float> token2mel(const int32_t * tokens, int n, bool last, int * frames);
     void update_conformer_cache();

@@ -65,13 +65,14 @@ private:
 
 // llama.cpp-omni's simplex TTS sampler: repetition penalty on codes seen in the last `window`
 // generated codes (not on the first), divided by temperature, multinomial over all codes.
+// Defaults are the Python TtsSampling's; a test keeps them equal.
 struct TtsSamplerOptions {
-    float temperature = 0.8f;   // <= 0: argmax
+    float temperature = 0.8f;  // <= 0: argmax
     float repetition_penalty = 1.05f;
     int window = 8;
-    int top_k = 0;              // duplex mode: 25
-    float top_p = 1.0f;         // duplex mode: 0.85
-    bool count_penalty = false; // penalty^count over the window instead of once per distinct code
+    int top_k = 0;  // duplex mode: 25
+    float top_p = 1.0f;  // duplex mode: 0.85
+    bool count_penalty = false;  // penalty^count over the window instead of once per distinct code
     uint32_t seed = 0;
 };
 

@@ -1,0 +1,55 @@
+"""Options cross into the core once: each Python config has a to_native() that fills the core's
+options struct field by field, and the two sides have one set of defaults."""
+
+from dataclasses import fields
+
+import pytest
+
+from llama_omni_py._native import core
+from llama_omni_py.config import LlmSampling, Token2WavConfig, TtsSampling
+
+# (config class, core options struct, fields that only exist as resolved values on the core side)
+PAIRS = [
+    (LlmSampling, core.SamplingOptions, set()),
+    (TtsSampling, core.TtsSamplerOptions, set()),
+    (Token2WavConfig, core.Token2WavOptions, {"threads", "cpus"}),
+]
+
+
+@pytest.mark.parametrize("config,native,resolved", PAIRS, ids=lambda x: getattr(x, "__name__", ""))
+def test_one_set_of_defaults(config, native, resolved):
+    ours, theirs = config(), native()
+    shared = [f.name for f in fields(config) if hasattr(theirs, f.name) and f.name not in resolved]
+    assert len(shared) >= 5
+    for name in shared:
+        assert getattr(theirs, name) == pytest.approx(getattr(ours, name)), name
+
+
+def test_to_native_carries_every_field():
+    llm = LlmSampling(temperature=0.3, top_k=7, top_p=0.5, min_p=0.1, repeat_penalty=1.2, repeat_last_n=9).to_native(5)
+    assert (llm.temperature, llm.top_k, llm.top_p, llm.min_p, llm.repeat_penalty, llm.repeat_last_n, llm.seed) == (
+        pytest.approx(0.3),
+        7,
+        pytest.approx(0.5),
+        pytest.approx(0.1),
+        pytest.approx(1.2),
+        9,
+        5,
+    )
+    tts = TtsSampling(temperature=0.5, repetition_penalty=1.5, window=3, top_k=4, top_p=0.6, count_penalty=True)
+    t = tts.to_native(11)
+    assert (t.window, t.top_k, t.count_penalty, t.seed) == (3, 4, True, 11)
+    assert (t.temperature, t.repetition_penalty, t.top_p) == pytest.approx((0.5, 1.5, 0.6))
+    c = Token2WavConfig(steps=7, threads=1, temperature=0.5, seed=3, cache_policy="reference", engine="graph")
+    o = c.to_native("cpu")
+    assert (o.device, o.steps, o.threads, o.cpus, o.seed, o.cache_policy, o.engine, o.bf16) == (
+        "cpu",
+        7,
+        1,
+        [],
+        3,
+        "reference",
+        "graph",
+        False,
+    )
+    assert o.temperature == pytest.approx(0.5)
