@@ -14,6 +14,7 @@ from .apm import AudioEncoder
 from .config import LlmSampling
 from .errors import InvalidArgumentError
 from .prompt import ROLES, Prompt, simplex_speech_prompt
+from .results import MediaStats
 from .vpm import ImageEncoder
 
 
@@ -89,8 +90,8 @@ class InputEncoder:
             self._vpm = ImageEncoder(model_dir, device, threads)
         return self._apm, self._vpm
 
-    def encode(self, r: Request, times: dict) -> Media:
-        """The request's media as LLM embeddings; ``times`` receives apm_ms / vpm_ms."""
+    def encode(self, r: Request) -> Media:
+        """The request's media as LLM embeddings, with what encoding them cost (``stats``)."""
         media = Media()
         if not r.has_media:
             return media
@@ -98,16 +99,16 @@ class InputEncoder:
         t0 = time.perf_counter()
         media.voice = apm.encode(r.voice) if r.voice is not None else None
         media.audio = [apm.encode(a) for a in _items(r.audio)]
-        times["apm_ms"] = (time.perf_counter() - t0) * 1000
+        apm_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         media.images = [vpm.encode(i) for i in _items(r.image)]
         frames = self._stack_frames if r.stack_frames is None else r.stack_frames
         for v in _items(r.video):
             media.images += vpm.encode_video(v, frames)
-        times["vpm_ms"] = (time.perf_counter() - t0) * 1000
+        vpm_ms = (time.perf_counter() - t0) * 1000
         # one slice per image or video frame (no llava-uhd slicing); tokens are the resampler's rows
-        times["vision_slices"] = len(media.images)
-        times["vision_tokens"] = sum(int(block.shape[0]) for block in media.images)
+        tokens = sum(int(block.shape[0]) for block in media.images)
+        media.stats = MediaStats(apm_ms, vpm_ms, len(media.images), tokens)
         return media
 
 
@@ -118,6 +119,7 @@ class Media:
     voice: np.ndarray | None = None
     audio: list = field(default_factory=list)
     images: list = field(default_factory=list)
+    stats: MediaStats = field(default_factory=MediaStats)
 
 
 def build_prompt(llm_model, r: Request, media: Media, history: tuple | None = None) -> Prompt:

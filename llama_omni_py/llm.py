@@ -1,13 +1,13 @@
 """The LLM stage: MiniCPM-o's Qwen3 through libllama. It prefills a prompt and writes the reply in
 chunks of 10 speaking tokens, each with the final-norm hidden states the TTS is conditioned on
-(docs/streaming.md, "From text to speech codes")."""
+(docs/speech-path.md)."""
 
 from __future__ import annotations
 
 import hashlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,7 @@ from .config import LlmSampling
 from .constants import TEXT_CHUNK
 from .errors import InvalidArgumentError
 from .prompt import Prompt, SpecialTokens
+from .results import LlmStats
 from .text_stream import TextStream
 
 N_BATCH = 512  # prompt rows per libllama batch
@@ -25,13 +26,13 @@ N_BATCH = 512  # prompt rows per libllama batch
 @dataclass
 class TextChunk:
     """Up to 10 speaking tokens of the reply, their hidden states (n, n_embd) and their text; the
-    reply's last chunk has ``final`` (and may be empty)."""
+    reply's last chunk has ``final`` (and may be empty) and the reply's ``stats``."""
 
     tokens: list[int]
     hidden: np.ndarray
     text: str
     final: bool
-    timings: dict = field(default_factory=dict)
+    stats: LlmStats | None = None
 
 
 def _position_keys(prompt: Prompt) -> list:
@@ -61,8 +62,6 @@ class LanguageModel:
         self.model = core.LlmModel(str(path), device)
         self.llm = core.Llm(self.model, n_ctx, N_BATCH, threads, exact)
         self.special = SpecialTokens.resolve(self.model)
-        self.last_prefill_ms = 0.0
-        self.last_n_tokens = 0
         self.prompt_cache = prompt_cache
         self._cached: list = []  # position keys of the prompt the KV cache holds
         self.reused_positions = 0  # prompt positions the last prefill took from the cache
@@ -90,10 +89,7 @@ class LanguageModel:
             )
 
     def _set_sampling(self, s: LlmSampling, seed: int) -> None:
-        o = core.SamplingOptions()
-        o.temperature, o.top_k, o.top_p, o.min_p = s.temperature, s.top_k, s.top_p, s.min_p
-        o.repeat_penalty, o.repeat_last_n, o.seed = s.repeat_penalty, s.repeat_last_n, seed
-        self.llm.set_sampling(o)
+        self.llm.set_sampling(s.to_native(seed))
 
     def prefill(self, prompt: Prompt) -> None:
         """Evaluates the prompt. With the prompt cache on, the longest prefix it shares with the
@@ -130,7 +126,7 @@ class LanguageModel:
         self._set_sampling(sampling, seed)
         t0 = time.perf_counter()
         self.prefill(prompt)
-        self.last_prefill_ms, self.last_n_tokens = (time.perf_counter() - t0) * 1000, 0
+        prefill_ms, n_tokens = (time.perf_counter() - t0) * 1000, 0
         sp = self.special
         text = TextStream(self.detokenize_bytes)
         tokens: list[int] = []
@@ -140,7 +136,7 @@ class LanguageModel:
             if token == sp.tts_eos or self.model.is_eog(token):
                 break
             nxt, h = self.llm.decode_step(token)
-            self.last_n_tokens += 1
+            n_tokens += 1
             if sp.speaks(token):
                 tokens.append(token)
                 hidden.append(h)
@@ -148,7 +144,9 @@ class LanguageModel:
                 yield self._chunk(tokens, hidden, text, False)
                 tokens, hidden = [], []
             token = nxt
-        yield self._chunk(tokens, hidden, text, True)
+        last = self._chunk(tokens, hidden, text, True)
+        last.stats = LlmStats(prefill_ms, n_tokens, self.reused_positions)
+        yield last
 
     def _chunk(self, tokens: list[int], hidden: list[np.ndarray], text: TextStream, final: bool) -> TextChunk:
         rows = np.stack(hidden).astype(np.float32) if hidden else np.zeros((0, self.n_embd), np.float32)

@@ -80,15 +80,18 @@ def request_timings(
     end: float,
     first_audio: float | None,
     last_audio: float | None,
-    **counts,
+    seed: int,
+    stats=(),
 ) -> Timings:
-    """The Timings of one request from its stage events and the audio seconds of each Token2Wav
-    output. Times are perf_counter seconds; ``first_audio``/``last_audio`` are seconds after
-    ``start``; ``counts`` are the remaining Timings fields (seed, prefill_ms, n_tokens, ...)."""
+    """The Timings of one request from its stage events, the audio seconds of each Token2Wav
+    output and the stages' stat records. Times are perf_counter seconds; ``first_audio`` /
+    ``last_audio`` are seconds after ``start``."""
     ms = stage_ms(events)
     audio_s = sum(chunk_audio_s)
     since = lambda t: None if t is None else t - start  # noqa: E731
-    return Timings(
+    return Timings.build(
+        stats,
+        seed=seed,
         wall_s=end - start,
         first_text_s=since(first_end(events, "llm")),
         first_codes_s=since(first_end(events, "tts")),
@@ -100,7 +103,6 @@ def request_timings(
         wall_rtf=last_audio / audio_s if audio_s > 0 and last_audio is not None else None,
         compute_rtf=compute_rtf(events, chunk_audio_s),
         events=tuple(events),
-        **counts,
     )
 
 

@@ -1,14 +1,56 @@
 """What a request returns: :class:`SpeechChunk` while streaming, :class:`SpeakResult` for a whole
-reply, and the :class:`Timings` of the request (on the last chunk and on the result)."""
+reply, and the :class:`Timings` of the request (on the last chunk and on the result).
+
+Each stage hands its counts on with its last item as a small frozen record (:class:`LlmStats`,
+:class:`TtsStats`, ...); :meth:`Timings.build` is the one place that turns them, with the
+pipeline's stage events, into a request's Timings."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
 from .constants import OUTPUT_SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class LlmStats:
+    """The LLM stage's counts for one reply (on its final text chunk)."""
+
+    prefill_ms: float = 0.0
+    n_tokens: int = 0  # tokens generated
+    prompt_cached: int = 0  # prompt positions the KV cache still held from the previous request
+
+
+@dataclass(frozen=True)
+class TtsStats:
+    """The TTS stage's counts for one reply (on its final code chunk)."""
+
+    n_tts_tokens: int = 0  # speech codes handed to Token2Wav
+    tts_slides: int = 0  # times the TTS context dropped its oldest chunks
+
+
+@dataclass(frozen=True)
+class MediaStats:
+    """What encoding a request's media cost and gave."""
+
+    apm_ms: float = 0.0
+    vpm_ms: float = 0.0
+    vision_slices: int = 0  # images and video frames encoded (one slice each: no image slicing)
+    vision_tokens: int = 0  # LLM embedding rows they gave (64 per slice)
+
+
+@dataclass(frozen=True)
+class PromptStats:
+    """The prompt a request ran with."""
+
+    prompt_tokens: int = 0  # positions (tokens and embedding rows)
+    history_dropped: int = 0  # earlier messages left out so the prompt fits the LLM context
+
+
+STATS = (LlmStats, TtsStats, MediaStats, PromptStats)
 
 
 @dataclass(frozen=True)
@@ -51,17 +93,33 @@ class Timings:
         d.pop("events")
         return d
 
+    @classmethod
+    def build(cls, stats=(), **measured) -> Timings:
+        """Timings from the stages' stat records (each record's fields are Timings fields of the
+        same name) and the measured times; a field given twice is an error."""
+        values = dict(measured)
+        for record in stats:
+            for f in fields(record):
+                if f.name in values:
+                    raise ValueError(f"Timings field {f.name!r} given twice")
+                values[f.name] = getattr(record, f.name)
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class SpeechChunk:
     """A piece of a streamed reply: its text and the audio that became ready (24 kHz float32, may
-    be empty). The last chunk has ``is_final`` and the request's ``timings``."""
+    be empty). The last chunk has ``is_final`` and the request's ``timings``; ``prompt_tokens`` is
+    the request's prompt length, known before its first chunk."""
 
     text_delta: str
     audio: np.ndarray
     index: int
     is_final: bool
     timings: Timings | None = None
+    prompt_tokens: int | None = None
+    # The stages' stat records, carried by the final chunk to where Timings are built.
+    stats: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

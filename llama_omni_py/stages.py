@@ -26,7 +26,7 @@ from .config import LlmSampling, TtsSampling
 from .constants import CODES_PER_SECOND
 from .llm import LanguageModel, TextChunk
 from .prompt import Prompt
-from .results import SpeechChunk
+from .results import SpeechChunk, TtsStats
 from .token2wav import Token2Wav
 from .tts import CodeChunk, TtsModel
 
@@ -69,13 +69,15 @@ def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
 
 
 class TtsStage:
-    """Text chunks -> code chunks of exactly 25 codes (the rest on the reply's end)."""
+    """Text chunks -> code chunks of exactly 25 codes (the rest on the reply's end); the final code
+    chunk carries the LLM's stats and the TTS's (:class:`TtsStats`)."""
 
     def __init__(self, tts: TtsModel, reply: Reply):
         tts.start_turn()
         self.tts, self.reply = tts, reply
         self.sampler = tts.sampler(reply.tts, reply.seed)
         self.pending: list[int] = []
+        self.n_codes = 0
 
     def __call__(self, chunk: TextChunk, emit: Emit) -> None:
         by_window = self.reply.handoff == "window"
@@ -83,38 +85,46 @@ class TtsStage:
         def on_codes(codes: list[int]) -> bool:  # called from the native loop every 25 codes
             self.pending += codes
             while len(self.pending) >= CODES_PER_SECOND:
-                if not emit(CodeChunk(self.pending[:CODES_PER_SECOND], False)):
+                if not self._emit(emit, CodeChunk(self.pending[:CODES_PER_SECOND], False)):
                     return False
                 del self.pending[:CODES_PER_SECOND]
             return True
 
-        codes = self.tts.speak(chunk, self.sampler, self.reply.max_audio_per_chunk, on_codes if by_window else None)
+        hand_on = on_codes if by_window else None
+        limit = self.reply.max_audio_per_chunk
+        codes = self.tts.speak(chunk.tokens, chunk.hidden, self.sampler, limit, hand_on) if chunk.tokens else []
+        if chunk.final:
+            codes += self.tts.close_reply(self.sampler, limit, hand_on)
         if not by_window:
             self.pending += codes
             if not chunk.final:
-                emit(CodeChunk(self.pending, False))
+                self._emit(emit, CodeChunk(self.pending, False))
                 self.pending = []
         if chunk.final:
-            emit(CodeChunk(self.pending, True))
+            self.n_codes += len(self.pending)
+            stats = (chunk.stats, TtsStats(self.n_codes, self.tts.slides))
+            emit(CodeChunk(self.pending, True, tuple(s for s in stats if s is not None)))
             self.pending = []
+
+    def _emit(self, emit: Emit, chunk: CodeChunk) -> bool:
+        self.n_codes += len(chunk.codes)
+        return emit(chunk)
 
 
 class Token2WavStage:
     """Speech codes -> audio: one Token2Wav push per 25 codes (a second of audio), the codes left
-    over when the reply ends in the final flush. ``n_codes`` counts what it was given."""
+    over when the reply ends in the final flush."""
 
     def __init__(self, token2wav: Token2Wav):
         self.token2wav = token2wav
         self.pending: list[int] = []
-        self.n_codes = 0
         token2wav.reset()
 
     def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
-        emit(_speech(self._pushes(chunk, self.token2wav.push), chunk.final))
+        emit(_speech(self._pushes(chunk, self.token2wav.push), chunk))
 
     def _pushes(self, chunk: CodeChunk, push: Callable) -> list:
         """push(codes[, final=True]) per 25 codes and at the end; what the pushes returned."""
-        self.n_codes += len(chunk.codes)
         self.pending += chunk.codes
         out = []
         while len(self.pending) >= CODES_PER_SECOND:
@@ -132,6 +142,7 @@ class MelChunk:
 
     windows: list
     final: bool
+    stats: tuple = ()
 
 
 class Token2MelStage(Token2WavStage):
@@ -139,7 +150,7 @@ class Token2MelStage(Token2WavStage):
 
     def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
         windows = [w for ws in self._pushes(chunk, self.token2wav.push_mel) for w in ws]
-        emit(MelChunk(windows, chunk.final))
+        emit(MelChunk(windows, chunk.final, chunk.stats))
 
 
 class VocoderStage:
@@ -149,17 +160,17 @@ class VocoderStage:
         self.token2wav = token2wav
 
     def __call__(self, chunk: MelChunk, emit: Emit) -> None:
-        emit(_speech([self.token2wav.vocode(w) for w in chunk.windows], chunk.final))
+        emit(_speech([self.token2wav.vocode(w) for w in chunk.windows], chunk))
 
 
-def _speech(parts: list, final: bool) -> SpeechChunk:
-    """One chunk of a reply's audio from the windows made for it (none: an empty chunk)."""
-    return SpeechChunk("", np.concatenate(parts) if parts else _NO_AUDIO, 0, final)
+def _speech(parts: list, chunk) -> SpeechChunk:
+    """One chunk of a reply's audio from the windows made for ``chunk`` (none: an empty chunk);
+    the final one carries the stats on."""
+    return SpeechChunk("", np.concatenate(parts) if parts else _NO_AUDIO, 0, chunk.final, stats=chunk.stats)
 
 
 def token2wav_stages(token2wav: Token2Wav, overlap: bool) -> list[tuple[str, Stage]]:
-    """Token2Wav as one pipeline stage, or (overlap) as Token2Mel + vocoder stages; the first
-    stage carries ``n_codes``."""
+    """Token2Wav as one pipeline stage, or (overlap) as Token2Mel + vocoder stages."""
     if not overlap:
         return [("token2wav", Token2WavStage(token2wav))]
     return [("token2mel", Token2MelStage(token2wav)), ("vocoder", VocoderStage(token2wav))]
@@ -169,7 +180,8 @@ def text_stage():
     """speech=False: the LLM's text, no TTS."""
 
     def body(chunk: TextChunk, emit: Emit) -> None:
-        emit(SpeechChunk(chunk.text, _NO_AUDIO, 0, chunk.final))
+        stats = (chunk.stats,) if chunk.stats is not None else ()
+        emit(SpeechChunk(chunk.text, _NO_AUDIO, 0, chunk.final, stats=stats))
 
     return body
 

@@ -12,7 +12,7 @@ any length completes."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +22,6 @@ from ._native import core
 from .config import TtsSampling
 from .constants import CODES_PER_SECOND
 from .errors import InvalidArgumentError
-from .llm import TextChunk
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +30,12 @@ KV_POSITIONS = 4096  # the decoder's default context (its position table is 4096
 
 @dataclass
 class CodeChunk:
-    """Speech codes (0..6560) on their way to Token2Wav; ``final`` ends the reply."""
+    """Speech codes (0..6560) on their way to Token2Wav; ``final`` ends the reply and carries the
+    upstream stages' stat records (``stats``)."""
 
     codes: list[int]
     final: bool
-    timings: dict = field(default_factory=dict)
+    stats: tuple = ()
 
 
 @dataclass
@@ -72,15 +72,7 @@ class TtsModel:
         return self.tts.dims
 
     def sampler(self, sampling: TtsSampling, seed: int):
-        o = core.TtsSamplerOptions()
-        o.temperature, o.repetition_penalty, o.window = (
-            sampling.temperature,
-            sampling.repetition_penalty,
-            sampling.window,
-        )
-        o.top_k, o.top_p, o.seed = sampling.top_k, sampling.top_p, seed
-        o.count_penalty = sampling.count_penalty
-        return core.TtsSampler(o)
+        return core.TtsSampler(sampling.to_native(seed))
 
     def start_turn(self) -> None:
         """Empties the KV cache: a new reply."""
@@ -126,14 +118,24 @@ class TtsModel:
         self._units.append(_Unit(rows, codes))
         return codes
 
+    def conditions(self, tokens: list[int], hidden: np.ndarray, text_end: bool = False) -> np.ndarray:
+        """The condition rows of text tokens and their LLM hidden states (n, n_embd); ``text_end``
+        appends the text end and audio start that close a reply."""
+        return self.tts.conditions(tokens, np.ascontiguousarray(hidden, dtype=np.float32), text_end)
+
     def speak(
-        self, chunk: TextChunk, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None
+        self,
+        tokens: list[int],
+        hidden: np.ndarray,
+        sampler,
+        limit: int,
+        on_codes: Callable[[list[int]], bool] | None = None,
+        min_codes: int = 0,
     ) -> list[int]:
-        """The speech codes of one text chunk (plus the closing pass after the final one)."""
-        codes: list[int] = []
-        if chunk.tokens:
-            codes += self.generate(self.tts.conditions(chunk.tokens, chunk.hidden, False), sampler, limit, on_codes)
-        if chunk.final:  # text end + audio start close the turn
-            empty = np.zeros((0, self.dims.llm_embd), np.float32)
-            codes += self.generate(self.tts.conditions([], empty, True), sampler, limit, on_codes)
-        return codes
+        """The speech codes of text tokens with their hidden states (see :meth:`generate`)."""
+        return self.generate(self.conditions(tokens, hidden), sampler, limit, on_codes, min_codes)
+
+    def close_reply(self, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None) -> list[int]:
+        """The pass after a reply's last text chunk: text end + audio start, then its codes."""
+        empty = np.zeros((0, self.dims.llm_embd), np.float32)
+        return self.generate(self.conditions([], empty, True), sampler, limit, on_codes)

@@ -25,8 +25,8 @@ def test_units_give_a_second_of_audio_each(session):
     assert all(r.is_listen and not r.audio.any() and r.audio.size == 24000 for r in results[:3])  # forced
     for r in results:
         assert r.audio.dtype == np.float32 and (r.audio.size == 24000 or r.end_of_turn)
-        assert r.timings["cost_llm_ms"] > 0 and r.timings["kv_cache_length"] > 0
-        assert r.is_listen or r.timings["n_tts_tokens"] <= 25
+        assert r.timings.cost_llm_ms > 0 and r.timings.kv_cache_length > 0
+        assert r.is_listen or r.timings.n_tts_tokens <= 25
     speaking = [r for r in results if not r.is_listen]
     assert speaking and any(r.text for r in speaking)  # random weights talk
     with pytest.raises(omni.InvalidArgumentError, match="closed"):
@@ -71,7 +71,7 @@ def test_five_minutes_with_bounded_context_and_memory(session):
     with session.duplex(config=omni.DuplexConfig(max_context=1024, prune_to=700)) as d:
         for unit in range(300):  # 300 one-second units
             r = d.push(TONE)
-            assert r.timings["kv_cache_length"] <= 1024 + 64
+            assert r.timings.kv_cache_length <= 1024 + 64
             if unit in (100, 299):
                 rss.append(psutil.Process().memory_info().rss)
         assert d.context.pruned_units > 0

@@ -30,7 +30,7 @@ def _sequential(session, text, seed):
 
 def _reply(session, text, seed):
     c = session.config
-    prompt = build_prompt(session.llm.model, Request(text, seed=seed), session.inputs.encode(Request(text), {}))
+    prompt = build_prompt(session.llm.model, Request(text, seed=seed), session.inputs.encode(Request(text)))
     return stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts, c.tts_handoff)
 
 
@@ -229,7 +229,7 @@ def test_two_stage_token2wav_gives_the_same_audio(tiny_dir, session):
         max_new_tokens=40, threads=1, token2wav=omni.Token2WavConfig(threads=1, overlap=True), prompt_cache=False
     )
     with omni.OmniSession(tiny_dir, "cpu", cfg) as two:
-        assert two.overlap and not session.overlap  # the default on the CPU is one stage
+        assert two.stages.overlap and not session.stages.overlap  # the default on the CPU is one stage
         r = two.speak(TEXT, seed=5)
         names = {name for name, _, _ in r.timings.events}
         text, ref = stages.synthesize(two.llm, two.tts, two.token2wav, _reply(two, TEXT, 5), overlap=True)

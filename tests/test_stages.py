@@ -102,7 +102,7 @@ def _per_code_loop(tts, rows, sampler, limit):
 def test_native_tts_loop_gives_the_per_code_loop_codes(core_small):
     tts = core_small.tts
     rng = np.random.default_rng(1)
-    rows = tts.tts.conditions([5, 6, 7], rng.standard_normal((3, tts.dims.llm_embd)).astype(np.float32), False)
+    rows = tts.conditions([5, 6, 7], rng.standard_normal((3, tts.dims.llm_embd)).astype(np.float32))
     for seed, limit in ((3, 60), (4, 7), (5, 0)):
         tts.start_turn()
         want1 = _per_code_loop(tts.tts, rows, tts.sampler(TtsSampling(), seed), limit)
@@ -123,7 +123,7 @@ def test_native_tts_loop_gives_the_per_code_loop_codes(core_small):
 
 def test_native_tts_loop_stops_when_asked(core_small):
     tts = core_small.tts
-    rows = tts.tts.conditions([], np.zeros((0, tts.dims.llm_embd), np.float32), True)
+    rows = tts.conditions([], np.zeros((0, tts.dims.llm_embd), np.float32), text_end=True)
     tts.start_turn()
     assert len(tts.generate(rows, tts.sampler(TtsSampling(), 1), 40, lambda g: False)) == 25  # one group, then stop
     tts.start_turn()
@@ -145,11 +145,10 @@ def test_tts_context_slides_for_long_replies(tiny_dir):
     chunks = 12
     for i in range(chunks):
         hidden = rng.standard_normal((2, tts.dims.llm_embd)).astype(np.float32)
-        codes = tts.generate(tts.tts.conditions([5 + i, 6 + i], hidden, False), sampler, 50, min_codes=50)
+        codes = tts.speak([5 + i, 6 + i], hidden, sampler, 50, min_codes=50)
         assert len(codes) == 50 and all(0 <= c < AUDIO_EOS for c in codes)
         token2wav(CodeChunk(codes, i == chunks - 1), out)
     assert tts.slides > 0 and tts.n_ctx == 128
-    assert token2wav.n_codes == chunks * 50
     audio = np.concatenate([c.audio for c in out])
     assert audio.size == (3 + chunks * 50) * 960
 

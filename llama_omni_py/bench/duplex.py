@@ -130,26 +130,26 @@ def load_case(folder: Path, units: int, frames: bool) -> list[tuple[np.ndarray, 
 def _frame_record(index: int, r, t_push: float, late_ms: float, t_result: float) -> dict:
     t = r.timings
     stage = {
-        "apm": t.get("cost_apm_ms", 0.0),
-        "vpm": t.get("cost_vpm_ms", 0.0),
-        "prefill": t.get("cost_prefill_ms", 0.0),
-        "decode": t.get("cost_llm_ms", 0.0) - t.get("cost_prefill_ms", 0.0),
-        "tts": t.get("cost_tts_ms", 0.0),
-        "token2wav": t.get("cost_token2wav_ms", 0.0),
+        "apm": t.cost_apm_ms,
+        "vpm": t.cost_vpm_ms,
+        "prefill": t.cost_prefill_ms,
+        "decode": t.cost_llm_ms - t.cost_prefill_ms,
+        "tts": t.cost_tts_ms,
+        "token2wav": t.cost_token2wav_ms,
     }
     return {
         "index": index,
         "is_listen": bool(r.is_listen),
         "end_of_turn": bool(r.end_of_turn),
         "text_chars": len(r.text),
-        "n_tokens": int(t.get("n_tokens", 0)),
-        "n_tts_tokens": int(t.get("n_tts_tokens", 0)),
+        "n_tokens": t.n_tokens,
+        "n_tts_tokens": t.n_tts_tokens,
         "audio_samples": int(r.audio.size),
         "t_push_s": t_push,
         "push_late_ms": late_ms,
         "t_result_s": t_result,
-        "wall_ms": float(t.get("wall_ms", 0.0)),
-        "kv_cache_length": int(t.get("kv_cache_length", 0)),
+        "wall_ms": t.wall_ms,
+        "kv_cache_length": t.kv_cache_length,
         "stage_ms": {k: float(v) for k, v in stage.items()},
     }
 

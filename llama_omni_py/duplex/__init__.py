@@ -1,6 +1,13 @@
 """Full-duplex conversation: one ~1 s unit of audio in, one unit of speech or silence out."""
 
 from .decoder import DuplexTokens, UnitDecision, UnitDecoder
-from .session import DuplexResult, DuplexSession
+from .session import DuplexResult, DuplexSession, DuplexTimings
 
-__all__ = ["DuplexResult", "DuplexSession", "DuplexTokens", "UnitDecision", "UnitDecoder"]
+__all__ = [
+    "DuplexResult",
+    "DuplexSession",
+    "DuplexTimings",
+    "DuplexTokens",
+    "UnitDecision",
+    "UnitDecoder",
+]

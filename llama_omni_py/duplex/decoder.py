@@ -10,7 +10,7 @@ decoding going on, and the terminator held back for the finalize step.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -90,7 +90,6 @@ class UnitDecision:
     # <|turn_eos|> closed a turn whose end was not spoken: an interrupt before the unit, or a
     # unit that said <|turn_eos|> and then <|listen|> (reported as a plain listen, as the demo does)
     turn_eos_fed: bool = False
-    timings: dict = field(default_factory=dict)
 
 
 class TextSampler:

@@ -37,6 +37,29 @@ _STOP = object()
 
 
 @dataclass(frozen=True)
+class DuplexTimings:
+    """Where one unit's time went (milliseconds of compute per stage) and what it held."""
+
+    cost_apm_ms: float = 0.0
+    cost_vpm_ms: float = 0.0
+    cost_prefill_ms: float = 0.0
+    cost_llm_ms: float = 0.0  # prefill + decode (the encoders are apart)
+    cost_tts_prep_ms: float = 0.0
+    cost_tts_ms: float = 0.0
+    cost_token2wav_ms: float = 0.0
+    wall_ms: float = 0.0  # from send() to the result
+    n_tokens: int = 0  # text tokens the unit said
+    n_tts_tokens: int = 0  # speech codes
+    vision_slices: int = 0  # frames encoded
+    vision_tokens: int = 0  # their LLM embedding rows
+    kv_cache_length: int = 0  # LLM positions after the unit
+
+    @property
+    def cost_encode_ms(self) -> float:
+        return self.cost_apm_ms + self.cost_vpm_ms
+
+
+@dataclass(frozen=True)
 class DuplexResult:
     """One unit's outcome. ``audio`` is 24 kHz float32: the unit's speech (padded to one second
     except at the end of a turn), or one second of silence while listening."""
@@ -46,7 +69,7 @@ class DuplexResult:
     text: str
     audio: np.ndarray
     end_of_turn: bool
-    timings: dict = field(default_factory=dict)  # cost_llm_ms, cost_tts_ms, cost_token2wav_ms, wall_ms, ...
+    timings: DuplexTimings = field(default_factory=DuplexTimings)
 
 
 @dataclass
@@ -60,26 +83,29 @@ class _Unit:
 
 @dataclass
 class _Spoken:
+    """A unit on its way through the TTS and Token2Wav stages."""
+
     unit: _Unit
     decision: UnitDecision
-    codes: list[int]
-    timings: dict
+    costs: dict  # DuplexTimings fields measured so far
+    codes: list[int] = field(default_factory=list)
+    reset_token2wav: bool = False  # a barge-in closed the turn: Token2Wav starts over
 
 
 class DuplexSession:
-    """A full-duplex conversation on an :class:`~llama_omni_py.OmniSession` (which it holds busy
-    until closed). Create it with ``OmniSession.duplex()``."""
+    """A full-duplex conversation on the stages of an :class:`~llama_omni_py.OmniSession` (which
+    it holds busy until closed; ``release`` frees it). Create it with ``OmniSession.duplex()``."""
 
-    def __init__(self, omni, system_prompt: str | None, voice, config: DuplexConfig, release):
+    def __init__(self, stages, system_prompt: str | None, voice, config: DuplexConfig, release):
         self.config = cfg = config
-        self._omni, self._release = omni, release
-        self.llm, self.tts = omni.llm, omni.tts
+        self._release = release
+        self.llm, self.tts = stages.llm, stages.tts
         self.tokens = DuplexTokens.resolve(self.llm.model.find_token)
         self.context = UnitContext(self.llm)
         self._limits = cfg.context_limits(self.llm.n_ctx)
         self.decoder = UnitDecoder(cfg, self.tokens, self.context, cfg.seed)
-        self.token2wav = omni.token2wav_for(cfg.cache_policy)
-        self._apm, self._vpm = omni.inputs.encoders()
+        self.token2wav = stages.token2wav_for(cfg.cache_policy)
+        self._apm, self._vpm = stages.inputs.encoders()
         self._apm.reset_stream()
         self._tts_sampler = self.tts.sampler(cfg.tts, cfg.seed)
         self._tts_turn_codes = 0
@@ -95,7 +121,7 @@ class DuplexSession:
             ("llm", self._llm_body),
             [("tts", self._tts_body), ("token2wav", self._t2w_body)],
             [cfg.audio_queue, cfg.audio_queue, cfg.audio_queue],
-            omni._pin_stage_thread,
+            stages.pin_stage_thread,
         )
         self._results = iter(self._pipe)
 
@@ -201,16 +227,16 @@ class DuplexSession:
             t2 = time.perf_counter()
             decision = self.decoder.decode(logits, force_listen=unit.force_listen)
             t3 = time.perf_counter()
-            timings = {
-                "vision_images": len(images),
+            costs = {
                 "cost_apm_ms": (ta - t0) * 1000,
                 "cost_vpm_ms": (t1 - ta) * 1000,
-                "cost_encode_ms": (t1 - t0) * 1000,
                 "cost_prefill_ms": (t2 - t1) * 1000,
                 "cost_llm_ms": (t3 - t1) * 1000,
                 "n_tokens": len(decision.tokens),
+                "vision_slices": len(images),
+                "vision_tokens": sum(int(block.shape[0]) for block in images),
             }
-            if not emit(_Spoken(unit, decision, [], timings)):
+            if not emit(_Spoken(unit, decision, costs)):
                 return
             self.context.finalize_unit(decision.terminator, self.tokens.unit_end)  # after the result left
             self.context.prune(*self._limits)
@@ -220,35 +246,29 @@ class DuplexSession:
         if d.turn_eos_fed:  # a barge-in closed the turn: its speech state goes too
             self.tts.start_turn()
             self._tts_turn_codes = 0
-            item.timings["reset_token2wav"] = True
+            item.reset_token2wav = True
         if not d.is_listen:
             cfg = self.config
-            rows = self.tts.tts.conditions(
-                d.tokens,
-                np.stack(d.hidden).astype(np.float32)
-                if d.hidden
-                else np.zeros((0, self.tts.dims.llm_embd), np.float32),
-                False,
-            )
+            hidden = np.stack(d.hidden) if d.hidden else np.zeros((0, self.tts.dims.llm_embd), np.float32)
             # mid-turn units speak exactly one second; a turn's first and last may end sooner
             free = d.end_of_turn or self._tts_turn_codes == 0
             self._tts_sampler.reset()  # the repetition penalty looks at this unit's codes only
-            t1 = time.perf_counter()
+            rows = self.tts.conditions(d.tokens, hidden)
+            item.costs["cost_tts_prep_ms"] = (time.perf_counter() - t0) * 1000
             item.codes = self.tts.generate(
-                rows, self._tts_sampler, cfg.codes_per_unit, None, min_codes=0 if free else cfg.codes_per_unit
+                rows, self._tts_sampler, cfg.codes_per_unit, min_codes=0 if free else cfg.codes_per_unit
             )
-            item.timings["cost_tts_prep_ms"] = (t1 - t0) * 1000
             self._tts_turn_codes += len(item.codes)
             if d.end_of_turn:
                 self.tts.start_turn()
                 self._tts_turn_codes = 0
-        item.timings["cost_tts_ms"] = (time.perf_counter() - t0) * 1000
-        item.timings["n_tts_tokens"] = len(item.codes)
+        item.costs["cost_tts_ms"] = (time.perf_counter() - t0) * 1000
+        item.costs["n_tts_tokens"] = len(item.codes)
         emit(item)
 
     def _t2w_body(self, item: _Spoken, emit) -> None:
         d, t0 = item.decision, time.perf_counter()
-        if item.timings.pop("reset_token2wav", False):
+        if item.reset_token2wav:
             self.token2wav.reset()
         if d.is_listen:
             audio = np.zeros(OUTPUT_SAMPLE_RATE, np.float32)
@@ -260,10 +280,13 @@ class DuplexSession:
             audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
             if not d.end_of_turn and audio.size < OUTPUT_SAMPLE_RATE:  # keep the second's rhythm
                 audio = np.concatenate([np.zeros(OUTPUT_SAMPLE_RATE - audio.size, np.float32), audio])
-        t = dict(item.timings, cost_token2wav_ms=(time.perf_counter() - t0) * 1000)
-        t["wall_ms"] = (time.perf_counter() - item.unit.received) * 1000
-        t["kv_cache_length"] = self.context.n_past
-        emit(DuplexResult(item.unit.index, d.is_listen, d.text, audio, d.end_of_turn, t))
+        timings = DuplexTimings(
+            **item.costs,
+            cost_token2wav_ms=(time.perf_counter() - t0) * 1000,
+            wall_ms=(time.perf_counter() - item.unit.received) * 1000,
+            kv_cache_length=self.context.n_past,
+        )
+        emit(DuplexResult(item.unit.index, d.is_listen, d.text, audio, d.end_of_turn, timings))
 
 
-__all__ = ["DuplexResult", "DuplexSession", "FIRST_UNIT_SAMPLES", "UNIT_SAMPLES"]
+__all__ = ["DuplexResult", "DuplexSession", "DuplexTimings", "FIRST_UNIT_SAMPLES", "UNIT_SAMPLES"]

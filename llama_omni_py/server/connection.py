@@ -224,11 +224,12 @@ class Connection:
         self.turns += 1
         t0 = time.perf_counter()
         texts, audio, first_audio, audio_n = [], [], None, 0
-        timings = None
+        timings, prompt = None, None
         chunks = self.engine.run(turn)
         try:
             async for chunk in chunks:
                 timings = chunk.timings or timings
+                prompt = chunk.prompt_tokens if chunk.prompt_tokens is not None else prompt
                 if chunk.text_delta:
                     texts.append(chunk.text_delta)
                     if turn.streaming:
@@ -239,7 +240,7 @@ class Connection:
                                 text=chunk.text_delta,
                                 session_id=self.id,
                                 response_id=rid,
-                                metrics=self._metrics(t0, first_audio, audio_n),
+                                metrics=self._metrics(t0, first_audio, audio_n, prompt),
                             )
                         )
                 if chunk.audio.size and turn.speech:
@@ -256,12 +257,11 @@ class Connection:
                                 audio=P.pcm_b64(piece),
                                 session_id=self.id,
                                 response_id=rid,
-                                metrics=self._metrics(t0, first_audio, audio_n),
+                                metrics=self._metrics(t0, first_audio, audio_n, prompt),
                             )
                         )
         finally:
             await chunks.aclose()  # stops the engine now, not when the generator is collected
-        t = timings.as_dict() if timings is not None else {}
         limit = turn.max_new_tokens or self.engine.session.config.max_new_tokens
         full = (
             None
@@ -275,8 +275,8 @@ class Connection:
                 response_id=rid,
                 text="".join(texts),
                 audio=full,
-                reason="max_new_tokens" if t.get("n_tokens", 0) >= limit else "turn_end",
-                metrics=self._metrics(t0, first_audio, audio_n, t),
+                reason="max_new_tokens" if timings is not None and timings.n_tokens >= limit else "turn_end",
+                metrics=self._metrics(t0, first_audio, audio_n, prompt, timings),
             )
         )
 
@@ -316,14 +316,13 @@ class Connection:
     def _ms(t0: float) -> float:
         return round((time.perf_counter() - t0) * 1000, 1)
 
-    def _metrics(self, t0: float | None = None, first_audio=None, audio_n: int = 0, t: dict | None = None) -> dict:
+    def _metrics(self, t0: float | None = None, first_audio=None, audio_n: int = 0, prompt=None, timings=None) -> dict:
         m: dict = {"backend": BACKEND}
         if t0 is None:  # session.created
             e = self.engine
             m.update(load_ms=round((e.load_s or 0) * 1000, 1), warmup_ms=round((e.warmup_s or 0) * 1000, 1))
             return m
         m["wall_clock_ms"] = self._ms(t0)
-        prompt = getattr(self.engine.session, "last_prompt_tokens", None)
         if prompt is not None:
             m["prompt_tokens"] = prompt  # known once the prompt is built (before the prefill)
         if first_audio is not None:
@@ -331,26 +330,6 @@ class Connection:
         if audio_n:
             m["audio_ms"] = round(audio_n / P.OUTPUT_RATE * 1000, 1)
             m["rtf"] = round(m["wall_clock_ms"] / m["audio_ms"], 4)
-        if t:
-            r = lambda k: round(t.get(k) or 0.0, 1)  # noqa: E731
-            m.update(
-                prefill_ms=r("prefill_ms"),
-                generate_ms=round(max(0.0, m["wall_clock_ms"] - r("prefill_ms")), 1),
-                cost_llm_ms=r("llm_ms"),
-                cost_tts_ms=r("tts_ms"),
-                cost_token2wav_ms=r("token2wav_ms"),
-                cost_apm_ms=r("apm_ms"),
-                cost_vpm_ms=r("vpm_ms"),
-                n_tokens=t.get("n_tokens", 0),
-                n_tts_tokens=t.get("n_tts_tokens", 0),
-                prompt_tokens=t.get("prompt_tokens", 0),
-                kv_cache_length=t.get("prompt_tokens", 0) + t.get("n_tokens", 0),
-                vision_slices=t.get("vision_slices", 0),
-                vision_tokens=t.get("vision_tokens", 0),
-                seed=t.get("seed"),
-            )
-            # time to first audio, step by step (ms after the turn started in the engine)
-            for key, name in (("first_text_s", "first_text_ms"), ("first_codes_s", "first_codes_ms")):
-                if t.get(key) is not None:
-                    m[name] = round(t[key] * 1000, 1)
+        if timings is not None:
+            m.update(P.timings_metrics(timings, m["wall_clock_ms"]))
         return m

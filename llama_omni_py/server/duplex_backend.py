@@ -24,16 +24,9 @@ class BackendDuplex:
         return self.events(r)
 
     def _metrics(self, r: DuplexResult) -> dict:
-        return {
-            "backend": self.backend,
-            **{k: v for k, v in D.result_metrics(r).items() if v},
-            "kv_cache_length": int(r.timings.get("kv_cache_length", 0)),
-            "wall_clock_ms": round(r.timings.get("wall_ms", 0.0), 1),
-            "vision_slices": int(r.timings.get("vision_images", 0)),
-            "vision_tokens": int(r.timings.get("vision_images", 0)) * 64,
-            "current_time": r.unit,
-            "end_of_turn": r.end_of_turn,
-        }
+        always = ("kv_cache_length", "wall_clock_ms", "vision_slices", "vision_tokens")
+        m = {k: v for k, v in D.unit_metrics(r).items() if v or k in always}
+        return {"backend": self.backend, **m, "current_time": r.unit, "end_of_turn": r.end_of_turn}
 
     def events(self, r: DuplexResult) -> list[dict]:
         m = self._metrics(r)

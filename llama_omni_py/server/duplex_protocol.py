@@ -142,19 +142,24 @@ def parse_backend_unit(msg: dict) -> UnitInput:
     return UnitInput(audio, _frames(inp.get("video_frames"), "input.video_frames"), bool(inp.get("force_listen")))
 
 
-def result_metrics(r: DuplexResult) -> dict:
-    """The per-unit costs the demo reports (milliseconds; None where the stage did not run)."""
+def unit_metrics(r: DuplexResult) -> dict:
+    """One unit's metrics as the demo reports them (milliseconds; None where a stage did not run):
+    the one mapping from DuplexTimings to the wire, for /ws/duplex and /backend alike."""
     t = r.timings
-    cost = lambda k: round(t[k], 1) if t.get(k) else None  # noqa: E731
-    total = sum(t.get(k) or 0.0 for k in ("cost_llm_ms", "cost_tts_ms", "cost_token2wav_ms"))
+    cost = lambda v: round(v, 1) if v else None  # noqa: E731
+    spoke = not r.is_listen
     return {
-        "cost_llm_ms": cost("cost_llm_ms"),
-        "cost_tts_prep_ms": cost("cost_tts_prep_ms"),
-        "cost_tts_ms": cost("cost_tts_ms") if not r.is_listen else None,
-        "cost_token2wav_ms": cost("cost_token2wav_ms") if not r.is_listen else None,
-        "cost_all_ms": round(total, 1),
-        "n_tokens": int(t.get("n_tokens", 0)),
-        "n_tts_tokens": int(t.get("n_tts_tokens", 0)),
+        "cost_llm_ms": cost(t.cost_llm_ms),
+        "cost_tts_prep_ms": cost(t.cost_tts_prep_ms),
+        "cost_tts_ms": cost(t.cost_tts_ms) if spoke else None,
+        "cost_token2wav_ms": cost(t.cost_token2wav_ms) if spoke else None,
+        "cost_all_ms": round(t.cost_llm_ms + t.cost_tts_ms + t.cost_token2wav_ms, 1),
+        "n_tokens": t.n_tokens,
+        "n_tts_tokens": t.n_tts_tokens,
+        "wall_clock_ms": round(t.wall_ms, 1),
+        "kv_cache_length": t.kv_cache_length,
+        "vision_slices": t.vision_slices,
+        "vision_tokens": t.vision_tokens,
     }
 
 
@@ -167,10 +172,6 @@ def result_event(r: DuplexResult) -> dict:
         "audio_data": pcm_b64(r.audio),
         "end_of_turn": r.end_of_turn,
         "current_time": r.unit,
-        **result_metrics(r),
+        **unit_metrics(r),
         "server_send_ts": time.time(),
-        "wall_clock_ms": round(r.timings.get("wall_ms", 0.0), 1),
-        "kv_cache_length": int(r.timings.get("kv_cache_length", 0)),
-        "vision_slices": int(r.timings.get("vision_images", 0)),
-        "vision_tokens": int(r.timings.get("vision_images", 0)) * 64,
     }

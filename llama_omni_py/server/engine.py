@@ -113,7 +113,6 @@ class Engine:
     async def run(self, turn: Turn) -> AsyncIterator[SpeechChunk]:
         """The turn's chunks; cancelling the consumer stops generation within a chunk."""
         self.busy = True
-        self.session.last_prompt_tokens = None
         try:
             audio = turn.audio + (await asyncio.to_thread(self._video_audio, turn) if turn.videos else [])
             async for chunk in self.session.astream(

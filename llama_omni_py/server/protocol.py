@@ -18,6 +18,7 @@ import numpy as np
 from .. import checks
 from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ProtocolError
+from ..results import Timings
 
 INIT_TYPES = ("session.init",)
 PUSH_TYPES = ("input.append",)
@@ -293,7 +294,14 @@ def _sampling(turn: Turn, gen: dict) -> None:
 
 # -- downlink ---------------------------------------------------------------------------------
 def pcm_b64(samples: np.ndarray) -> str:
+    """Samples -> base64 raw float32 little-endian PCM: the one encoder of audio on the wire."""
     return base64.b64encode(np.asarray(samples, "<f4").tobytes()).decode("ascii")
+
+
+def pcm_from_b64(b64: str) -> np.ndarray:
+    """The inverse of :func:`pcm_b64`, for audio from our own workers (client audio goes through
+    :func:`float_pcm`, which checks it)."""
+    return np.frombuffer(base64.b64decode(b64), "<f4")
 
 
 def audio_pieces(samples: np.ndarray, size: int = AUDIO_DELTA):
@@ -311,3 +319,30 @@ def closed(session_id: str | None, reason: str, message: str | None = None, metr
     if message:
         ev["diagnostic"] = {"message": message[:2000]}
     return ev
+
+
+def timings_metrics(t: Timings, wall_clock_ms: float) -> dict:
+    """A finished turn's Timings as the backend protocol reports them: the one mapping from
+    Timings to this protocol's metrics."""
+    r = lambda v: round(v or 0.0, 1)  # noqa: E731
+    m = {
+        "prefill_ms": r(t.prefill_ms),
+        "generate_ms": round(max(0.0, wall_clock_ms - r(t.prefill_ms)), 1),
+        "cost_llm_ms": r(t.llm_ms),
+        "cost_tts_ms": r(t.tts_ms),
+        "cost_token2wav_ms": r(t.token2wav_ms),
+        "cost_apm_ms": r(t.apm_ms),
+        "cost_vpm_ms": r(t.vpm_ms),
+        "n_tokens": t.n_tokens,
+        "n_tts_tokens": t.n_tts_tokens,
+        "prompt_tokens": t.prompt_tokens,
+        "kv_cache_length": t.prompt_tokens + t.n_tokens,
+        "vision_slices": t.vision_slices,
+        "vision_tokens": t.vision_tokens,
+        "seed": t.seed,
+    }
+    # time to first audio, step by step (ms after the turn started in the engine)
+    for value, name in ((t.first_text_s, "first_text_ms"), (t.first_codes_s, "first_codes_ms")):
+        if value is not None:
+            m[name] = round(value * 1000, 1)
+    return m

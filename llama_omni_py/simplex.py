@@ -1,0 +1,122 @@
+"""One simplex request on a :class:`~llama_omni_py.bundle.StageBundle`: its prompt (with the
+oldest history left out when it would not fit), the threaded pipeline LLM -> TTS -> Token2Wav
+(stages.py, pipeline.py) and the request's Timings, built once from the stages' stat records."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+
+from . import stages
+from .bundle import StageBundle
+from .config import SessionConfig
+from .constants import OUTPUT_SAMPLE_RATE
+from .inputs import Request, build_prompt
+from .pipeline import Pipeline
+from .profile import Profiler, request_timings
+from .prompt import Prompt
+from .results import PromptStats, SpeechChunk
+
+log = logging.getLogger(__name__)
+
+
+def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[Prompt, PromptStats]:
+    """The request's prompt; when it and the reply do not fit the LLM context, the oldest earlier
+    messages are left out, a whole turn at a time (the system prompt always stays)."""
+    llm = bundle.llm
+    prompt = build_prompt(llm.model, r, media)
+    history = list(r.history)
+    while history and prompt.token_count() + limit > llm.n_ctx:
+        history.pop(0)
+        while history and history[0][0] != "user":  # a turn starts with the user
+            history.pop(0)
+        prompt = build_prompt(llm.model, r, media, tuple(history))
+    dropped = len(r.history) - len(history)
+    if dropped:
+        log.info("left out the %d oldest messages to fit the context (%d tokens)", dropped, llm.n_ctx)
+    llm.check_fits(prompt, limit)
+    return prompt, PromptStats(prompt.token_count(), dropped)
+
+
+class SimplexRun:
+    """Iterate it for the request's SpeechChunks; cancel() from any thread; close() joins the
+    stage threads."""
+
+    def __init__(self, bundle: StageBundle, config: SessionConfig, request: Request, profiler: Profiler):
+        self.bundle, self.config, self.request, self.profiler = bundle, config, request, profiler
+        self._cancelled = threading.Event()
+        self._pipeline: Pipeline | None = None
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        pipe = self._pipeline
+        if pipe is not None:
+            pipe.cancel()
+
+    def close(self) -> None:
+        pipe = self._pipeline
+        if pipe is not None:
+            pipe.close()
+
+    def __iter__(self) -> Iterator[SpeechChunk]:
+        r, c, b = self.request, self.config, self.bundle
+        start = time.perf_counter()
+        limit = r.max_new_tokens or c.max_new_tokens
+        media = b.inputs.encode(r)
+        prompt, prompt_stats = fitting_prompt(b, r, media, limit)
+        if self._cancelled.is_set():  # cancelled while the inputs were encoded
+            return
+        reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, r.llm or c.llm, c.tts, c.tts_handoff)
+        if r.speech:
+            body = [("tts", stages.TtsStage(b.tts, reply)), *stages.token2wav_stages(b.token2wav, b.overlap)]
+        else:
+            body = [("text", stages.text_stage())]
+        pipe = Pipeline(
+            ("llm", stages.llm_stage(b.llm, reply, text_to_caller=r.speech)),
+            body,
+            [c.tts_queue, *[c.audio_queue] * len(body)],
+            b.pin_stage_thread,
+        )
+        self._pipeline = pipe
+        n_prompt = prompt_stats.prompt_tokens
+        first_audio = last_audio = None
+        chunk_audio: list[float] = []  # seconds of audio per Token2Wav (or text stage) output
+        final: SpeechChunk | None = None
+        index = 0
+        try:
+            for item in pipe:
+                if isinstance(item, stages.TextDelta):
+                    chunk = SpeechChunk(item.text, np.zeros(0, np.float32), index, False, prompt_tokens=n_prompt)
+                else:
+                    chunk = replace(item, index=index, prompt_tokens=n_prompt)
+                    chunk_audio.append(chunk.audio.size / OUTPUT_SAMPLE_RATE)
+                    if chunk.audio.size:
+                        last_audio = time.perf_counter() - start
+                        first_audio = first_audio if first_audio is not None else last_audio
+                index += 1
+                if chunk.is_final:
+                    final = chunk  # the end follows at once; it leaves with the request's timings
+                else:
+                    yield chunk
+        finally:
+            pipe.close()
+        if final is None:  # cancelled
+            return
+        timings = request_timings(
+            pipe.events,
+            chunk_audio,
+            start=start,
+            end=time.perf_counter(),
+            first_audio=first_audio,
+            last_audio=last_audio,
+            seed=r.seed,
+            stats=(*final.stats, media.stats, prompt_stats),
+        )
+        encoders = {"apm_ms": media.stats.apm_ms, "vpm_ms": media.stats.vpm_ms} if r.has_media else {}
+        self.profiler.add(pipe.events, encoders)
+        yield replace(final, timings=timings, stats=())
