@@ -237,69 +237,23 @@ def cmd_speak(args) -> int:
     return 0
 
 
-def _worker_session(args):
-    from .config import SessionConfig, Token2WavConfig
-    from .demo import demo_config
-
-    options = {"threads": args.threads, "token2wav": Token2WavConfig(threads=args.t2w_threads)}
-    if args.max_new_tokens:
-        options["max_new_tokens"] = args.max_new_tokens
-    if args.max_audio_per_chunk:
-        options["max_audio_per_chunk"] = args.max_audio_per_chunk
-    if getattr(args, "numa_node", None) is not None:
-        options["numa_node"] = args.numa_node
-    return demo_config(**options) if args.model_dir is None else SessionConfig(**options)
-
-
-def worker_config(args):
-    """The ServerConfig of ``llama-omni worker`` options (also used by Ray worker actors)."""
-    from .server import ServerConfig
-
-    return ServerConfig(
-        host=args.host,
-        port=args.port,
-        model_dir=args.model_dir,
-        device=args.device,
-        session=_worker_session(args),
-        max_message_bytes=int(args.max_message_mb * 2**20),
-        max_audio_seconds=args.max_audio_seconds,
-        idle_timeout_s=args.idle_timeout,
-        compat=args.compat,
-    )
-
-
 def cmd_worker(args) -> int:
     from .server import serve
+    from .server.worker_options import WorkerOptions
 
     if args.numa_node is not None:  # the whole process on its device's node (threads inherit it)
         from .placement import pin_process_to_node
 
         pin_process_to_node(args.numa_node)
-    serve(worker_config(args), announce=True)
+    options = WorkerOptions.from_args(args)
+    serve(options.server_config(args.host, args.port, args.device, args.numa_node), announce=True)
     return 0
-
-
-def _worker_args(args) -> list[str]:
-    """The engine options of ``serve`` passed on to each ``llama-omni worker``."""
-    out = []
-    for flag, value in (
-        ("--model-dir", args.model_dir),
-        ("--threads", args.threads),
-        ("--t2w-threads", args.t2w_threads),
-        ("--max-new-tokens", args.max_new_tokens or None),
-        ("--max-audio-per-chunk", args.max_audio_per_chunk or None),
-        ("--max-message-mb", args.max_message_mb),
-        ("--max-audio-seconds", args.max_audio_seconds),
-        ("--idle-timeout", args.idle_timeout),
-    ):
-        if value is not None:
-            out += [flag, str(value)]
-    return out + (["--compat"] if args.compat else [])
 
 
 def cmd_serve(args) -> int:
     from .server.gateway import GatewayConfig, run_gateway
     from .server.gateway.workers import LocalWorkers, StaticWorkers, devices_for
+    from .server.worker_options import WorkerOptions
 
     cfg = GatewayConfig(
         host=args.host,
@@ -318,46 +272,22 @@ def cmd_serve(args) -> int:
         sources = [
             RayWorkers(
                 args.workers or 1,
-                _worker_args(args),
+                WorkerOptions.from_args(args),
                 address=args.ray or None,
                 accelerator=args.ray_accelerator,
                 cpus_per_worker=args.ray_cpus,
             )
         ]
     else:
-        sources = [LocalWorkers(devices_for(args.workers, args.device), _worker_args(args), pin=args.pin)]
+        options = WorkerOptions.from_args(args)
+        sources = [LocalWorkers(devices_for(args.workers, args.device), options.to_argv(), pin=args.pin)]
     run_gateway(cfg, sources)
     return 0
 
 
-def _engine_options(sv) -> None:
-    sv.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
-    sv.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
-    sv.add_argument(
-        "--max-new-tokens", type=int, default=0, help="per-turn LLM token limit (0: 256, 60 with the demo set)"
-    )
-    sv.add_argument(
-        "--t2w-threads", type=int, default=None, help="vocoder threads (default: OMNI_T2W_THREADS or up to 16)"
-    )
-    sv.add_argument(
-        "--max-audio-per-chunk",
-        type=int,
-        default=0,
-        help="speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)",
-    )
-    sv.add_argument("--max-message-mb", type=float, default=32.0, help="largest WebSocket message")
-    sv.add_argument("--max-audio-seconds", type=float, default=30.0, help="input audio per turn")
-    sv.add_argument(
-        "--idle-timeout", type=float, default=300.0, help="seconds without a message before a session closes"
-    )
-    sv.add_argument(
-        "--compat",
-        action="store_true",
-        help="/backend also accepts the older message aliases and shapes (docs/server-protocol.md)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from .server.worker_options import WorkerOptions  # light: no native code
+
     p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
     p.add_argument("--version", action="version", version=f"llama-omni-py {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
@@ -437,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an idle whole-life session gives its worker back while others wait",
     )
     sv.add_argument("--model-name", default="MiniCPM-o-4.5", help="the model id of the OpenAI API")
-    _engine_options(sv)
+    WorkerOptions.add_arguments(sv)
     sv.set_defaults(func=cmd_serve)
 
     wk = sub.add_parser("worker", help="one engine worker: WebSocket /backend (MiniCPM-o backend protocol), /health")
@@ -445,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--port", type=int, default=8766, help="0: any free port (printed on stdout as JSON)")
     wk.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
     wk.add_argument("--numa-node", type=int, default=None, help="pin the process and its threads to this node")
-    _engine_options(wk)
+    WorkerOptions.add_arguments(wk)
     wk.set_defaults(func=cmd_worker)
 
     from .bench import runner as bench_runner  # light: imports nothing native until it runs

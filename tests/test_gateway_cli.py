@@ -46,3 +46,21 @@ def test_serve_starts_workers_routes_turns_and_stops(tiny_dir):
         rc = proc.wait(90)
     assert rc == 0, proc.stderr.read()
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+
+def test_worker_options_round_trip_through_flags():
+    """The worker's options are written once: `serve` and `worker` share their flags, to_argv()
+    gives them back to a local worker, and nothing imports the CLI to rebuild them."""
+    import argparse
+    import pickle
+
+    from llama_omni_py.server.worker_options import WorkerOptions
+
+    o = WorkerOptions("/models", threads=1, max_new_tokens=40, t2w_threads=2, max_message_mb=8.0, compat=True)
+    p = argparse.ArgumentParser()
+    WorkerOptions.add_arguments(p)
+    assert WorkerOptions.from_args(p.parse_args(o.to_argv())) == o
+    assert WorkerOptions().to_argv() == [] and pickle.loads(pickle.dumps(o)) == o
+    cfg = o.server_config("127.0.0.1", 0, "cpu", numa_node=None)
+    assert cfg.max_message_bytes == 8 * 2**20 and cfg.compat and cfg.session.token2wav.threads == 2
+    assert cfg.session.max_new_tokens == 40 and cfg.session.threads == 1

@@ -13,6 +13,7 @@ from websockets.asyncio.client import connect
 
 from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
 from llama_omni_py.server.gateway.ray_workers import RayWorkers
+from llama_omni_py.server.worker_options import WorkerOptions
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,7 @@ async def timed_turn(url: str, text: str) -> dict:
 
 
 def test_two_ray_workers_stream_two_sessions_at_once(tiny_dir, ray_cluster):
-    engine = ["--model-dir", str(tiny_dir), "--max-new-tokens", "40", "--max-audio-per-chunk", "25"]
-    engine += ["--threads", "1", "--t2w-threads", "1"]
+    engine = WorkerOptions(str(tiny_dir), threads=1, max_new_tokens=40, t2w_threads=1, max_audio_per_chunk=25)
     source = RayWorkers(2, engine, accelerator="cpu", cpus_per_worker=1, host="127.0.0.1")
     assert source.actor_options() == {"num_cpus": 1, "max_restarts": 0}
     with BackgroundGateway(GatewayConfig(port=0, health_interval_s=0.25), [source]) as g:
@@ -68,10 +68,11 @@ def test_two_ray_workers_stream_two_sessions_at_once(tiny_dir, ray_cluster):
 
 
 def test_actor_resources_per_accelerator():
-    assert RayWorkers(2, [], accelerator="gpu").actor_options() == {"num_cpus": 1.0, "max_restarts": 0, "num_gpus": 1}
-    npu = RayWorkers(8, [], accelerator="npu", cpus_per_worker=8).actor_options()
+    gpu = RayWorkers(2, WorkerOptions(), accelerator="gpu").actor_options()
+    assert gpu == {"num_cpus": 1.0, "max_restarts": 0, "num_gpus": 1}
+    npu = RayWorkers(8, WorkerOptions(), accelerator="npu", cpus_per_worker=8).actor_options()
     assert npu == {"num_cpus": 8, "max_restarts": 0, "resources": {"NPU": 1}}
     from llama_omni_py import ConfigError
 
     with pytest.raises(ConfigError, match="ray_accelerator"):
-        RayWorkers(1, [], accelerator="tpu")
+        RayWorkers(1, WorkerOptions(), accelerator="tpu")

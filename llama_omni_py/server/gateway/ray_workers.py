@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 from ...errors import ConfigError
+from ..worker_options import WorkerOptions
 from .pool import Worker
 
 log = logging.getLogger(__name__)
@@ -22,24 +23,19 @@ class EngineWorkerActor:
     """Runs inside a Ray actor process: an engine worker on this node, pinned to the NUMA node of
     the device Ray assigned (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES are set by Ray)."""
 
-    def __init__(self, worker_args: list[str], accelerator: str, host: str | None = None):
+    def __init__(self, options: WorkerOptions, accelerator: str, host: str | None = None):
         import ray
 
-        from ...cli import build_parser, worker_config
         from ...placement import pin_process_to_node
         from ..app import BackgroundServer
         from .workers import numa_node_of
 
         self.device = DEVICE[accelerator]
         self.host = host or ray.util.get_node_ip_address()
-        args = build_parser().parse_args(
-            ["worker", "--host", self.host, "--port", "0", "--device", self.device, *worker_args]
-        )
         node = numa_node_of(self.device)
         if node is not None:
             pin_process_to_node(node)
-            args.numa_node = node
-        self.server = BackgroundServer(worker_config(args))
+        self.server = BackgroundServer(options.server_config(self.host, 0, self.device, node))
         self.server.__enter__()
 
     def address(self) -> tuple[str, int, str]:
@@ -53,7 +49,7 @@ class RayWorkers:
     def __init__(
         self,
         workers: int,
-        worker_args: list[str],
+        options: WorkerOptions,
         address: str | None = None,
         accelerator: str = "gpu",
         cpus_per_worker: float = 1.0,
@@ -63,7 +59,7 @@ class RayWorkers:
             raise ConfigError("ray_accelerator", f"must be one of {sorted(DEVICE)}, got {accelerator!r}")
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
-        self.n, self.worker_args, self.address, self.accelerator = workers, list(worker_args), address, accelerator
+        self.n, self.options, self.address, self.accelerator = workers, options, address, accelerator
         self.cpus_per_worker, self.host = cpus_per_worker, host
         self.actors: list = []
         self._started_ray = False
@@ -86,7 +82,7 @@ class RayWorkers:
             ray.init(address=self.address or None, include_dashboard=False, logging_level=logging.WARNING)
             self._started_ray = True
         actor = ray.remote(EngineWorkerActor).options(**self.actor_options())
-        self.actors = [actor.remote(self.worker_args, self.accelerator, self.host) for _ in range(self.n)]
+        self.actors = [actor.remote(self.options, self.accelerator, self.host) for _ in range(self.n)]
         refs = [a.address.remote() for a in self.actors]
         addresses = await asyncio.wait_for(asyncio.to_thread(ray.get, refs), START_TIMEOUT_S)
         workers = []

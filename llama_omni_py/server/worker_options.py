@@ -1,0 +1,84 @@
+"""The engine options of a worker, written once: ``llama-omni worker`` and ``llama-omni serve``
+get their flags from the fields, a local worker process gets them back as argv (``to_argv``), a
+Ray worker actor gets the object itself (it pickles), and each worker turns them into its
+ServerConfig (``server_config``)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, dataclass, field, fields
+
+
+def _opt(default, help: str, type=None):  # noqa: A002 -- argparse's names
+    return field(default=default, metadata={"help": help, "type": type})
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    model_dir: str | None = _opt(None, "MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)", str)
+    threads: int | None = _opt(None, "LLM/TTS CPU threads (default: libllama's)", int)
+    max_new_tokens: int = _opt(0, "per-turn LLM token limit (0: 256, 60 with the demo set)", int)
+    t2w_threads: int | None = _opt(None, "vocoder threads (default: OMNI_T2W_THREADS or up to 16)", int)
+    max_audio_per_chunk: int = _opt(
+        0, "speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)", int
+    )
+    max_message_mb: float = _opt(32.0, "largest WebSocket message", float)
+    max_audio_seconds: float = _opt(30.0, "input audio per turn", float)
+    idle_timeout: float = _opt(300.0, "seconds without a message before a session closes", float)
+    compat: bool = _opt(False, "/backend also accepts the older message aliases and shapes (docs/server-protocol.md)")
+
+    @staticmethod
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            kind, help_text = f.metadata["type"], f.metadata["help"]
+            if kind is None:  # a switch
+                parser.add_argument(cls.flag(f.name), action="store_true", help=help_text)
+            else:
+                parser.add_argument(cls.flag(f.name), type=kind, default=f.default, help=help_text)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorkerOptions:
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these options to ``llama-omni worker`` (defaults left out)."""
+        out: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == (f.default if f.default is not MISSING else None):
+                continue
+            out += [self.flag(f.name)] if f.metadata["type"] is None else [self.flag(f.name), str(value)]
+        return out
+
+    def session_config(self, numa_node: int | None = None):
+        from ..config import SessionConfig, Token2WavConfig
+        from ..demo import demo_config
+
+        options: dict = {"threads": self.threads, "token2wav": Token2WavConfig(threads=self.t2w_threads)}
+        if self.max_new_tokens:
+            options["max_new_tokens"] = self.max_new_tokens
+        if self.max_audio_per_chunk:
+            options["max_audio_per_chunk"] = self.max_audio_per_chunk
+        if numa_node is not None:
+            options["numa_node"] = numa_node
+        return demo_config(**options) if self.model_dir is None else SessionConfig(**options)
+
+    def server_config(self, host: str, port: int, device: str, numa_node: int | None = None):
+        """The worker's ServerConfig on host:port with its engine on ``device``."""
+        from .config import ServerConfig
+
+        return ServerConfig(
+            host=host,
+            port=port,
+            model_dir=self.model_dir,
+            device=device,
+            session=self.session_config(numa_node),
+            max_message_bytes=int(self.max_message_mb * 2**20),
+            max_audio_seconds=self.max_audio_seconds,
+            idle_timeout_s=self.idle_timeout,
+            compat=self.compat,
+        )
