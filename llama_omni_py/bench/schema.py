@@ -21,20 +21,12 @@ def _validate(run: dict, path: Path) -> None:
     jsonschema.validate(run, _schema(path), cls=jsonschema.Draft202012Validator)
 
 
-def run_schema() -> dict:
-    return _schema(SCHEMA_PATH)
-
-
 def validate_run(run: dict) -> None:
     """Raises jsonschema.ValidationError naming the offending field."""
     _validate(run, SCHEMA_PATH)
 
 
 DUPLEX_SCHEMA_PATH = Path(__file__).with_name("duplex.schema.json")
-
-
-def duplex_schema() -> dict:
-    return _schema(DUPLEX_SCHEMA_PATH)
 
 
 def validate_duplex_run(run: dict) -> None:

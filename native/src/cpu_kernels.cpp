@@ -11,7 +11,6 @@
 #include <mutex>
 #include <string>
 
-
 namespace omni::cpu {
 
 // The wheel's OpenBLAS is private to this extension, so the setting is ours.
@@ -99,8 +98,9 @@ void conv1d(const Conv1d & c, const float * x, int len, float * y, ThreadPool & 
             cols = col;
             ldb = n;
         }
-        OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, rows, 1.0f, c.w.data() + static_cast<size_t>(o0) * rows,
-                   rows, cols, ldb, 1.0f, y + static_cast<size_t>(o0) * y_ld + t0, y_ld);
+        OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, rows, 1.0f,
+                   c.w.data() + static_cast<size_t>(o0) * rows, rows, cols, ldb, 1.0f,
+                   y + static_cast<size_t>(o0) * y_ld + t0, y_ld);
     });
 }
 
@@ -121,8 +121,8 @@ void conv_transpose1d(const ConvTranspose1d & c, const float * x, int len, float
         const int m = (o1 - o0) * c.k;
         float * z = scratch.get(worker, static_cast<size_t>(m) * len);
         // z[(o,kk)][s] = sum_i w[i][o][kk] * x[i][s]: w viewed as (in x out*k), transposed.
-        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, m, len, c.in, 1.0f, c.w.data() + static_cast<size_t>(o0) * c.k,
-                   c.out * c.k, x, x_ld, 0.0f, z, len);
+        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, m, len, c.in, 1.0f,
+                   c.w.data() + static_cast<size_t>(o0) * c.k, c.out * c.k, x, x_ld, 0.0f, z, len);
         for (int o = o0; o < o1; ++o) {
             float * yo = y + static_cast<size_t>(o) * y_ld;
             std::fill_n(yo, out_len, c.b[o]);
@@ -141,7 +141,8 @@ void snake_row(const float * x, float alpha, int len, float * y) {
     kernels().snake_row(x, alpha, 1.0f / (alpha + 1e-9f), len, y);
 }
 
-void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool, int x_ld, int y_ld) {
+void snake(const float * x, const float * alpha, int channels, int len, float * y, ThreadPool & pool, int x_ld,
+           int y_ld) {
     if (x_ld <= 0) x_ld = len;
     if (y_ld <= 0) y_ld = len;
     const int per = kChannelsPerTask;
@@ -149,15 +150,6 @@ void snake(const float * x, const float * alpha, int channels, int len, float * 
     pool.parallel_for(groups, [&](int task, int) {
         for (int ch = task * per; ch < std::min(channels, (task + 1) * per); ++ch)
             snake_row(x + static_cast<size_t>(ch) * x_ld, alpha[ch], len, y + static_cast<size_t>(ch) * y_ld);
-    });
-}
-
-void leaky_relu(float * x, size_t n, float slope, ThreadPool & pool) {
-    const int parts = pool.size();
-    const size_t per = (n + parts - 1) / parts;
-    pool.parallel_for(parts, [&](int task, int) {
-        const size_t a = task * per, b = std::min(n, a + per);
-        for (size_t i = a; i < b; ++i) x[i] = x[i] > 0.0f ? x[i] : x[i] * slope;
     });
 }
 

@@ -28,7 +28,9 @@ struct ConvTranspose1d {
 class Scratch {
 public:
     float * get(int worker, size_t n);
-    void reserve_workers(int n) { if (static_cast<int>(bufs_.size()) < n) bufs_.resize(n); }
+    void reserve_workers(int n) {
+        if (static_cast<int>(bufs_.size()) < n) bufs_.resize(n);
+    }
 
 private:
     std::vector<std::vector<float>> bufs_;
@@ -45,8 +47,6 @@ void snake(const float * x, const float * alpha, int channels, int len, float * 
            int y_ld = 0);
 // One channel of it (for fused epilogues).
 void snake_row(const float * x, float alpha, int len, float * y);
-// In place: leaky ReLU with the given slope.
-void leaky_relu(float * x, size_t n, float slope, ThreadPool & pool);
 
 // Measured sgemm rate (GFLOP/s) with `pool`: each worker multiplies its own m x k by k x n
 // matrices `reps` times; the roofline the vocoder's achieved rate is compared with.

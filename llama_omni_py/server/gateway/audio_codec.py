@@ -4,12 +4,11 @@ backend's float32 16 kHz PCM; request images to JPEG, the only image encoding th
 
 from __future__ import annotations
 
-import base64
 import io
 
 import numpy as np
 
-from ...media import load_audio, run_ffmpeg
+from ...media import run_ffmpeg
 
 RATE = 24000
 _SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III")}
@@ -36,16 +35,6 @@ def encode(samples: np.ndarray, fmt: str) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, np.clip(np.asarray(samples, np.float32), -1.0, 1.0), RATE, format=container, subtype=subtype)
     return buf.getvalue()
-
-
-def float_pcm_b64_to_array(b64: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(b64), "<f4")
-
-
-def input_audio_to_pcm_b64(data: bytes, max_seconds: float) -> str:
-    """wav/mp3 bytes -> base64 float32 16 kHz mono (raises MediaError)."""
-    x = load_audio(data, max_seconds)
-    return base64.b64encode(np.asarray(x, "<f4").tobytes()).decode("ascii")
 
 
 def to_jpeg(data: bytes) -> bytes:

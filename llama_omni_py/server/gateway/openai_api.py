@@ -15,6 +15,7 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from .. import protocol as P
 from . import audio_codec
 from .client_channel import SlowReader
 from .openai_request import ChatCompletion, OpenAIError, parse
@@ -101,7 +102,7 @@ async def _whole(gw, req: ChatCompletion, cid: str, request: Request) -> JSONRes
 
     async def on_event(ev):
         if ev["type"] == "response.output.delta" and ev["kind"] == "audio":
-            audio.append(audio_codec.float_pcm_b64_to_array(ev["audio"]))
+            audio.append(P.pcm_from_b64(ev["audio"]))
 
     turn = asyncio.create_task(run_turn(gw, req.inp, api="openai", on_event=on_event))
     while not turn.done():  # a client that leaves gives its queue place and worker back
@@ -180,7 +181,7 @@ async def _sse(gw, req: ChatCompletion, cid: str):
                 delta["audio"] = {"id": audio_id, "transcript": ev["text"]}
             await put(chunk(delta), len(ev["text"]))
         elif ev["kind"] == "audio" and req.audio_out:
-            pcm = audio_codec.pcm16(audio_codec.float_pcm_b64_to_array(ev["audio"]))
+            pcm = audio_codec.pcm16(P.pcm_from_b64(ev["audio"]))
             data = base64.b64encode(pcm).decode("ascii")
             await put(chunk({"audio": {"id": audio_id, "data": data}}), len(data))
 

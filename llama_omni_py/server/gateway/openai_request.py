@@ -8,10 +8,10 @@ import base64
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from ... import checks
 from ...errors import MediaError
+from ...media import load_audio
+from .. import protocol as P
 from . import audio_codec
 
 MAX_AUDIO_SECONDS = 30.0
@@ -226,7 +226,7 @@ def _user_content(content, where: str) -> list:
                 raise bad(f"{at}.input_audio.format must be wav or mp3", f"{at}.input_audio.format")
             data = _b64(spec.get("data"), f"{at}.input_audio.data")
             try:
-                x = audio_codec.load_audio(data, None)
+                x = load_audio(data, None)
             except MediaError as e:
                 raise bad(
                     f"{at}.input_audio.data could not be decoded as {spec['format']}: {e}", f"{at}.input_audio.data"
@@ -238,7 +238,7 @@ def _user_content(content, where: str) -> list:
                 )
             if x.size < INPUT_RATE // 10:
                 raise bad(f"{at}.input_audio is shorter than 0.1 s", f"{at}.input_audio")
-            items.append({"type": "audio", "data": base64.b64encode(np.asarray(x, "<f4").tobytes()).decode("ascii")})
+            items.append({"type": "audio", "data": P.pcm_b64(x)})
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
             url = part["image_url"].get("url")
             m = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
