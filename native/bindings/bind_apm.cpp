@@ -32,24 +32,32 @@ void register_apm(py::module_ & m) {
         .def_readonly("positions", &ApmDims::positions)
         .def_readonly("llm_embd", &ApmDims::llm_embd)
         .def_readonly("n_mel", &ApmDims::n_mel);
-    py::class_<Apm>(m, "Apm", "The audio encoder (Whisper-style APM + projector + pooling): 16 kHz audio -> 10 LLM embeddings per second.")
-        .def(py::init<const std::string &, const std::string &, int, bool>(), py::arg("path"), py::arg("device") = "cpu",
-             py::arg("threads") = 1, py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
+    py::class_<Apm>(
+        m, "Apm",
+        "The audio encoder (Whisper-style APM + projector + pooling): 16 kHz audio -> 10 LLM embeddings per second.")
+        .def(py::init<const std::string &, const std::string &, int, bool>(), py::arg("path"),
+             py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("exact") = false,
+             py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("dims", &Apm::dims)
-        .def("log_mel", [](const Apm & a, f32array audio) {
-            if (audio.ndim() != 1) throw InvalidArgument("audio must be 1-D 16 kHz samples");
-            std::vector<float> mel;
-            int frames = 0;
-            {
-                py::gil_scoped_release release;
-                mel = a.log_mel(audio.data(), static_cast<int>(audio.shape(0)), &frames);
-            }
-            return to_numpy(mel, {static_cast<py::ssize_t>(a.dims().n_mel), static_cast<py::ssize_t>(frames)});
-        }, py::arg("audio"))
-        .def("encode_mel", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel); }, py::arg("mel"),
-             "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).")
-        .def("encode_mel_streaming", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel_streaming); },
-             py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
+        .def(
+            "log_mel",
+            [](const Apm & a, f32array audio) {
+                if (audio.ndim() != 1) throw InvalidArgument("audio must be 1-D 16 kHz samples");
+                std::vector<float> mel;
+                int frames = 0;
+                {
+                    py::gil_scoped_release release;
+                    mel = a.log_mel(audio.data(), static_cast<int>(audio.shape(0)), &frames);
+                }
+                return to_numpy(mel, {static_cast<py::ssize_t>(a.dims().n_mel), static_cast<py::ssize_t>(frames)});
+            },
+            py::arg("audio"))
+        .def(
+            "encode_mel", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel); }, py::arg("mel"),
+            "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).")
+        .def(
+            "encode_mel_streaming", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel_streaming); },
+            py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
         .def("reset_stream", &Apm::reset_stream, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("stream_position", &Apm::stream_position)
         .def_property_readonly("stream_resets", &Apm::stream_resets);

@@ -44,12 +44,15 @@ py::dict graph_dict(const RecordedGraph & g) {
 void register_graph_record(py::module_ & m) {
     m.def("start_graph_recording", &start_graph_recording,
           "Record every graph the core computes from now on (once per module, graph and node signature).");
-    m.def("stop_graph_recording", [] {
-        std::vector<RecordedGraph> graphs = stop_graph_recording();
-        py::list out;
-        for (const auto & g : graphs) out.append(graph_dict(g));
-        return out;
-    }, "Stop recording; returns [{module, graph, device, calls, nodes: [{op, desc, dst, src, op_params, ...}]}].");
+    m.def(
+        "stop_graph_recording",
+        [] {
+            std::vector<RecordedGraph> graphs = stop_graph_recording();
+            py::list out;
+            for (const auto & g : graphs) out.append(graph_dict(g));
+            return out;
+        },
+        "Stop recording; returns [{module, graph, device, calls, nodes: [{op, desc, dst, src, op_params, ...}]}].");
     m.def("graph_recording", &graph_recording);
 }
 

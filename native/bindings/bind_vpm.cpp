@@ -25,22 +25,28 @@ void register_vpm(py::module_ & m) {
         .def(py::init([](const std::string & path, const std::string & device, int threads, bool exact,
                          std::optional<std::vector<int>> flash_attn_dims) {
                  py::gil_scoped_release release;
-                 return std::make_unique<Vpm>(path, device, threads, exact, flash_attn_dims.value_or(std::vector<int>{}),
+                 return std::make_unique<Vpm>(path, device, threads, exact,
+                                              flash_attn_dims.value_or(std::vector<int>{}),
                                               flash_attn_dims.has_value());
              }),
              py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("exact") = false,
              py::arg("flash_attn_dims") = py::none(),
              "flash_attn_dims: head sizes that use fused attention (None: those the device supports).")
         .def_property_readonly("dims", &Vpm::dims)
-        .def("encode", [](Vpm & v, f32array pixels) {
-            if (pixels.ndim() != 3 || pixels.shape(0) != 3) throw InvalidArgument("pixels must be (3, height, width)");
-            std::vector<float> out;
-            {
-                py::gil_scoped_release release;
-                out = v.encode(pixels.data(), static_cast<int>(pixels.shape(1)), static_cast<int>(pixels.shape(2)));
-            }
-            return to_numpy(out, {static_cast<py::ssize_t>(v.dims().queries), static_cast<py::ssize_t>(v.dims().llm_embd)});
-        }, py::arg("pixels"), "Normalised (3, h, w) image, sides multiples of the patch -> (64, llm_embd).");
+        .def(
+            "encode",
+            [](Vpm & v, f32array pixels) {
+                if (pixels.ndim() != 3 || pixels.shape(0) != 3)
+                    throw InvalidArgument("pixels must be (3, height, width)");
+                std::vector<float> out;
+                {
+                    py::gil_scoped_release release;
+                    out = v.encode(pixels.data(), static_cast<int>(pixels.shape(1)), static_cast<int>(pixels.shape(2)));
+                }
+                return to_numpy(
+                    out, {static_cast<py::ssize_t>(v.dims().queries), static_cast<py::ssize_t>(v.dims().llm_embd)});
+            },
+            py::arg("pixels"), "Normalised (3, h, w) image, sides multiples of the patch -> (64, llm_embd).");
     m.def("bucketed_position_ids", &bucketed_position_ids, py::arg("rows"), py::arg("cols"), py::arg("grid") = 70);
 }
 

@@ -16,7 +16,8 @@ namespace omni::bindings {
 // A float32 numpy array of `shape` holding a copy of `data`.
 inline py::array_t<float> to_numpy(const std::vector<float> & data, std::vector<py::ssize_t> shape) {
     py::array_t<float> r(shape);
-    if (static_cast<size_t>(r.size()) != data.size()) throw std::logic_error("binding: array shape does not match the data");
+    if (static_cast<size_t>(r.size()) != data.size())
+        throw std::logic_error("binding: array shape does not match the data");
     std::memcpy(r.mutable_data(), data.data(), data.size() * sizeof(float));
     return r;
 }

@@ -44,12 +44,14 @@ void Apm::Impl::ensure_cache() {
     if (!cache_buf) throw DeviceError("cannot allocate the audio encoder's streaming cache on " + backend->device().id);
 }
 
-Apm::Apm(const std::string & path, const std::string & device, int threads, bool exact) : impl_(std::make_unique<Impl>()) {
+Apm::Apm(const std::string & path, const std::string & device, int threads, bool exact)
+    : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     m.w.keep_f16 = !exact;
     m.exact = exact;
     GgufFile g(path);
-    if (g.get_string("general.architecture") != "whisper") throw ModelFileError(path, "not an audio encoder file (architecture is not 'whisper')");
+    if (g.get_string("general.architecture") != "whisper")
+        throw ModelFileError(path, "not an audio encoder file (architecture is not 'whisper')");
     ApmDims & d = m.d;
     d.d_model = static_cast<int>(g.get_int("d_model"));
     d.heads = static_cast<int>(g.get_int("encoder_attention_heads"));
@@ -164,7 +166,8 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
     if (frames < 2 * d.pool || T > d.positions) {
         throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool) + " to " +
-                              std::to_string(2 * d.positions) + " mel frames (0.1 to 30 s), got " + std::to_string(frames));
+                              std::to_string(2 * d.positions) + " mel frames (0.1 to 30 s), got " +
+                              std::to_string(frames));
     }
     // A chunk that would run past the position table starts a new window (llama.cpp-omni's
     // "30 s limit"): history is dropped, never overflowed.
@@ -181,10 +184,11 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     ggml_tensor * in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.n_mel, frames);  // frames as rows
     ggml_set_input(in);
     // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
-    ggml_tensor * x = ggml_gelu_erf(ctx, gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
-                                                         m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
-    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0), m.w.taps("encoder.conv2.weight", 3),
-                                      m.W("encoder.conv2.bias"));
+    ggml_tensor * x = ggml_gelu_erf(ctx,
+                                    gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
+                                                   m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0),
+                                      m.w.taps("encoder.conv2.weight", 3), m.W("encoder.conv2.bias"));
     x = ggml_gelu_erf(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
     ggml_tensor * pos = m.W("encoder.positional_embedding");
     x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], static_cast<size_t>(off) * pos->nb[1]));
@@ -198,15 +202,18 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
         ggml_tensor * value = m.linear(ctx, h, b + ".attn.value");
         if (streaming) {  // store this chunk's K/V, then attend over the whole history
             for (auto [src, cache] : {std::pair{key, k_cache[i]}, std::pair{value, v_cache[i]}}) {
-                ggml_build_forward_expand(gf, ggml_cpy(ctx, src, ggml_view_2d(ctx, cache, D, T, cache->nb[1],
-                                                                               static_cast<size_t>(off) * cache->nb[1])));
+                ggml_build_forward_expand(
+                    gf,
+                    ggml_cpy(ctx, src,
+                             ggml_view_2d(ctx, cache, D, T, cache->nb[1], static_cast<size_t>(off) * cache->nb[1])));
             }
             key = ggml_view_2d(ctx, k_cache[i], D, Tk, k_cache[i]->nb[1], 0);
             value = ggml_view_2d(ctx, v_cache[i], D, Tk, v_cache[i]->nb[1], 0);
         }
         ggml_tensor * q = heads(m.linear(ctx, h, b + ".attn.query"), T);
         ggml_tensor * k = heads(key, Tk);
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, value, hd, H, Tk), 1, 2, 0, 3));  // [Tk, hd, H]
+        ggml_tensor * vt =
+            ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, value, hd, H, Tk), 1, 2, 0, 3));  // [Tk, hd, H]
         ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
         ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
         x = ggml_add(ctx, x, m.linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
@@ -228,7 +235,8 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the audio encoder graph");
     std::vector<float> rows(static_cast<size_t>(d.n_mel) * frames);  // (n_mel, frames) -> frames as rows
     for (int b = 0; b < d.n_mel; ++b)
-        for (int t = 0; t < frames; ++t) rows[static_cast<size_t>(t) * d.n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
+        for (int t = 0; t < frames; ++t)
+            rows[static_cast<size_t>(t) * d.n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
     ggml_backend_tensor_set(in, rows.data(), 0, ggml_nbytes(in));
     m.compute(gf, streaming ? "encode_stream" : "encode");
     std::vector<float> out(static_cast<size_t>(E) * n_tok);

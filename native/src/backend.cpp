@@ -43,7 +43,7 @@ std::vector<DeviceEntry> enumerate() {
         e.info.backend = lower(ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev)));
         e.info.index = per_backend[e.info.backend]++;
         e.info.id = type == GGML_BACKEND_DEVICE_TYPE_CPU ? std::string("cpu")
-                                                          : e.info.backend + ":" + std::to_string(e.info.index);
+                                                         : e.info.backend + ":" + std::to_string(e.info.index);
         e.info.ggml_name = props.name ? props.name : "";
         e.info.description = props.description ? props.description : "";
         e.info.pci_bus_id = props.device_id ? lower(props.device_id) : "";
@@ -103,7 +103,8 @@ Backend::~Backend() {
 void Backend::set_threads(int n_threads) {
     // ggml starts one OS thread per count: an absurd count would exhaust the process.
     if (n_threads > kMaxThreads) {
-        throw InvalidArgument("threads must be at most " + std::to_string(kMaxThreads) + ", got " + std::to_string(n_threads));
+        throw InvalidArgument("threads must be at most " + std::to_string(kMaxThreads) + ", got " +
+                              std::to_string(n_threads));
     }
     if (!is_cpu() || n_threads <= 0) return;
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(backend_));
@@ -123,7 +124,8 @@ std::vector<float> run_probe_graph(Backend & backend, int n) {
     ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F16, n, n);
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, n, 4);
     ggml_tensor * b = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, n);
-    ggml_tensor * y = ggml_soft_max(ctx.get(), ggml_gelu(ctx.get(), ggml_add(ctx.get(), ggml_mul_mat(ctx.get(), w, x), b)));
+    ggml_tensor * y =
+        ggml_soft_max(ctx.get(), ggml_gelu(ctx.get(), ggml_add(ctx.get(), ggml_mul_mat(ctx.get(), w, x), b)));
     ggml_cgraph * gf = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(gf, y);
 
@@ -135,7 +137,8 @@ std::vector<float> run_probe_graph(Backend & backend, int n) {
     // Deterministic inputs with a simple closed form, so the host and device see the same values.
     std::vector<ggml_fp16_t> wv(static_cast<size_t>(n) * n);
     for (int r = 0; r < n; ++r)
-        for (int c = 0; c < n; ++c) wv[r * n + c] = ggml_fp32_to_fp16(std::sin(0.37f * r + 0.11f * c) / std::sqrt(float(n)));
+        for (int c = 0; c < n; ++c)
+            wv[r * n + c] = ggml_fp32_to_fp16(std::sin(0.37f * r + 0.11f * c) / std::sqrt(float(n)));
     std::vector<float> xv(static_cast<size_t>(n) * 4), bv(n);
     for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.05f * static_cast<float>(i));
     for (int i = 0; i < n; ++i) bv[i] = 0.01f * static_cast<float>(i % 7);
@@ -151,9 +154,7 @@ std::vector<float> run_probe_graph(Backend & backend, int n) {
     return out;
 }
 
-std::string ggml_version_string() {
-    return std::string(ggml_version()) + " (" + ggml_commit() + ")";
-}
+std::string ggml_version_string() { return std::string(ggml_version()) + " (" + ggml_commit() + ")"; }
 
 std::string llama_system_info_string() { return llama_print_system_info(); }
 

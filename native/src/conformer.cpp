@@ -92,12 +92,13 @@ struct ConformerEncoder::Impl : GraphModule {
             // ESPnet rel_shift: left-pad one zero column, read the buffer as (P+1, T1) rows,
             // drop the first row, and keep the first T2 columns.
             ggml_tensor * padded = ggml_pad_ext(ctx, bd, 1, 0, 0, 0, 0, 0, 0, 0);
-            bd = ggml_cont(ctx, ggml_view_3d(ctx, padded, T2, T1, H, P * sizeof(float), (P + 1) * T1 * sizeof(float),
-                                             T1 * sizeof(float)));
+            bd = ggml_cont(ctx,
+                           ggml_view_3d(ctx, padded, T2, T1, H, P * sizeof(float), (P + 1) * T1 * sizeof(float),
+                                        T1 * sizeof(float)));
         }
         ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_add(ctx, ac, bd), nullptr, 1.0f / std::sqrt(float(dh)), 0.0f);
         ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [T2, dh, H]
-        ggml_tensor * o = ggml_mul_mat(ctx, vt, att);                          // [dh, T1, H]
+        ggml_tensor * o = ggml_mul_mat(ctx, vt, att);  // [dh, T1, H]
         o = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), dh * H, T1);
         x = ggml_add(ctx, res, linear(ctx, o, a + ".linear_out"));
         h = gu::layer_norm(ctx, x, 1e-12f, W(p + ".norm_ff.weight"), W(p + ".norm_ff.bias"));
@@ -179,13 +180,14 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
         throw InvalidArgument("conformer chunk needs more than " + std::to_string(kLookahead) +
                               " tokens (look-ahead included), got " + std::to_string(T));
     }
-    if (att_cache && (att_frames <= 0 || att_frames % 2 != 0)) throw InvalidArgument("att_frames must be even and positive");
+    if (att_cache && (att_frames <= 0 || att_frames % 2 != 0))
+        throw InvalidArgument("att_frames must be even and positive");
     if (!att_cache) att_frames = 0;
     if (m.native) return m.native->forward_chunk(xs, T, last_chunk, cnn_cache, att_cache, att_frames);
     std::lock_guard<std::mutex> lock(m.mutex);
 
-    const int T1 = T_in - kLookahead;          // token-rate frames out of the pre-lookahead layer
-    const int off1 = att_frames / 2;           // cached token-rate frames
+    const int T1 = T_in - kLookahead;  // token-rate frames out of the pre-lookahead layer
+    const int off1 = att_frames / 2;  // cached token-rate frames
     const int S1 = off1 + T1, S2 = off1 * 2 + 2 * T1;
 
     ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
@@ -202,35 +204,43 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     ggml_tensor * x = m.embed(ctx, in_x, "embed");  // [D, T]
     if (last_chunk) x = ggml_pad_ext(ctx, x, 0, 0, 0, kLookahead, 0, 0, 0, 0);
     // Pre-lookahead: conv1 (k=4, no padding) + leaky ReLU, then conv2 (k=3) over 2 cached frames.
-    ggml_tensor * c1 = ggml_leaky_relu(ctx, gu::conv_valid(ctx, x, m.w.taps("pre_lookahead_layer.conv1.weight", kLookahead + 1),
-                                                           m.W("pre_lookahead_layer.conv1.bias")), 0.01f, false);
+    ggml_tensor * c1 =
+        ggml_leaky_relu(ctx,
+                        gu::conv_valid(ctx, x, m.w.taps("pre_lookahead_layer.conv1.weight", kLookahead + 1),
+                                       m.W("pre_lookahead_layer.conv1.bias")),
+                        0.01f, false);
     ggml_tensor * pre_cache = gu::frames(ctx, in_cnn, 0, kPreCache);
     ggml_tensor * new_pre_cache = gu::frames(ctx, c1, T1 - kPreCache, kPreCache);
-    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), m.w.taps("pre_lookahead_layer.conv2.weight", 3),
-                                      m.W("pre_lookahead_layer.conv2.bias"));
+    ggml_tensor * c2 =
+        gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), m.w.taps("pre_lookahead_layer.conv2.weight", 3),
+                       m.W("pre_lookahead_layer.conv2.bias"));
     x = ggml_add(ctx, c2, gu::frames(ctx, x, 0, T1));
 
     std::vector<ggml_tensor *> new_caches;
     for (int i = 0; i < d.blocks; ++i) {
         ggml_tensor * cache = nullptr;
         if (in_att) {  // first half of the tiled time axis holds this layer's token-rate frames
-            cache = ggml_cont(ctx, ggml_view_3d(ctx, in_att, dh2, off1, d.heads, in_att->nb[1], in_att->nb[2], i * in_att->nb[3]));
+            cache = ggml_cont(
+                ctx, ggml_view_3d(ctx, in_att, dh2, off1, d.heads, in_att->nb[1], in_att->nb[2], i * in_att->nb[3]));
         }
         ggml_tensor * nc = nullptr;
         x = m.block(ctx, x, in_pos1, cache, "encoders." + std::to_string(i), &nc);
         new_caches.push_back(ggml_concat(ctx, nc, nc, 1));  // tiled to the mel-rate length
     }
     // Nearest x2 upsampling, then conv (k=5) over 4 cached frames.
-    ggml_tensor * up = ggml_reshape_2d(ctx, ggml_repeat(ctx, ggml_reshape_3d(ctx, x, D, 1, T1),
-                                                        ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 2, T1)), D, 2 * T1);
+    ggml_tensor * up = ggml_reshape_2d(
+        ctx, ggml_repeat(ctx, ggml_reshape_3d(ctx, x, D, 1, T1), ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 2, T1)), D,
+        2 * T1);
     ggml_tensor * up_in = ggml_concat(ctx, gu::frames(ctx, in_cnn, kPreCache, kUpCache), up, 1);
     ggml_tensor * new_up_cache = gu::frames(ctx, up_in, up_in->ne[1] - kUpCache, kUpCache);
     x = gu::conv_valid(ctx, up_in, m.w.taps("up_layer.conv.weight", 5), m.W("up_layer.conv.bias"));
     x = m.embed(ctx, x, "up_embed");
     for (int i = 0; i < d.up_blocks; ++i) {
         ggml_tensor * cache = nullptr;
-        if (in_att) cache = ggml_cont(ctx, ggml_view_3d(ctx, in_att, dh2, att_frames, d.heads, in_att->nb[1], in_att->nb[2],
-                                                        (d.blocks + i) * in_att->nb[3]));
+        if (in_att)
+            cache = ggml_cont(ctx,
+                              ggml_view_3d(ctx, in_att, dh2, att_frames, d.heads, in_att->nb[1], in_att->nb[2],
+                                           (d.blocks + i) * in_att->nb[3]));
         ggml_tensor * nc = nullptr;
         x = m.block(ctx, x, in_pos2, cache, "up_encoders." + std::to_string(i), &nc);
         new_caches.push_back(nc);

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <mutex>
 
-
 namespace omni {
 
 namespace {
@@ -39,9 +38,8 @@ struct ConformerCpu::Impl {
     void layer_norm(cpu::Rows & src, int T, float eps, const std::vector<float> & w, const std::vector<float> & b,
                     cpu::Rows & dst, int dcol = 0, float scale = 1.0f) {
         cpu::for_column_blocks(run.pool(), 1, T, [&](int, int c0, int c1) {
-            cpu::norm_columns(src, d.d, c0, c1, eps, [&](int o, int col, float v) {
-                dst.row(o)[dcol + col] = (v * w[o] + b[o]) * scale;
-            });
+            cpu::norm_columns(src, d.d, c0, c1, eps,
+                              [&](int o, int col, float v) { dst.row(o)[dcol + col] = (v * w[o] + b[o]) * scale; });
         });
     }
 
@@ -54,11 +52,13 @@ struct ConformerCpu::Impl {
         layer_norm(x, T1, 1e-12f, L.mha_w, L.mha_b, h);
         run.apply(L.qkv, h, qkv, T1);
         run.apply(L.pos, this->pos, pp, P);
-        for (auto & s : scratch) s.resize(static_cast<size_t>(T2) * T1 + static_cast<size_t>(P) * T1 + 2 * T1 + 2 * dh * T1);
+        for (auto & s : scratch)
+            s.resize(static_cast<size_t>(T2) * T1 + static_cast<size_t>(P) * T1 + 2 * T1 + 2 * dh * T1);
         const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
         pool.parallel_for(H, [&](int hh, int worker) {
             float * kv = new_cache + static_cast<size_t>(hh) * T2 * 2 * dh;  // [T2][K | V]
-            if (cached) std::memcpy(kv, cache + static_cast<size_t>(hh) * cached * 2 * dh, sizeof(float) * cached * 2 * dh);
+            if (cached)
+                std::memcpy(kv, cache + static_cast<size_t>(hh) * cached * 2 * dh, sizeof(float) * cached * 2 * dh);
             for (int e = 0; e < dh; ++e) {
                 const float * kr = qkv.row(D + hh * dh + e);
                 const float * vr = qkv.row(2 * D + hh * dh + e);
@@ -67,10 +67,10 @@ struct ConformerCpu::Impl {
                     kv[static_cast<size_t>(cached + t) * 2 * dh + dh + e] = vr[t];
                 }
             }
-            float * S = scratch[worker].data();          // [T2][T1] scores
+            float * S = scratch[worker].data();  // [T2][T1] scores
             float * BD = S + static_cast<size_t>(T2) * T1;  // [P][T1] position scores
             float * tmp = BD + static_cast<size_t>(P) * T1;
-            float * qu = tmp + 2 * T1;                    // [dh][T1] q + bias_u, then q + bias_v
+            float * qu = tmp + 2 * T1;  // [dh][T1] q + bias_u, then q + bias_v
             float * qv = qu + static_cast<size_t>(dh) * T1;
             for (int e = 0; e < dh; ++e) {
                 const float * q = qkv.row(hh * dh + e);
@@ -80,7 +80,8 @@ struct ConformerCpu::Impl {
                 }
             }
             OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T1, dh, 1.0f, kv, 2 * dh, qu, T1, 0.0f, S, T1);
-            OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, P, T1, dh, 1.0f, pp.row(hh * dh), pp.ld, qv, T1, 0.0f, BD, T1);
+            OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, P, T1, dh, 1.0f, pp.row(hh * dh), pp.ld, qv, T1, 0.0f,
+                       BD, T1);
             // ESPnet rel_shift as the graph does it: left-pad a zero position, read the buffer
             // [t][P+1] (here [P+1] per t, transposed) at T1 + t*P + s.
             for (int s = 0; s < T2; ++s)
@@ -210,13 +211,17 @@ ConformerChunk ConformerCpu::forward_chunk(const float * xs, int T, bool last_ch
     // Pre-lookahead: conv1 (k=4, valid) + leaky ReLU 0.01, conv2 (k=3) over 2 cached frames, + x.
     m.pre.shape(D, kPreCache + T1);
     for (int c = 0; c < D; ++c)
-        for (int f = 0; f < kPreCache; ++f) m.pre.row(c)[f] = cnn_cache ? cnn_cache[static_cast<size_t>(f) * D + c] : 0.0f;
-    m.run.apply(m.pre1, emb, m.pre, T1, [&](int, int o0, int o1, int t0, int t1) {
-        for (int o = o0; o < o1; ++o) {
-            float * r = m.pre.row(o) + kPreCache;
-            for (int t = t0; t < t1; ++t) r[t] = r[t] > 0.0f ? r[t] : r[t] * 0.01f;
-        }
-    }, 1, 0, 0, 0, kPreCache);
+        for (int f = 0; f < kPreCache; ++f)
+            m.pre.row(c)[f] = cnn_cache ? cnn_cache[static_cast<size_t>(f) * D + c] : 0.0f;
+    m.run.apply(
+        m.pre1, emb, m.pre, T1,
+        [&](int, int o0, int o1, int t0, int t1) {
+            for (int o = o0; o < o1; ++o) {
+                float * r = m.pre.row(o) + kPreCache;
+                for (int t = t0; t < t1; ++t) r[t] = r[t] > 0.0f ? r[t] : r[t] * 0.01f;
+            }
+        },
+        1, 0, 0, 0, kPreCache);
     ConformerChunk out;
     out.cnn_cache.assign(static_cast<size_t>(D) * (kPreCache + kUpCache), 0.0f);
     for (int f = 0; f < kPreCache; ++f)
@@ -243,14 +248,16 @@ ConformerChunk ConformerCpu::forward_chunk(const float * xs, int T, bool last_ch
         m.block(m.layers[i], T1, 2 * S1 - 1, layer_cache.data(), att_cache ? off1 : 0, new_cache.data());
         for (int hh = 0; hh < H; ++hh)
             for (int rep = 0; rep < 2; ++rep)  // tiled to the mel-rate length
-                std::memcpy(out.att_cache.data() + ((static_cast<size_t>(i) * H + hh) * S2 + static_cast<size_t>(rep) * S1) * dh2,
+                std::memcpy(out.att_cache.data() +
+                                ((static_cast<size_t>(i) * H + hh) * S2 + static_cast<size_t>(rep) * S1) * dh2,
                             new_cache.data() + static_cast<size_t>(hh) * S1 * dh2, sizeof(float) * S1 * dh2);
     }
     // Nearest x2 upsampling behind 4 cached frames, then conv (k=5).
     m.up.shape(D, kUpCache + 2 * T1);
     for (int c = 0; c < D; ++c) {
         float * u = m.up.row(c);
-        for (int f = 0; f < kUpCache; ++f) u[f] = cnn_cache ? cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] : 0.0f;
+        for (int f = 0; f < kUpCache; ++f)
+            u[f] = cnn_cache ? cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] : 0.0f;
         const float * xr = m.x.row(c);
         for (int t = 0; t < T1; ++t) u[kUpCache + 2 * t] = u[kUpCache + 2 * t + 1] = xr[t];
         for (int f = 0; f < kUpCache; ++f) out.cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] = u[2 * T1 + f];
@@ -261,7 +268,8 @@ ConformerChunk ConformerCpu::forward_chunk(const float * xs, int T, bool last_ch
     m.positions(S2);
     for (int i = 0; i < d.up_blocks; ++i) {
         const int li = d.blocks + i;
-        m.block(m.layers[li], 2 * T1, 2 * S2 - 1, att_cache ? att_cache + static_cast<size_t>(li) * H * att_frames * dh2 : nullptr,
+        m.block(m.layers[li], 2 * T1, 2 * S2 - 1,
+                att_cache ? att_cache + static_cast<size_t>(li) * H * att_frames * dh2 : nullptr,
                 att_cache ? att_frames : 0, out.att_cache.data() + static_cast<size_t>(li) * H * S2 * dh2);
     }
     m.layer_norm(m.x, 2 * T1, 1e-5f, m.after_w, m.after_b, m.h);

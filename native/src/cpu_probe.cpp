@@ -30,8 +30,8 @@ double conv_gflops(int threads, int out, int in, int k, int n, int reps, bool bf
     std::vector<uint16_t> pairs;
     cpu::ConvArgs a = cpu::rows_conv_args(pc, x, y, n, bf16 ? cpu::Precision::BF16 : cpu::Precision::F32, pairs, pool);
     a.route = route == "sgemm" ? cpu::ConvArgs::Route::Sgemm
-              : route == "tiles" ? cpu::ConvArgs::Route::Tiles
-                                 : cpu::ConvArgs::Route::Auto;
+        : route == "tiles"     ? cpu::ConvArgs::Route::Tiles
+                               : cpu::ConvArgs::Route::Auto;
     cpu::conv(pc, a, pool);  // warm-up
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r) cpu::conv(pc, a, pool);

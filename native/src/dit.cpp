@@ -20,10 +20,10 @@ namespace omni {
 
 namespace {
 
-constexpr int kFreqDim = 256;      // sinusoidal timestep embedding width
+constexpr int kFreqDim = 256;  // sinusoidal timestep embedding width
 constexpr float kTimeScale = 1000.0f;
 constexpr int kGraphNodes = 16384;  // 16 blocks x ~400 nodes each, with room
-constexpr int kFramePad = 16;       // attention lengths are padded to a multiple of this
+constexpr int kFramePad = 16;  // attention lengths are padded to a multiple of this
 
 int count_blocks(const GgufFile & g, const std::string & prefix) {
     int n = 0;
@@ -40,7 +40,8 @@ std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, in
         const float * src = v.data() + s * frames * row;
         float * dst = out.data() + s * keep * row;
         std::copy_n(src, static_cast<size_t>(head) * row, dst);
-        std::copy_n(src + static_cast<size_t>(frames - tail) * row, static_cast<size_t>(tail) * row, dst + static_cast<size_t>(head) * row);
+        std::copy_n(src + static_cast<size_t>(frames - tail) * row, static_cast<size_t>(tail) * row,
+                    dst + static_cast<size_t>(head) * row);
     }
     return out;
 }
@@ -182,9 +183,11 @@ void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
     const DitDims & d = m.d;
     const int hd = d.head_dim, DH = d.depth * d.heads, Tc = cache.att_frames;
     capacity = round16(capacity);
-    if (capacity < round16(Tc) || capacity < kFramePad) throw InvalidArgument("device cache capacity is smaller than the cache");
-    if (Tc > 0 && (cache.att.size() != static_cast<size_t>(2 * hd) * Tc * DH * B ||
-                   cache.cnn.size() != static_cast<size_t>(2 * d.hidden) * 2 * d.depth * B)) {
+    if (capacity < round16(Tc) || capacity < kFramePad)
+        throw InvalidArgument("device cache capacity is smaller than the cache");
+    if (Tc > 0 &&
+        (cache.att.size() != static_cast<size_t>(2 * hd) * Tc * DH * B ||
+         cache.cnn.size() != static_cast<size_t>(2 * d.hidden) * 2 * d.depth * B)) {
         throw InvalidArgument("estimator cache does not match the model and batch");
     }
     auto st = std::make_shared<DitDeviceState>();
@@ -273,15 +276,15 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     DitDeviceState * dev = cache ? cache->device.get() : nullptr;
     if (dev && dev->batch != B) throw InvalidArgument("the device cache was made for another batch size");
     // Frames attended: this chunk, then the stored frames that survive the bounding.
-    const auto old_ranges = dev ? kept_ranges(dev->stored, cache->keep_head, cache->keep_tail)
-                                : std::vector<std::pair<int, int>>{};
+    const auto old_ranges =
+        dev ? kept_ranges(dev->stored, cache->keep_head, cache->keep_tail) : std::vector<std::pair<int, int>>{};
     int old_keep = 0;
     for (auto & r : old_ranges) old_keep += r.second;
     const int T2 = T + old_keep, T2p = round16(T2);
     if (dev && T2p > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
     if (m.native) {
-        std::vector<float> res = m.native->run(x, mu, t, spks, cond, B, T, dev, cache ? cache->keep_head : 0,
-                                               cache ? cache->keep_tail : 0);
+        std::vector<float> res =
+            m.native->run(x, mu, t, spks, cond, B, T, dev, cache ? cache->keep_head : 0, cache ? cache->keep_tail : 0);
         if (dev) finish_call(*dev, *cache, T2);
         return res;
     }
@@ -307,13 +310,14 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     const int cur = dev ? dev->cur : 0, nxt = 1 - cur;
 
     ggml_tensor * temb = m.linear(ctx, ggml_silu(ctx, m.linear(ctx, in_t, "estimator.t_embedder.mlp.0")),
-                                  "estimator.t_embedder.mlp.2");      // [h, B]
+                                  "estimator.t_embedder.mlp.2");  // [h, B]
     ggml_tensor * st = ggml_silu(ctx, temb);
     auto chunk = [&](ggml_tensor * mod, int j) {  // j-th h-wide slice of mod [n*h, B], as [h, 1, B]
-        return ggml_cont(ctx, ggml_view_3d(ctx, mod, h, 1, B, mod->nb[1], mod->nb[1], static_cast<size_t>(j) * h * sizeof(float)));
+        return ggml_cont(
+            ctx, ggml_view_3d(ctx, mod, h, 1, B, mod->nb[1], mod->nb[1], static_cast<size_t>(j) * h * sizeof(float)));
     };
     std::vector<ggml_tensor *> cnn_writes;
-    ggml_tensor * x_h = m.linear(ctx, in_x, "estimator.in_proj");    // [h, T, B]
+    ggml_tensor * x_h = m.linear(ctx, in_x, "estimator.in_proj");  // [h, T, B]
     for (int i = 0; i < d.depth; ++i) {
         const std::string b = "estimator.blocks." + std::to_string(i);
         ggml_tensor * mod = m.linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
@@ -333,14 +337,17 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
                 return ggml_view_4d(ctx, src, hd, n, H, B, src->nb[1], src->nb[2], src->nb[3], kb + first * src->nb[1]);
             };
             auto v_frames = [&](ggml_tensor * src, int first, int n) {
-                return ggml_view_4d(ctx, src, n, hd, H, B, src->nb[1], src->nb[2], src->nb[3], vb + first * sizeof(float));
+                return ggml_view_4d(ctx, src, n, hd, H, B, src->nb[1], src->nb[2], src->nb[3],
+                                    vb + first * sizeof(float));
             };
             ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_frames(K, 0, T)));
             ggml_build_forward_expand(gf, ggml_cpy(ctx, vt, v_frames(V, 0, T)));
             int off = T;
             for (auto & r : old_ranges) {
-                ggml_build_forward_expand(gf, ggml_cpy(ctx, k_frames(dev->k[cur], r.first, r.second), k_frames(K, off, r.second)));
-                ggml_build_forward_expand(gf, ggml_cpy(ctx, v_frames(dev->vt[cur], r.first, r.second), v_frames(V, off, r.second)));
+                ggml_build_forward_expand(
+                    gf, ggml_cpy(ctx, k_frames(dev->k[cur], r.first, r.second), k_frames(K, off, r.second)));
+                ggml_build_forward_expand(
+                    gf, ggml_cpy(ctx, v_frames(dev->vt[cur], r.first, r.second), v_frames(V, off, r.second)));
                 off += r.second;
             }
             k_all = k_frames(K, 0, T2p);
@@ -349,7 +356,8 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
             k_all = T2p != T2 ? ggml_pad(ctx, k, 0, T2p - T2, 0, 0) : k;
             vt_all = T2p != T2 ? ggml_pad(ctx, vt, T2p - T2, 0, 0, 0) : vt;
         }
-        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, m.attention(ctx, q, k_all, vt_all, in_mask, b + ".attn", T, B), chunk(mod, 2)));
+        x_h = ggml_add(ctx, x_h,
+                       ggml_mul(ctx, m.attention(ctx, q, k_all, vt_all, in_mask, b + ".attn", T, B), chunk(mod, 2)));
 
         ggml_tensor * cnn1 = nullptr;
         ggml_tensor * cnn2 = nullptr;
@@ -407,7 +415,8 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     for (int bb = 0; bb < B; ++bb) {
         const float ts = t[bb] * kTimeScale;
         for (int j = 0; j < half; ++j) {
-            const float freq = std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
+            const float freq =
+                std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
             const float arg = ts * freq;
             tf[static_cast<size_t>(bb) * kFreqDim + j] = std::cos(arg);
             tf[static_cast<size_t>(bb) * kFreqDim + half + j] = std::sin(arg);
@@ -428,7 +437,8 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
     for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]
         for (int tt = 0; tt < T; ++tt)
-            for (int c = 0; c < C; ++c) res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
+            for (int c = 0; c < C; ++c)
+                res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
     if (dev) finish_call(*dev, *cache, T2);
     return res;
 }

@@ -12,7 +12,6 @@
 #include <map>
 #include <mutex>
 
-
 namespace omni {
 
 namespace {
@@ -42,7 +41,7 @@ struct DitCpu::Impl {
     struct Block {
         cpu::PackedConv qkv, proj, conv1, conv2, fc1, fc2;
         std::vector<float> qn_w, qn_b, kn_w, kn_b, cn_w, cn_b;  // q/k norms, the conv block's LayerNorm
-        std::vector<float> ada_w, ada_b;                        // adaLN [9h][h]
+        std::vector<float> ada_w, ada_b;  // adaLN [9h][h]
     };
     std::vector<Block> blocks;
     cpu::PackedConv in_proj, final_linear;
@@ -64,7 +63,8 @@ struct DitCpu::Impl {
         std::vector<float> tf(kFreqDim), e1(h), temb(h), st(h);
         const float ts = t * kTimeScale;  // sinusoidal embedding of t*1000, [cos | sin]
         for (int j = 0; j < half; ++j) {
-            const float freq = std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
+            const float freq =
+                std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
             tf[j] = std::cos(ts * freq);
             tf[half + j] = std::sin(ts * freq);
         }
@@ -78,7 +78,6 @@ struct DitCpu::Impl {
         matvec(final_ada_w, final_ada_b, st.data(), h, 2 * h, m.data() + static_cast<size_t>(d.depth) * 9 * h);
         return mods.emplace(key, std::move(m)).first->second;
     }
-
 };
 
 DitCpu::DitCpu(const GgufFile & g, const DitDims & dims, std::shared_ptr<ThreadPool> pool, bool bf16)
@@ -121,7 +120,8 @@ DitCpu::DitCpu(const GgufFile & g, const DitDims & dims, std::shared_ptr<ThreadP
         k.ada_b = cpu::read_exact(g, b + ".adaLN_modulation.1.bias", static_cast<size_t>(9) * h);
         m.blocks.push_back(std::move(k));
     }
-    m.final_ada_w = cpu::read_exact(g, "estimator.final_layer.adaLN_modulation.1.weight", static_cast<size_t>(h) * 2 * h);
+    m.final_ada_w =
+        cpu::read_exact(g, "estimator.final_layer.adaLN_modulation.1.weight", static_cast<size_t>(h) * 2 * h);
     m.final_ada_b = cpu::read_exact(g, "estimator.final_layer.adaLN_modulation.1.bias", static_cast<size_t>(2) * h);
     m.final_linear = cpu::load_linear(g, "estimator.final_layer.linear", h, dims.out_channels, bf16);
     m.scratch.resize(m.run.pool().size());
@@ -129,8 +129,8 @@ DitCpu::DitCpu(const GgufFile & g, const DitDims & dims, std::shared_ptr<ThreadP
 
 DitCpu::~DitCpu() = default;
 
-std::vector<float> DitCpu::run(const float * x, const float * mu, const float * t, const float * spks, const float * cond,
-                               int B, int T, DitDeviceState * dev, int keep_head, int keep_tail) {
+std::vector<float> DitCpu::run(const float * x, const float * mu, const float * t, const float * spks,
+                               const float * cond, int B, int T, DitDeviceState * dev, int keep_head, int keep_tail) {
     Impl & m = *impl_;
     std::lock_guard<std::mutex> lock(m.mutex);
     const DitDims & d = m.d;
@@ -189,14 +189,15 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
     // out = modulate(norm(xh)) for this block's chunks (shift, scale), into rows at (b, t) -> col.
     auto norm_mod = [&](int block, int shift, int scale, cpu::Rows & dst, int seg_stride, int seg_off) {
         cpu::for_column_blocks(pool, B, T, [&](int b, int c0, int c1) {
-            const float * sh = block < 0 ? mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(shift) * h
-                                         : modv(b, block, shift);
-            const float * sc = block < 0 ? mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(scale) * h
-                                         : modv(b, block, scale);
+            const float * sh = block < 0
+                ? mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(shift) * h
+                : modv(b, block, shift);
+            const float * sc = block < 0
+                ? mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(scale) * h
+                : modv(b, block, scale);
             const int dc = b * seg_stride + seg_off - b * T;
-            cpu::norm_columns(m.xh, h, b * T + c0, b * T + c1, 1e-6f, [&](int o, int col, float v) {
-                dst.row(o)[col + dc] = (v + v * sc[o]) + sh[o];
-            });
+            cpu::norm_columns(m.xh, h, b * T + c0, b * T + c1, 1e-6f,
+                              [&](int o, int col, float v) { dst.row(o)[col + dc] = (v + v * sc[o]) + sh[o]; });
         });
     };
     // The conv cache columns: segment b's first 2 columns from cnn[cur] (zeros without a cache),
@@ -204,7 +205,8 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
     auto cache_cols = [&](cpu::Rows & buf, int block, int part, bool save) {
         for (int b = 0; b < B; ++b)
             for (int f = 0; f < 2; ++f) {
-                const size_t off = ((static_cast<size_t>(b) * d.depth + block) * 2 + f) * 2 * h + static_cast<size_t>(part) * h;
+                const size_t off =
+                    ((static_cast<size_t>(b) * d.depth + block) * 2 + f) * 2 * h + static_cast<size_t>(part) * h;
                 const int col = b * Tp + (save ? T + f : f);
                 if (save) {
                     if (!dev) continue;
@@ -230,9 +232,8 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
                 const std::vector<float> & nw = which == 0 ? blk.qn_w : blk.kn_w;
                 const std::vector<float> & nb = which == 0 ? blk.qn_b : blk.kn_b;
                 const int r0 = which * inner + hh * hd;
-                cpu::norm_columns_rows(m.qkv, r0, hd, c0, c0 + T, 1e-5f, [&](int r, int col, float v) {
-                    m.qkv.row(r0 + r)[col] = v * nw[r] + nb[r];
-                });
+                cpu::norm_columns_rows(m.qkv, r0, hd, c0, c0 + T, 1e-5f,
+                                       [&](int r, int col, float v) { m.qkv.row(r0 + r)[col] = v * nw[r] + nb[r]; });
             }
             float * scr = m.scratch[worker].data();
             float * S = scr;
@@ -243,15 +244,17 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
                 K = static_cast<float *>(dev->k[nxt]->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
                 Vt = static_cast<float *>(dev->vt[nxt]->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
                 ldv = cap;
-                const float * Ko = static_cast<const float *>(dev->k[cur]->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
-                const float * Vo = static_cast<const float *>(dev->vt[cur]->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
+                const float * Ko =
+                    static_cast<const float *>(dev->k[cur]->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
+                const float * Vo =
+                    static_cast<const float *>(dev->vt[cur]->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
                 int off = T;
                 for (auto & r : old_ranges) {
                     std::memcpy(K + static_cast<size_t>(off) * hd, Ko + static_cast<size_t>(r.first) * hd,
                                 sizeof(float) * r.second * hd);
                     for (int e = 0; e < hd; ++e)
-                        std::memcpy(Vt + static_cast<size_t>(e) * cap + off, Vo + static_cast<size_t>(e) * cap + r.first,
-                                    sizeof(float) * r.second);
+                        std::memcpy(Vt + static_cast<size_t>(e) * cap + off,
+                                    Vo + static_cast<size_t>(e) * cap + r.first, sizeof(float) * r.second);
                     off += r.second;
                 }
             } else {
@@ -262,13 +265,14 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
             for (int e = 0; e < hd; ++e) {
                 const float * kr = m.qkv.row(inner + hh * hd + e) + c0;
                 for (int tt = 0; tt < T; ++tt) K[static_cast<size_t>(tt) * hd + e] = kr[tt];
-                std::memcpy(Vt + static_cast<size_t>(e) * ldv, m.qkv.row(2 * inner + hh * hd + e) + c0, sizeof(float) * T);
+                std::memcpy(Vt + static_cast<size_t>(e) * ldv, m.qkv.row(2 * inner + hh * hd + e) + c0,
+                            sizeof(float) * T);
             }
-            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T, hd, 1.0f / std::sqrt(static_cast<float>(hd)), K, hd,
-                       m.qkv.row(hh * hd) + c0, m.qkv.ld, 0.0f, S, T);
+            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
+                       K, hd, m.qkv.row(hh * hd) + c0, m.qkv.ld, 0.0f, S, T);
             cpu::softmax_columns(S, T2, T, scr + static_cast<size_t>(T2) * T + 2 * static_cast<size_t>(T) * hd);
-            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hd, T, T2, 1.0f, Vt, ldv, S, T, 0.0f, m.att.row(hh * hd) + c0,
-                       m.att.ld);
+            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hd, T, T2, 1.0f, Vt, ldv, S, T, 0.0f,
+                       m.att.row(hh * hd) + c0, m.att.ld);
         });
         m.run.apply(blk.proj, m.att, m.y, N, gated_add(m.y, i, 2));
         // Causal conv block: modulate -> conv(k=3) -> LayerNorm -> Mish -> conv(k=3), each conv
@@ -296,7 +300,8 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
     m.run.apply(m.final_linear, m.a, m.out, N);
     std::vector<float> res(static_cast<size_t>(B) * C * T);
     for (int b = 0; b < B; ++b)
-        for (int c = 0; c < C; ++c) std::copy_n(m.out.row(c) + b * T, T, res.data() + (static_cast<size_t>(b) * C + c) * T);
+        for (int c = 0; c < C; ++c)
+            std::copy_n(m.out.row(c) + b * T, T, res.data() + (static_cast<size_t>(b) * C + c) * T);
     return res;
 }
 

@@ -13,16 +13,20 @@ Engine parse_engine(const std::string & name) {
 
 const char * engine_name(Engine e) {
     switch (e) {
-        case Engine::Graph: return "graph";
-        case Engine::Native: return "native";
-        default: return "auto";
+        case Engine::Graph:
+            return "graph";
+        case Engine::Native:
+            return "native";
+        default:
+            return "auto";
     }
 }
 
 Engine resolve_engine(Engine e, bool device_is_cpu) {
     if (e == Engine::Auto) return device_is_cpu ? Engine::Native : Engine::Graph;
     if (e == Engine::Native && !device_is_cpu) {
-        throw InvalidArgument("the native engine runs on the CPU only; use engine='graph' (or 'auto') on an accelerator");
+        throw InvalidArgument(
+            "the native engine runs on the CPU only; use engine='graph' (or 'auto') on an accelerator");
     }
     return e;
 }

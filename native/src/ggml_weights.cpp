@@ -32,17 +32,20 @@ ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, 
                                std::function<void(std::vector<float> &)> transform) {
     const GgufTensorInfo & info = file.tensor(name);
     if (info.type != GGML_TYPE_F32 && info.type != GGML_TYPE_F16) {
-        throw ModelFileError(file.path(), "tensor '" + name + "' is " + ggml_type_label(info.type) + ", expected f32 or f16");
+        throw ModelFileError(file.path(),
+                             "tensor '" + name + "' is " + ggml_type_label(info.type) + ", expected f32 or f16");
     }
     int64_t want = 1, have = 1;
     for (auto v : ne) want *= v;
     for (auto v : info.ne) have *= v;
     if (want != have) {
-        throw ModelFileError(file.path(), "tensor '" + name + "' has " + std::to_string(have) + " elements, expected " +
-                                              std::to_string(want));
+        throw ModelFileError(
+            file.path(),
+            "tensor '" + name + "' has " + std::to_string(have) + " elements, expected " + std::to_string(want));
     }
     const bool raw_f16 = info.type == GGML_TYPE_F16 && keep_f16 && !transform;
-    ggml_tensor * t = ggml_new_tensor(ctx_, raw_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, static_cast<int>(ne.size()), ne.data());
+    ggml_tensor * t =
+        ggml_new_tensor(ctx_, raw_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, static_cast<int>(ne.size()), ne.data());
     ggml_set_name(t, name.c_str());
     if (raw_f16) {
         pending_.push_back({t, {}, file.tensor_data(info)});
@@ -55,9 +58,9 @@ ggml_tensor * WeightStore::add(const GgufFile & file, const std::string & name, 
     return t;
 }
 
-ggml_tensor * WeightStore::add_derived(const GgufFile & file, const std::string & name, const std::vector<int64_t> & file_ne,
-                                      const std::string & stored_name, std::vector<int64_t> ne,
-                                      std::function<void(std::vector<float> &)> transform) {
+ggml_tensor * WeightStore::add_derived(const GgufFile & file, const std::string & name,
+                                       const std::vector<int64_t> & file_ne, const std::string & stored_name,
+                                       std::vector<int64_t> ne, std::function<void(std::vector<float> &)> transform) {
     const GgufTensorInfo & info = file.tensor(name);
     if ((info.type != GGML_TYPE_F32 && info.type != GGML_TYPE_F16) || info.ne != file_ne) {
         std::string want;
@@ -68,13 +71,15 @@ ggml_tensor * WeightStore::add_derived(const GgufFile & file, const std::string 
     ggml_set_name(t, stored_name.c_str());
     std::vector<float> data = file.read_f32(name);
     transform(data);
-    if (data.size() != static_cast<size_t>(ggml_nelements(t))) throw Error("internal: transform size mismatch for " + name);
+    if (data.size() != static_cast<size_t>(ggml_nelements(t)))
+        throw Error("internal: transform size mismatch for " + name);
     pending_.push_back({t, std::move(data)});
     tensors_[stored_name] = t;
     return t;
 }
 
-std::vector<ggml_tensor *> WeightStore::add_conv_taps(const GgufFile & file, const std::string & name, int in, int out, int k) {
+std::vector<ggml_tensor *> WeightStore::add_conv_taps(const GgufFile & file, const std::string & name, int in, int out,
+                                                      int k) {
     std::vector<ggml_tensor *> out_taps;
     for (int kk = 0; kk < k; ++kk) {
         out_taps.push_back(add_derived(file, name, {k, in, out}, name + ".tap" + std::to_string(kk), {in, out},
@@ -93,7 +98,8 @@ void WeightStore::upload(ggml_backend_t backend) {
     buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
     if (!buffer_) throw DeviceError("cannot allocate model weights on the device");
     ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    for (auto & p : pending_) ggml_backend_tensor_set(p.t, p.raw ? static_cast<const void *>(p.raw) : p.data.data(), 0, ggml_nbytes(p.t));
+    for (auto & p : pending_)
+        ggml_backend_tensor_set(p.t, p.raw ? static_cast<const void *>(p.raw) : p.data.data(), 0, ggml_nbytes(p.t));
     pending_.clear();
     pending_.shrink_to_fit();
 }

@@ -16,14 +16,13 @@ namespace omni {
 
 namespace {
 
-constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr uint64_t kMaxStringBytes = 1u << 26;  // 64 MiB: no legitimate key or token is longer
 
 // Sequential reader over the mapping; every read checks the remaining size first.
 class Cursor {
 public:
-    Cursor(const uint8_t * base, uint64_t size, const GgufFile & owner)
-        : base_(base), size_(size), owner_(owner) {}
+    Cursor(const uint8_t * base, uint64_t size, const GgufFile & owner) : base_(base), size_(size), owner_(owner) {}
 
     uint64_t pos() const { return pos_; }
     uint64_t remaining() const { return size_ - pos_; }
@@ -51,15 +50,12 @@ public:
 
     void need(uint64_t n, const char * what) const {
         if (n > remaining()) {
-            throw_problem(std::string("truncated: ") + what + " needs " + std::to_string(n) +
-                          " bytes at offset " + std::to_string(pos_) + ", only " +
-                          std::to_string(remaining()) + " remain");
+            throw_problem(std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes at offset " +
+                          std::to_string(pos_) + ", only " + std::to_string(remaining()) + " remain");
         }
     }
 
-    [[noreturn]] void throw_problem(const std::string & problem) const {
-        throw ModelFileError(owner_.path(), problem);
-    }
+    [[noreturn]] void throw_problem(const std::string & problem) const { throw ModelFileError(owner_.path(), problem); }
 
 private:
     const uint8_t * base_;
@@ -70,11 +66,23 @@ private:
 
 uint64_t scalar_size(GgufValue::Type t) {
     switch (t) {
-        case GgufValue::Type::U8: case GgufValue::Type::I8: case GgufValue::Type::BOOL: return 1;
-        case GgufValue::Type::U16: case GgufValue::Type::I16: return 2;
-        case GgufValue::Type::U32: case GgufValue::Type::I32: case GgufValue::Type::F32: return 4;
-        case GgufValue::Type::U64: case GgufValue::Type::I64: case GgufValue::Type::F64: return 8;
-        default: return 0;  // STRING and ARRAY have no fixed size
+        case GgufValue::Type::U8:
+        case GgufValue::Type::I8:
+        case GgufValue::Type::BOOL:
+            return 1;
+        case GgufValue::Type::U16:
+        case GgufValue::Type::I16:
+            return 2;
+        case GgufValue::Type::U32:
+        case GgufValue::Type::I32:
+        case GgufValue::Type::F32:
+            return 4;
+        case GgufValue::Type::U64:
+        case GgufValue::Type::I64:
+        case GgufValue::Type::F64:
+            return 8;
+        default:
+            return 0;  // STRING and ARRAY have no fixed size
     }
 }
 
@@ -84,18 +92,30 @@ bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufValue:
 void read_scalar(Cursor & c, GgufValue::Type t, int64_t & i, double & f, bool & is_float) {
     is_float = false;
     switch (t) {
-        case GgufValue::Type::U8: i = c.read<uint8_t>("u8 value"); break;
-        case GgufValue::Type::I8: i = c.read<int8_t>("i8 value"); break;
+        case GgufValue::Type::U8:
+            i = c.read<uint8_t>("u8 value");
+            break;
+        case GgufValue::Type::I8:
+            i = c.read<int8_t>("i8 value");
+            break;
         case GgufValue::Type::BOOL: {
             const uint8_t b = c.read<uint8_t>("bool value");
             if (b > 1) c.throw_problem("bool value " + std::to_string(b) + " is neither 0 nor 1");
             i = b;
             break;
         }
-        case GgufValue::Type::U16: i = c.read<uint16_t>("u16 value"); break;
-        case GgufValue::Type::I16: i = c.read<int16_t>("i16 value"); break;
-        case GgufValue::Type::U32: i = c.read<uint32_t>("u32 value"); break;
-        case GgufValue::Type::I32: i = c.read<int32_t>("i32 value"); break;
+        case GgufValue::Type::U16:
+            i = c.read<uint16_t>("u16 value");
+            break;
+        case GgufValue::Type::I16:
+            i = c.read<int16_t>("i16 value");
+            break;
+        case GgufValue::Type::U32:
+            i = c.read<uint32_t>("u32 value");
+            break;
+        case GgufValue::Type::I32:
+            i = c.read<int32_t>("i32 value");
+            break;
         case GgufValue::Type::U64: {
             const uint64_t v = c.read<uint64_t>("u64 value");
             if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -104,10 +124,19 @@ void read_scalar(Cursor & c, GgufValue::Type t, int64_t & i, double & f, bool & 
             i = static_cast<int64_t>(v);
             break;
         }
-        case GgufValue::Type::I64: i = c.read<int64_t>("i64 value"); break;
-        case GgufValue::Type::F32: f = c.read<float>("f32 value"); is_float = true; break;
-        case GgufValue::Type::F64: f = c.read<double>("f64 value"); is_float = true; break;
-        default: c.throw_problem("internal: not a scalar type");
+        case GgufValue::Type::I64:
+            i = c.read<int64_t>("i64 value");
+            break;
+        case GgufValue::Type::F32:
+            f = c.read<float>("f32 value");
+            is_float = true;
+            break;
+        case GgufValue::Type::F64:
+            f = c.read<double>("f64 value");
+            is_float = true;
+            break;
+        default:
+            c.throw_problem("internal: not a scalar type");
     }
 }
 
@@ -119,9 +148,7 @@ bool GgufValue::is_integer() const {
 
 bool GgufValue::is_float() const { return type == Type::F32 || type == Type::F64; }
 
-size_t GgufValue::array_size() const {
-    return type == Type::ARRAY ? ints.size() + floats.size() + strings.size() : 0;
-}
+size_t GgufValue::array_size() const { return type == Type::ARRAY ? ints.size() + floats.size() + strings.size() : 0; }
 
 std::string ggml_type_label(uint32_t type) {
     if (type < GGML_TYPE_COUNT && ggml_blck_size(static_cast<ggml_type>(type)) > 0) {
@@ -135,7 +162,7 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
     if (fd_ < 0) {
         fail(errno == ENOENT ? "file not found" : std::string("cannot open: ") + std::strerror(errno));
     }
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd_, &st) != 0) {
         const std::string err = std::strerror(errno);
         ::close(fd_);
@@ -230,7 +257,10 @@ void GgufFile::parse() {
                     double fv = 0;
                     bool is_f = false;
                     read_scalar(c, v.array_type, iv, fv, is_f);
-                    if (is_f) v.floats.push_back(fv); else v.ints.push_back(iv);
+                    if (is_f)
+                        v.floats.push_back(fv);
+                    else
+                        v.ints.push_back(iv);
                 }
             }
         } else {
@@ -281,8 +311,8 @@ void GgufFile::parse() {
         const auto type = static_cast<ggml_type>(info.type);
         const int64_t blck = ggml_blck_size(type);
         if (info.ne[0] % blck != 0) {
-            fail("tensor '" + info.name + "': row length " + std::to_string(info.ne[0]) +
-                 " is not a multiple of the " + ggml_type_label(info.type) + " block size " + std::to_string(blck));
+            fail("tensor '" + info.name + "': row length " + std::to_string(info.ne[0]) + " is not a multiple of the " +
+                 ggml_type_label(info.type) + " block size " + std::to_string(blck));
         }
         info.offset = c.read<uint64_t>("tensor offset");
         if (info.offset % alignment_ != 0) {
@@ -302,8 +332,8 @@ void GgufFile::parse() {
 
     data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
     if (n_tensors > 0 && data_offset_ > size_) {
-        fail("truncated: the tensor data section starts at " + std::to_string(data_offset_) +
-             " but the file has " + std::to_string(size_) + " bytes");
+        fail("truncated: the tensor data section starts at " + std::to_string(data_offset_) + " but the file has " +
+             std::to_string(size_) + " bytes");
     }
     const uint64_t data_size = size_ - std::min(size_, data_offset_);
     for (const auto & info : tensors_) {
@@ -350,9 +380,7 @@ const GgufTensorInfo & GgufFile::tensor(const std::string & name) const {
     return *t;
 }
 
-const uint8_t * GgufFile::tensor_data(const GgufTensorInfo & info) const {
-    return map_ + data_offset_ + info.offset;
-}
+const uint8_t * GgufFile::tensor_data(const GgufTensorInfo & info) const { return map_ + data_offset_ + info.offset; }
 
 std::vector<float> GgufFile::read_f32(const std::string & name) const {
     const GgufTensorInfo & info = tensor(name);
@@ -361,9 +389,15 @@ std::vector<float> GgufFile::read_f32(const std::string & name) const {
     std::vector<float> out(n);
     const uint8_t * src = tensor_data(info);
     switch (info.type) {
-        case GGML_TYPE_F32: std::memcpy(out.data(), src, n * sizeof(float)); break;
-        case GGML_TYPE_F16: ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(src), out.data(), n); break;
-        case GGML_TYPE_BF16: ggml_bf16_to_fp32_row(reinterpret_cast<const ggml_bf16_t *>(src), out.data(), n); break;
+        case GGML_TYPE_F32:
+            std::memcpy(out.data(), src, n * sizeof(float));
+            break;
+        case GGML_TYPE_F16:
+            ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(src), out.data(), n);
+            break;
+        case GGML_TYPE_BF16:
+            ggml_bf16_to_fp32_row(reinterpret_cast<const ggml_bf16_t *>(src), out.data(), n);
+            break;
         case GGML_TYPE_I32: {
             const int32_t * p = reinterpret_cast<const int32_t *>(src);
             for (size_t j = 0; j < n; ++j) out[j] = static_cast<float>(p[j]);

@@ -37,7 +37,7 @@ std::string signature(const std::vector<GraphNode> & nodes) {
 
 bool is_view_op(ggml_op op) {
     return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
-           op == GGML_OP_TRANSPOSE;
+        op == GGML_OP_TRANSPOSE;
 }
 
 }  // namespace
@@ -89,7 +89,8 @@ void record_graph_nodes(const std::string & module, const std::string & graph, c
     g_graphs.push_back(RecordedGraph{module, graph, device, 1, std::move(nodes)});
 }
 
-void record_graph(const std::string & module, const std::string & graph, const std::string & device, const ggml_cgraph * gf) {
+void record_graph(const std::string & module, const std::string & graph, const std::string & device,
+                  const ggml_cgraph * gf) {
     if (!g_on) return;
     std::vector<GraphNode> nodes;
     const int n = ggml_graph_n_nodes(const_cast<ggml_cgraph *>(gf));
@@ -105,9 +106,10 @@ void require_supported(ggml_backend_t backend, const ggml_cgraph * gf, const std
         if (is_view_op(t->op) || ggml_backend_supports_op(backend, t)) continue;
         std::ostringstream msg;
         msg << what << ": the " << ggml_backend_name(backend) << " backend does not support node " << i << " ("
-            << ggml_op_desc(t) << ", " << ggml_type_name(t->type) << " [" << t->ne[0] << "," << t->ne[1] << "," << t->ne[2]
-            << "," << t->ne[3] << "]";
-        for (int s = 0; s < GGML_MAX_SRC && t->src[s]; ++s) msg << (s ? ", " : " from ") << ggml_type_name(t->src[s]->type);
+            << ggml_op_desc(t) << ", " << ggml_type_name(t->type) << " [" << t->ne[0] << "," << t->ne[1] << ","
+            << t->ne[2] << "," << t->ne[3] << "]";
+        for (int s = 0; s < GGML_MAX_SRC && t->src[s]; ++s)
+            msg << (s ? ", " : " from ") << ggml_type_name(t->src[s]->type);
         msg << "); this graph is bound to one device, so it would abort there. Run `llama-omni info --cann-audit` "
                "to list such nodes, or choose another device.";
         throw DeviceError(msg.str());

@@ -6,7 +6,8 @@ std::function<void(std::vector<float> &)> conv_tap(int in, int out, int k, int t
     return [=](std::vector<float> & w) {
         std::vector<float> r(static_cast<size_t>(in) * out);
         for (int o = 0; o < out; ++o)
-            for (int i = 0; i < in; ++i) r[static_cast<size_t>(o) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + tap];
+            for (int i = 0; i < in; ++i)
+                r[static_cast<size_t>(o) * in + i] = w[(static_cast<size_t>(o) * in + i) * k + tap];
         w.swap(r);
     };
 }
@@ -15,7 +16,8 @@ ggml_tensor * frames(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t
     return ggml_cont(ctx, ggml_view_3d(ctx, x, x->ne[0], n, x->ne[2], x->nb[1], x->nb[2], first * x->nb[1]));
 }
 
-ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, const std::vector<ggml_tensor *> & taps, ggml_tensor * b) {
+ggml_tensor * conv_valid(ggml_context * ctx, ggml_tensor * x, const std::vector<ggml_tensor *> & taps,
+                         ggml_tensor * b) {
     const int k = static_cast<int>(taps.size());
     const int64_t out_t = x->ne[1] - k + 1;
     ggml_tensor * y = nullptr;

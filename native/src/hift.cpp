@@ -32,7 +32,8 @@ using cpu::Rows;
 std::vector<float> read_f32_exact(const GgufFile & g, const std::string & name, std::vector<int64_t> ne) {
     const GgufTensorInfo & t = g.tensor(name);
     if (t.type != GGML_TYPE_F32) {
-        throw ModelFileError(g.path(), "tensor '" + name + "' is " + ggml_type_label(t.type) + ", the vocoder needs f32");
+        throw ModelFileError(g.path(),
+                             "tensor '" + name + "' is " + ggml_type_label(t.type) + ", the vocoder needs f32");
     }
     if (t.ne != ne) {
         std::string want, got;
@@ -64,7 +65,8 @@ struct ResBlock {
 ResBlock load_resblock(const GgufFile & g, const std::string & p, int ch, int k, bool bf16) {
     ResBlock r;
     for (int j = 0; j < 3; ++j) {
-        r.c1[j] = load_packed(g, p + ".convs1." + std::to_string(j), ch, ch, k, kDilations[j] * (k - 1) / 2, kDilations[j], bf16);
+        r.c1[j] = load_packed(g, p + ".convs1." + std::to_string(j), ch, ch, k, kDilations[j] * (k - 1) / 2,
+                              kDilations[j], bf16);
         r.c2[j] = load_packed(g, p + ".convs2." + std::to_string(j), ch, ch, k, (k - 1) / 2, 1, bf16);
         r.a1[j] = read_f32_exact(g, p + ".activations1." + std::to_string(j) + ".alpha", {ch});
         r.a2[j] = read_f32_exact(g, p + ".activations2." + std::to_string(j) + ".alpha", {ch});
@@ -126,23 +128,28 @@ struct HiftVocoder::Impl {
 
     // One resblock on `in` (ch x len); `done(o0, o1, t0, t1)` consumes finished blocks of its
     // output (in s.out) after the last conv. Snake runs in the conv epilogues.
-    void resblock(const ResBlock & r, StageRows & s, Rows & in, int len, const std::function<void(int, int, int, int)> & done) {
+    void resblock(const ResBlock & r, StageRows & s, Rows & in, int len,
+                  const std::function<void(int, int, int, int)> & done) {
         cpu::snake(in.data(), r.a1[0].data(), in.channels, len, s.t1.data(), pool, in.ld, s.t1.ld);
         for (int j = 0; j < 3; ++j) {
             conv(r.c1[j], s.t1, s.t2, len, [&](int o0, int o1, int t0, int t1) {
-                each_row(o0, o1, [&](int o) { cpu::snake_row(s.t2.row(o) + t0, r.a2[j][o], t1 - t0, s.t2.row(o) + t0); });
+                each_row(o0, o1,
+                         [&](int o) { cpu::snake_row(s.t2.row(o) + t0, r.a2[j][o], t1 - t0, s.t2.row(o) + t0); });
             });
-            conv(r.c2[j], s.t2, s.out, len, [&](int o0, int o1, int t0, int t1) {
-                each_row(o0, o1, [&](int o) {
-                    float * out = s.out.row(o);
-                    if (j == 0) {  // the residual: x + conv
-                        const float * x = in.row(o);
-                        for (int t = t0; t < t1; ++t) out[t] += x[t];
-                    }
-                    if (j < 2) cpu::snake_row(out + t0, r.a1[j + 1][o], t1 - t0, s.t1.row(o) + t0);
-                });
-                if (j == 2) done(o0, o1, t0, t1);
-            }, j > 0);
+            conv(
+                r.c2[j], s.t2, s.out, len,
+                [&](int o0, int o1, int t0, int t1) {
+                    each_row(o0, o1, [&](int o) {
+                        float * out = s.out.row(o);
+                        if (j == 0) {  // the residual: x + conv
+                            const float * x = in.row(o);
+                            for (int t = t0; t < t1; ++t) out[t] += x[t];
+                        }
+                        if (j < 2) cpu::snake_row(out + t0, r.a1[j + 1][o], t1 - t0, s.t1.row(o) + t0);
+                    });
+                    if (j == 2) done(o0, o1, t0, t1);
+                },
+                j > 0);
         }
     }
 
@@ -213,8 +220,8 @@ struct HiftVocoder::Impl {
 HiftVocoder::HiftVocoder(const std::string & path, int threads, const std::vector<int> & cpus, bool bf16)
     : impl_(std::make_unique<Impl>(threads, cpus)) {
     if (bf16 && !cpu::cpu_has_bf16()) {
-        throw DeviceError("the BF16 vocoder needs a CPU with AVX512_BF16 (this one has " + std::string(cpu::isa_name()) +
-                          " kernels only)");
+        throw DeviceError("the BF16 vocoder needs a CPU with AVX512_BF16 (this one has " +
+                          std::string(cpu::isa_name()) + " kernels only)");
     }
     GgufFile g(path);
     Impl & m = *impl_;
@@ -232,20 +239,22 @@ HiftVocoder::HiftVocoder(const std::string & path, int threads, const std::vecto
         const int ch = m.base >> (i + 1);
         m.stage_ch[i] = ch;
         ConvTranspose1d & u = m.ups[i];
-        u.in = ch_in, u.out = ch, u.k = kUpKernels[i], u.stride = kUpRates[i], u.pad = (kUpKernels[i] - kUpRates[i]) / 2;
+        u.in = ch_in, u.out = ch, u.k = kUpKernels[i], u.stride = kUpRates[i],
+        u.pad = (kUpKernels[i] - kUpRates[i]) / 2;
         u.w = read_f32_exact(g, "ups." + std::to_string(i) + ".weight", {u.k, ch, ch_in});  // memory [in][out][k]
         u.b = read_f32_exact(g, "ups." + std::to_string(i) + ".bias", {ch});
-        m.source_downs[i] = load_conv(g, "source_downs." + std::to_string(i), kStftCh, ch, kDownKernel[i], kDownStride[i],
-                                      kDownStride[i] / 2 * (kDownKernel[i] > 1 ? 1 : 0));
+        m.source_downs[i] = load_conv(g, "source_downs." + std::to_string(i), kStftCh, ch, kDownKernel[i],
+                                      kDownStride[i], kDownStride[i] / 2 * (kDownKernel[i] > 1 ? 1 : 0));
         m.source_resblocks[i] = load_resblock(g, "source_resblocks." + std::to_string(i), ch, kSourceKernels[i], bf16);
         for (int r = 0; r < 3; ++r)
-            m.resblocks[3 * i + r] = load_resblock(g, "resblocks." + std::to_string(3 * i + r), ch, kResKernels[r], bf16);
+            m.resblocks[3 * i + r] =
+                load_resblock(g, "resblocks." + std::to_string(3 * i + r), ch, kResKernels[r], bf16);
         ch_in = ch;
     }
     m.conv_post = load_packed(g, "conv_post", m.stage_ch[2], kStftCh, 7, 3, 1, bf16);
     for (int i = 0; i < 5; ++i)
-        m.f0_convs[i] = load_packed(g, "f0_predictor.condnet." + std::to_string(2 * i), i == 0 ? kMel : m.f0_ch, m.f0_ch, 3, 1, 1,
-                                    bf16);
+        m.f0_convs[i] = load_packed(g, "f0_predictor.condnet." + std::to_string(2 * i), i == 0 ? kMel : m.f0_ch,
+                                    m.f0_ch, 3, 1, 1, bf16);
     m.f0_cls_w = read_f32_exact(g, "f0_predictor.classifier.weight", {m.f0_ch, 1});
     m.f0_cls_b = read_f32_exact(g, "f0_predictor.classifier.bias", {1})[0];
     m.lin_w = read_f32_exact(g, "m_source.l_linear.weight", {kHarmonics, 1});

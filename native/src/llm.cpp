@@ -15,7 +15,8 @@
 namespace omni {
 
 Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::move(model)) {
-    if (o.n_ctx < 16 || o.n_ctx > (1 << 20)) throw InvalidArgument("n_ctx must be in 16..1048576, got " + std::to_string(o.n_ctx));
+    if (o.n_ctx < 16 || o.n_ctx > (1 << 20))
+        throw InvalidArgument("n_ctx must be in 16..1048576, got " + std::to_string(o.n_ctx));
     if (o.n_batch < 1) throw InvalidArgument("n_batch must be positive");
     if (o.threads > Backend::kMaxThreads) {
         throw InvalidArgument("threads must be at most " + std::to_string(Backend::kMaxThreads) + ", got " +
@@ -34,7 +35,8 @@ Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::mo
     // partial sums, so results depend on the thread count; plain attention does not (and with an
     // F32 cache it is also the exact path). Accelerators keep libllama's choice.
     if (o.kv_f32 || model_->info().device == "cpu") cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    if (o.flash_attn >= 0) cp.flash_attn_type = o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (o.flash_attn >= 0)
+        cp.flash_attn_type = o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     if (o.record_graph) {
         cp.cb_eval = &Llm::observe_node;
         cp.cb_eval_user_data = this;
@@ -60,14 +62,15 @@ Llm::~Llm() {
 void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outputs) {
     if (n < 1) throw InvalidArgument("nothing to evaluate");
     if (n_past_ + n > n_ctx_) {
-        throw InvalidArgument("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " > n_ctx " +
-                              std::to_string(n_ctx_));
+        throw InvalidArgument("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(n) +
+                              " > n_ctx " + std::to_string(n_ctx_));
     }
     const int n_embd = model_->info().n_embd_inp;
     const int n_vocab = model_->info().n_vocab;
     if (tokens) {
         for (int i = 0; i < n; ++i)
-            if (tokens[i] < 0 || tokens[i] >= n_vocab) throw InvalidArgument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+            if (tokens[i] < 0 || tokens[i] >= n_vocab)
+                throw InvalidArgument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
     }
     n_outputs_ = 0;
     for (int start = 0; start < n; start += n_batch_) {
@@ -82,13 +85,17 @@ void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outpu
             const bool last = start + j == n - 1;
             b.logits[j] = (all_outputs || last) ? 1 : 0;
         }
-        if (embd) std::memcpy(b.embd, embd + static_cast<size_t>(start) * n_embd, sizeof(float) * static_cast<size_t>(m) * n_embd);
+        if (embd)
+            std::memcpy(b.embd, embd + static_cast<size_t>(start) * n_embd,
+                        sizeof(float) * static_cast<size_t>(m) * n_embd);
         clear_recent_log_problems();
         observed_.clear();
         const int rc = llama_decode(ctx_, b);
         llama_batch_free(b);
         if (rc != 0) throw DeviceError("llama_decode failed (" + std::to_string(rc) + ")" + log_problem_suffix());
-        if (!observed_.empty()) record_graph_nodes("llm", m > 1 ? "prefill" : "decode", model_->info().device, std::exchange(observed_, {}));
+        if (!observed_.empty())
+            record_graph_nodes("llm", m > 1 ? "prefill" : "decode", model_->info().device,
+                               std::exchange(observed_, {}));
         // Outputs of earlier sub-batches are overwritten: only the last sub-batch's are readable.
         n_outputs_ = all_outputs ? m : 1;
     }
@@ -96,7 +103,8 @@ void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outpu
 }
 
 void Llm::eval_tokens(const std::vector<int32_t> & tokens, bool all_outputs) {
-    if (all_outputs && static_cast<int>(tokens.size()) > n_batch_) throw InvalidArgument("all_outputs needs n <= n_batch");
+    if (all_outputs && static_cast<int>(tokens.size()) > n_batch_)
+        throw InvalidArgument("all_outputs needs n <= n_batch");
     eval(tokens.data(), nullptr, static_cast<int>(tokens.size()), all_outputs);
 }
 
@@ -126,7 +134,8 @@ void Llm::set_sampling(const SamplingOptions & o) {
     llama_sampler * chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
     const int n_vocab = model_->info().n_vocab;
     if (o.repeat_penalty != 1.0f && o.repeat_last_n != 0) {
-        llama_sampler_chain_add(chain, llama_sampler_init_penalties(n_vocab, o.repeat_last_n, o.repeat_penalty, 0.0f, 0.0f));
+        llama_sampler_chain_add(chain,
+                                llama_sampler_init_penalties(n_vocab, o.repeat_last_n, o.repeat_penalty, 0.0f, 0.0f));
     }
     if (o.temperature <= 0.0f) {
         llama_sampler_chain_add(chain, llama_sampler_init_greedy());

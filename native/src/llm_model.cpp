@@ -22,9 +22,7 @@ void init_llama_once() {
     });
 }
 
-ggml_backend_dev_t dev_by_ggml_name(const std::string & name) {
-    return ggml_backend_dev_by_name(name.c_str());
-}
+ggml_backend_dev_t dev_by_ggml_name(const std::string & name) { return ggml_backend_dev_by_name(name.c_str()); }
 
 }  // namespace
 
@@ -100,10 +98,13 @@ std::vector<T> fill_growing(size_t first_guess, Fill fill, const char * what) {
 
 std::vector<int32_t> LlmModel::tokenize(const std::string & text, bool parse_special) const {
     if (text.size() > static_cast<size_t>(INT32_MAX / 2)) throw InvalidArgument("text is too long to tokenize");
-    return fill_growing<int32_t>(text.size() + 8, [&](llama_token * buf, int32_t cap) {
-        return llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), buf, cap,
-                              /*add_special=*/false, parse_special);
-    }, "tokenization");
+    return fill_growing<int32_t>(
+        text.size() + 8,
+        [&](llama_token * buf, int32_t cap) {
+            return llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), buf, cap,
+                                  /*add_special=*/false, parse_special);
+        },
+        "tokenization");
 }
 
 std::string LlmModel::token_text(int32_t token) const {
@@ -114,10 +115,13 @@ std::string LlmModel::token_text(int32_t token) const {
 
 std::string LlmModel::detokenize(const std::vector<int32_t> & tokens) const {
     for (int32_t t : tokens) check_token(t);
-    auto chars = fill_growing<char>(tokens.size() * 8 + 16, [&](char * buf, int32_t cap) {
-        return llama_detokenize(vocab_, tokens.data(), static_cast<int32_t>(tokens.size()), buf, cap,
-                                /*remove_special=*/false, /*unparse_special=*/true);
-    }, "detokenization");
+    auto chars = fill_growing<char>(
+        tokens.size() * 8 + 16,
+        [&](char * buf, int32_t cap) {
+            return llama_detokenize(vocab_, tokens.data(), static_cast<int32_t>(tokens.size()), buf, cap,
+                                    /*remove_special=*/false, /*unparse_special=*/true);
+        },
+        "detokenization");
     return {chars.begin(), chars.end()};
 }
 

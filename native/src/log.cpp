@@ -20,11 +20,16 @@ constexpr size_t kKeep = 32;
 
 int rank(ggml_log_level level) {
     switch (level) {
-        case GGML_LOG_LEVEL_DEBUG: return 0;
-        case GGML_LOG_LEVEL_INFO: return 1;
-        case GGML_LOG_LEVEL_WARN: return 2;
-        case GGML_LOG_LEVEL_ERROR: return 3;
-        default: return -1;  // NONE / CONT: continuation of the previous message
+        case GGML_LOG_LEVEL_DEBUG:
+            return 0;
+        case GGML_LOG_LEVEL_INFO:
+            return 1;
+        case GGML_LOG_LEVEL_WARN:
+            return 2;
+        case GGML_LOG_LEVEL_ERROR:
+            return 3;
+        default:
+            return -1;  // NONE / CONT: continuation of the previous message
     }
 }
 
@@ -33,7 +38,10 @@ std::atomic<int> g_last_rank{1};
 void on_log(ggml_log_level level, const char * text, void *) {
     if (!text) return;
     int r = rank(level);
-    if (r < 0) r = g_last_rank.load(); else g_last_rank.store(r);
+    if (r < 0)
+        r = g_last_rank.load();
+    else
+        g_last_rank.store(r);
     if (r >= g_level.load()) std::fputs(text, stderr);
     if (r < static_cast<int>(LogLevel::Warn)) return;
     std::lock_guard<std::mutex> lock(g_mutex);

@@ -9,8 +9,9 @@ namespace omni::cpu {
 std::vector<float> read_exact(const GgufFile & g, const std::string & name, size_t count) {
     std::vector<float> v = g.read_f32(name);
     if (v.size() != count) {
-        throw ModelFileError(g.path(), "tensor '" + name + "' has " + std::to_string(v.size()) + " elements, expected " +
-                                           std::to_string(count));
+        throw ModelFileError(
+            g.path(),
+            "tensor '" + name + "' has " + std::to_string(v.size()) + " elements, expected " + std::to_string(count));
     }
     return v;
 }
@@ -26,8 +27,8 @@ LayerRunner::LayerRunner(std::shared_ptr<ThreadPool> pool, bool bf16)
     single_threaded_blas();  // the engines built on this call OMNI_SGEMM from the pool's workers
 }
 
-void LayerRunner::apply(const PackedConv & w, Rows & in, Rows & out, int n, const BlockFn & epilogue, int segs, int x_seg,
-                        int y_seg, int x_col, int y_col) {
+void LayerRunner::apply(const PackedConv & w, Rows & in, Rows & out, int n, const BlockFn & epilogue, int segs,
+                        int x_seg, int y_seg, int x_col, int y_col) {
     ConvArgs a = rows_conv_args(w, in, out, n, precision_, pairs_, *pool_, x_col, y_col);
     a.segments = segs;
     a.x_seg = x_seg;

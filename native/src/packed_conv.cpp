@@ -53,8 +53,8 @@ void blas_block(const PackedConv & w, const ConvArgs & a, int seg, int o0, int o
         cols = buf.data();
         ldb = n;
     }
-    OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, w.w_rows.data() + static_cast<size_t>(o0) * K, K,
-               cols, ldb, 1.0f, y, a.y_ld);
+    OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, w.w_rows.data() + static_cast<size_t>(o0) * K,
+               K, cols, ldb, 1.0f, y, a.y_ld);
 }
 #endif
 
@@ -66,7 +66,8 @@ PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k
     // Every BF16 user (vocoder, native DiT and conformer) packs its weights here first: refusing
     // now keeps a CPU without the instructions from ever reaching the BF16 tiles.
     if (bf16 && !cpu_has_bf16())
-        throw DeviceError(std::string("BF16 needs a CPU with AVX512_BF16 (this one has ") + isa_name() + " kernels only)");
+        throw DeviceError(std::string("BF16 needs a CPU with AVX512_BF16 (this one has ") + isa_name() +
+                          " kernels only)");
     PackedConv p;
     p.out = out, p.in = in, p.k = k, p.dilation = dilation, p.pad = pad;
     const int K = in * k, P = p.panels();
@@ -88,8 +89,8 @@ PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k
         for (int o = 0; o < out; ++o)
             for (int i = 0; i < in; ++i)
                 for (int kk = 0; kk < k; ++kk)
-                    p.w_bf16[((((static_cast<size_t>(o / kPanel) * I2 + i / 2) * k + kk) * kPanel + o % kPanel) * 2) + i % 2] =
-                        bf16_round(w[(static_cast<size_t>(o) * in + i) * k + kk]);
+                    p.w_bf16[((((static_cast<size_t>(o / kPanel) * I2 + i / 2) * k + kk) * kPanel + o % kPanel) * 2) +
+                             i % 2] = bf16_round(w[(static_cast<size_t>(o) * in + i) * k + kk]);
     }
     return p;
 }
@@ -121,7 +122,8 @@ void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const Blo
     const bool bf16 = a.precision == Precision::BF16;
     if (bf16 && (!w.has_bf16() || !a.x_bf16)) throw InvalidArgument("conv: BF16 needs BF16 weights and paired input");
     const Kernels & kern = kernels();
-    if (bf16 && !kern.conv_block_bf16) throw DeviceError(std::string("BF16 kernels need AVX512_BF16; the active set is ") + kern.name);
+    if (bf16 && !kern.conv_block_bf16)
+        throw DeviceError(std::string("BF16 kernels need AVX512_BF16; the active set is ") + kern.name);
     // Row offsets of the K index into x: F32 K = i*k + kk; BF16 K2 = (i/2)*k + kk (pairs).
     const int K = bf16 ? w.k * (w.in / 2) : w.in * w.k;
     // kOffPad more entries (repeating the last) let a tile prefetch ahead without a bounds test.
@@ -137,8 +139,9 @@ void conv(const PackedConv & w, const ConvArgs & a, ThreadPool & pool, const Blo
     const int most = tiles_per_task(bf16 ? 2 * K : K) * kTileCols;
     const int t_blocks = (a.n + most - 1) / most;
     const int cols_per_task = ((a.n + t_blocks - 1) / t_blocks + 7) / 8 * 8;
-    const bool sgemm = !bf16 && (a.route == ConvArgs::Route::Sgemm ||
-                                 (a.route == ConvArgs::Route::Auto && kern.blas_convs && !w.w_rows.empty()));
+    const bool sgemm = !bf16 &&
+        (a.route == ConvArgs::Route::Sgemm ||
+         (a.route == ConvArgs::Route::Auto && kern.blas_convs && !w.w_rows.empty()));
 #if defined(OMNI_NO_BLAS)
     if (sgemm) throw InvalidArgument("conv: this build has no sgemm route");
 #endif

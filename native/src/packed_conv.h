@@ -26,11 +26,11 @@ enum class Precision { F32, BF16 };
 
 struct PackedConv {
     int out = 0, in = 0, k = 1, dilation = 1, pad = 0;
-    std::vector<float> w;          // F32: [panels][in*k][kPanel], K index = i*k + kk
+    std::vector<float> w;  // F32: [panels][in*k][kPanel], K index = i*k + kk
     std::vector<uint16_t> w_bf16;  // BF16: [panels][in/2][k][kPanel][2] (only when packed for it)
-    std::vector<float> w_rows;     // [out][in*k] as given: kept when the kernel set in use at packing
-                                   // runs convolutions through sgemm (Kernels::blas_convs)
-    std::vector<float> bias;       // [out]
+    std::vector<float> w_rows;  // [out][in*k] as given: kept when the kernel set in use at packing
+    // runs convolutions through sgemm (Kernels::blas_convs)
+    std::vector<float> bias;  // [out]
     int panels() const { return (out + kPanel - 1) / kPanel; }
     bool has_bf16() const { return !w_bf16.empty(); }
     // How far x must extend right of column n - 1 for this conv (padding reach + tile overrun).
@@ -40,8 +40,8 @@ struct PackedConv {
 // w: [out][in][k] (PyTorch Conv1d), bias: [out] or null. bf16: also pack the BF16 copy (needs
 // an even `in`). keep_rows: also keep w as given for the sgemm route (default: when the active
 // kernel set routes convolutions through sgemm).
-PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad, bool bf16 = false,
-                     bool keep_rows = false);
+PackedConv pack_conv(const float * w, const float * bias, int out, int in, int k, int dilation, int pad,
+                     bool bf16 = false, bool keep_rows = false);
 // w: [out][in] (a linear layer).
 PackedConv pack_linear(const float * w, const float * bias, int out, int in, bool bf16 = false);
 

@@ -67,7 +67,8 @@ ThreadPool::ThreadPool(int n_threads, const std::vector<int> & cpus, int spin_us
         const auto allowed = allowed_cpus();
         for (int c : cpus) {
             if (std::find(allowed.begin(), allowed.end(), c) == allowed.end()) {
-                throw DeviceError("CPU " + std::to_string(c) + " is not in this process's affinity mask; "
+                throw DeviceError("CPU " + std::to_string(c) +
+                                  " is not in this process's affinity mask; "
                                   "pinning cannot be honoured");
             }
         }
@@ -154,7 +155,9 @@ void ThreadPool::worker_main(int worker) {
         seen = gen_of(ticket_.load());
         done_cv_.notify_all();
     }
-    auto fresh = [&] { return stop_.load(std::memory_order_acquire) || gen_of(ticket_.load(std::memory_order_acquire)) != seen; };
+    auto fresh = [&] {
+        return stop_.load(std::memory_order_acquire) || gen_of(ticket_.load(std::memory_order_acquire)) != seen;
+    };
     for (;;) {
         if (!spin_until(fresh)) {
             std::unique_lock<std::mutex> lock(mutex_);
@@ -205,8 +208,6 @@ void ThreadPool::parallel_for(int n_tasks, const std::function<void(int, int)> &
     if (e) std::rethrow_exception(e);
 }
 
-ThreadPool::Stats ThreadPool::stats() const {
-    return Stats{loops_.load(), tasks_.load(), caller_tasks_.load()};
-}
+ThreadPool::Stats ThreadPool::stats() const { return Stats{loops_.load(), tasks_.load(), caller_tasks_.load()}; }
 
 }  // namespace omni

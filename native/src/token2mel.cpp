@@ -18,17 +18,21 @@ std::vector<float> read_exact(const GgufFile & g, const std::string & name, std:
 
 }  // namespace
 
-Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int threads, int n_steps, Engine engine, bool bf16)
+Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int threads, int n_steps, Engine engine,
+                     bool bf16)
     : n_steps_(n_steps) {
     if (n_steps < 1 || n_steps > 100) throw InvalidArgument("steps must be in 1..100, got " + std::to_string(n_steps));
     backend_ = std::make_shared<Backend>(device, threads);
     engine = resolve_engine(engine, backend_->is_cpu());
     if (engine == Engine::Native) pool_ = std::make_shared<ThreadPool>(std::max(1, threads));
-    encoder_ = std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
+    encoder_ =
+        std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
     // BF16 applies where the CPU computes; an accelerator keeps its graphs as they are.
-    dit_ = std::make_unique<DitEstimator>(dir + "/flow_matching.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
+    dit_ =
+        std::make_unique<DitEstimator>(dir + "/flow_matching.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
     d_ = encoder_->dims().d;
-    if (encoder_->dims().in != d_) throw ModelFileError(dir + "/encoder.gguf", "encoder input and output widths differ");
+    if (encoder_->dims().in != d_)
+        throw ModelFileError(dir + "/encoder.gguf", "encoder input and output widths differ");
     GgufFile extra(dir + "/flow_extra.gguf");
     embedding_ = read_exact(extra, "input_embedding.weight", {d_, kVocab});
     spk_w_ = read_exact(extra, "spk_embed_affine_layer.weight", {kSpk, kMel});
@@ -44,12 +48,14 @@ void Token2Mel::caches_to_device(Token2MelCache & cache, int capacity) {
     for (DitCache & c : cache.estimator) dit_->to_device(c, 2, capacity);
 }
 
-std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk, const float * cond,
-                                    const float * noise, float temperature, Token2MelCache & cache, int * frames_out) {
+std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk,
+                                    const float * cond, const float * noise, float temperature, Token2MelCache & cache,
+                                    int * frames_out) {
     if (n < 1) throw InvalidArgument("empty token chunk");
     for (int i = 0; i < n; ++i) {
         if (tokens[i] < 0 || tokens[i] >= kVocab) {
-            throw InvalidArgument("speech token " + std::to_string(tokens[i]) + " is outside 0.." + std::to_string(kVocab - 1));
+            throw InvalidArgument("speech token " + std::to_string(tokens[i]) + " is outside 0.." +
+                                  std::to_string(kVocab - 1));
         }
     }
     if (!std::isfinite(temperature) || temperature < 0.0f) throw InvalidArgument("temperature must be finite and >= 0");
@@ -69,9 +75,11 @@ std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chu
     // Encoder over the token embeddings.
     std::vector<float> xs(static_cast<size_t>(n) * d_);
     for (int i = 0; i < n; ++i)
-        std::copy_n(embedding_.data() + static_cast<size_t>(tokens[i]) * d_, d_, xs.data() + static_cast<size_t>(i) * d_);
-    ConformerChunk enc = encoder_->forward_chunk(xs.data(), n, last_chunk, cache.empty() ? nullptr : cache.conformer_cnn.data(),
-                                                 cache.empty() ? nullptr : cache.conformer_att.data(), cache.conformer_frames);
+        std::copy_n(embedding_.data() + static_cast<size_t>(tokens[i]) * d_, d_,
+                    xs.data() + static_cast<size_t>(i) * d_);
+    ConformerChunk enc =
+        encoder_->forward_chunk(xs.data(), n, last_chunk, cache.empty() ? nullptr : cache.conformer_cnn.data(),
+                                cache.empty() ? nullptr : cache.conformer_att.data(), cache.conformer_frames);
     const int T = enc.frames;
     // mu = encoder_proj(h), channel-major (80, T).
     std::vector<float> mu(static_cast<size_t>(kMel) * T);

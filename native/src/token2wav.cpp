@@ -12,7 +12,7 @@ namespace omni {
 namespace {
 
 constexpr int kMaxEstimatorFrames = 600;  // llama.cpp-omni's TOKEN2WAV_FM_MAX_T_CACHE default
-constexpr int kRecentFrames = 100;        // reference policy: mel frames kept beside the prompt's
+constexpr int kRecentFrames = 100;  // reference policy: mel frames kept beside the prompt's
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -69,16 +69,18 @@ const char * cache_policy_name(CachePolicy p) {
 }
 
 Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
-    t2m_ = std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
+    t2m_ =
+        std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
     vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
 
     // The fixed voice: speaker vector and the caches computed on the voice prompt.
     GgufFile pc(dir + "/prompt_cache.gguf");
     const int file_steps = static_cast<int>(pc.get_int("mtmd.prompt_cache.n_timesteps"));
     if (file_steps != options.steps) {
-        throw ModelFileError(pc.path(), "the prompt cache was built for " + std::to_string(file_steps) +
-                                            " CFM steps, not " + std::to_string(options.steps) + "; use steps=" +
-                                            std::to_string(file_steps) + " or regenerate the cache");
+        throw ModelFileError(pc.path(),
+                             "the prompt cache was built for " + std::to_string(file_steps) + " CFM steps, not " +
+                                 std::to_string(options.steps) + "; use steps=" + std::to_string(file_steps) +
+                                 " or regenerate the cache");
     }
     const ConformerDims & ed = t2m_->encoder_dims();
     const DitDims & dd = t2m_->estimator_dims();
@@ -90,17 +92,20 @@ Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) 
     }
     const int Te = static_cast<int>(ea.ne.size() == 4 ? ea.ne[1] : 0);
     const int per_step = dd.depth * dd.heads;
-    if (ea.ne != std::vector<int64_t>{2 * dd.head_dim, Te, static_cast<int64_t>(options.steps) * per_step, 2} || Te <= 0) {
+    if (ea.ne != std::vector<int64_t>{2 * dd.head_dim, Te, static_cast<int64_t>(options.steps) * per_step, 2} ||
+        Te <= 0) {
         throw ModelFileError(pc.path(), "estimator_att_cache does not match the estimator and steps");
     }
     spk_ = finite_tensor(pc, "prompt_cache.spk_cb", Token2Mel::kSpk);
     prompt_cache_.conformer_cnn = finite_tensor(pc, "prompt_cache.conformer_cnn_cache", static_cast<size_t>(ed.d) * 6);
-    prompt_cache_.conformer_att = finite_tensor(pc, "prompt_cache.conformer_att_cache", static_cast<size_t>(2 * ed.d_head) * T * ed.heads * layers);
+    prompt_cache_.conformer_att = finite_tensor(pc, "prompt_cache.conformer_att_cache",
+                                                static_cast<size_t>(2 * ed.d_head) * T * ed.heads * layers);
     prompt_cache_.conformer_frames = T;
-    const std::vector<float> ecnn = finite_tensor(pc, "prompt_cache.estimator_cnn_cache",
-                                                  static_cast<size_t>(2 * dd.hidden) * 2 * options.steps * dd.depth * 2);
-    const std::vector<float> eatt = finite_tensor(pc, "prompt_cache.estimator_att_cache",
-                                                  static_cast<size_t>(2 * dd.head_dim) * Te * options.steps * per_step * 2);
+    const std::vector<float> ecnn = finite_tensor(
+        pc, "prompt_cache.estimator_cnn_cache", static_cast<size_t>(2 * dd.hidden) * 2 * options.steps * dd.depth * 2);
+    const std::vector<float> eatt =
+        finite_tensor(pc, "prompt_cache.estimator_att_cache",
+                      static_cast<size_t>(2 * dd.head_dim) * Te * options.steps * per_step * 2);
     // Split the step-major packing into one DiT cache per step (batch 2 outermost in both).
     const size_t cnn_block = static_cast<size_t>(2 * dd.hidden) * 2 * dd.depth;
     const size_t att_block = static_cast<size_t>(2 * dd.head_dim) * Te * per_step;
@@ -120,10 +125,11 @@ Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) 
         // The estimator cache stays the prompt's: of [chunk, prompt] only the prompt's Te frames
         // are kept. llama.cpp-omni attends over at most 600 frames; beyond that its rule changes.
         if (Te + 2 * kWindow > kMaxEstimatorFrames) {
-            throw ModelFileError(pc.path(), "estimator_att_cache has " + std::to_string(Te) +
-                                                " frames; the llama.cpp-omni cache policy supports at most " +
-                                                std::to_string(kMaxEstimatorFrames - 2 * kWindow) +
-                                                " (use cache_policy='reference')");
+            throw ModelFileError(pc.path(),
+                                 "estimator_att_cache has " + std::to_string(Te) +
+                                     " frames; the llama.cpp-omni cache policy supports at most " +
+                                     std::to_string(kMaxEstimatorFrames - 2 * kWindow) +
+                                     " (use cache_policy='reference')");
         }
         est_window_ = Te;
     } else {
@@ -177,7 +183,8 @@ void Token2Wav::update_conformer_cache() {
 
 std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last, int * frames) {
     if (opt_.cache_policy == CachePolicy::Reference || n == kWindow) {
-        std::vector<float> mel = t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, frames);
+        std::vector<float> mel =
+            t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, frames);
         update_conformer_cache();
         return mel;
     }
@@ -186,7 +193,8 @@ std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last
     std::vector<int32_t> padded(tokens, tokens + n);
     padded.resize(kWindow, kSilence);
     int T = 0;
-    std::vector<float> mel = t2m_->chunk(padded.data(), kWindow, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, &T);
+    std::vector<float> mel =
+        t2m_->chunk(padded.data(), kWindow, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, &T);
     update_conformer_cache();
     const int keep = std::min(T, 2 * n);
     std::vector<float> out(static_cast<size_t>(Token2Mel::kMel) * keep);
@@ -206,7 +214,7 @@ MelWindow Token2Wav::mel_window(const int32_t * tokens, int n, bool last) {
     return w;
 }
 
-void Token2Wav::add_timing(double Token2WavTimings::*field, double ms) {
+void Token2Wav::add_timing(double Token2WavTimings::* field, double ms) {
     std::lock_guard<std::mutex> lock(timing_mutex_);
     last_.*field += ms;
     total_.*field += ms;
@@ -219,16 +227,20 @@ std::vector<float> Token2Wav::vocode_window(const MelWindow & w) {
         throw InvalidArgument("vocode: not a mel window of this stream");
     }
     if (w.seq != next_vocode_) {
-        throw InvalidArgument("vocode: mel windows go to the vocoder once each, in the order they were made, "
-                              "and only those made since the last reset()");
+        throw InvalidArgument(
+            "vocode: mel windows go to the vocoder once each, in the order they were made, "
+            "and only those made since the last reset()");
     }
     // Vocoder input: 8 cached mel frames + this chunk's, channel-major.
     const int cached = mel_cache_.empty() ? 0 : kMelCache;
     const int total = cached + frames;
     std::vector<float> in(static_cast<size_t>(HiftVocoder::kMel) * total);
     for (int c = 0; c < HiftVocoder::kMel; ++c) {
-        if (cached) std::copy_n(mel_cache_.data() + static_cast<size_t>(c) * kMelCache, kMelCache, in.data() + static_cast<size_t>(c) * total);
-        std::copy_n(w.mel.data() + static_cast<size_t>(c) * frames, frames, in.data() + static_cast<size_t>(c) * total + cached);
+        if (cached)
+            std::copy_n(mel_cache_.data() + static_cast<size_t>(c) * kMelCache, kMelCache,
+                        in.data() + static_cast<size_t>(c) * total);
+        std::copy_n(w.mel.data() + static_cast<size_t>(c) * frames, frames,
+                    in.data() + static_cast<size_t>(c) * total + cached);
     }
     std::vector<float> source;
     std::vector<float> speech = vocoder_->forward(in.data(), total, source_cache_, &source);
@@ -245,7 +257,8 @@ std::vector<float> Token2Wav::vocode_window(const MelWindow & w) {
         const int n_win = 2 * kSourceCache;
         for (int i = 0; i < overlap; ++i) {
             const float w_in = 0.54f - 0.46f * std::cos(2.0f * static_cast<float>(M_PI) * i / (n_win - 1));
-            const float w_out = 0.54f - 0.46f * std::cos(2.0f * static_cast<float>(M_PI) * (i + kSourceCache) / (n_win - 1));
+            const float w_out =
+                0.54f - 0.46f * std::cos(2.0f * static_cast<float>(M_PI) * (i + kSourceCache) / (n_win - 1));
             speech[i] = speech[i] * w_in + tail_[tail_.size() - kSourceCache + i] * w_out;
         }
     }

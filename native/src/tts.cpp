@@ -23,14 +23,14 @@ int round16(int n) { return (n + 15) / 16 * 16; }
 struct Tts::Impl : GraphModule {
     TtsDims d;
     int n_ctx = 0, n_past = 0;
-    std::unique_ptr<GgufFile> file;          // emb_text / emb_code rows are read in place
+    std::unique_ptr<GgufFile> file;  // emb_text / emb_code rows are read in place
     const float * emb_text = nullptr;
     const float * emb_code = nullptr;
     ggml_context * kv_ctx = nullptr;
     ggml_backend_buffer_t kv_buf = nullptr;
-    ggml_tensor * k_cache = nullptr;          // [head_dim, n_ctx, heads, layers]
-    ggml_tensor * vt_cache = nullptr;         // [n_ctx, head_dim, heads, layers]
-    std::string proj;                         // name prefix of the projector weights
+    ggml_tensor * k_cache = nullptr;  // [head_dim, n_ctx, heads, layers]
+    ggml_tensor * vt_cache = nullptr;  // [n_ctx, head_dim, heads, layers]
+    std::string proj;  // name prefix of the projector weights
 
     Impl() : GraphModule("tts", 512) {}
     ~Impl() {
@@ -47,16 +47,19 @@ Tts::Tts(const std::string & tts_path, const std::string & projector_path, const
     if (n_ctx < 64 || n_ctx > 65536) throw InvalidArgument("TTS n_ctx must be in 64..65536");
     m.file = std::make_unique<GgufFile>(tts_path);
     const GgufFile & g = *m.file;
-    if (g.get_string("general.architecture") != "llama") throw ModelFileError(tts_path, "not a TTS file (architecture is not 'llama')");
+    if (g.get_string("general.architecture") != "llama")
+        throw ModelFileError(tts_path, "not a TTS file (architecture is not 'llama')");
     TtsDims & d = m.d;
     d.hidden = static_cast<int>(g.get_int("llama.embedding_length"));
     d.layers = static_cast<int>(g.get_int("llama.block_count"));
     d.heads = static_cast<int>(g.get_int("llama.attention.head_count"));
     d.head_dim = d.hidden / d.heads;
     d.ff = static_cast<int>(g.get_int("llama.feed_forward_length"));
-    d.rope_theta = g.has_key("llama.rope.freq_base") ? static_cast<float>(g.get_float("llama.rope.freq_base")) : 10000.0f;
+    d.rope_theta =
+        g.has_key("llama.rope.freq_base") ? static_cast<float>(g.get_float("llama.rope.freq_base")) : 10000.0f;
     d.rms_eps = g.has_key("llama.attention.layer_norm_rms_epsilon")
-                    ? static_cast<float>(g.get_float("llama.attention.layer_norm_rms_epsilon")) : 1e-6f;
+        ? static_cast<float>(g.get_float("llama.attention.layer_norm_rms_epsilon"))
+        : 1e-6f;
     if (g.has_key("llama.attention.head_count_kv") && g.get_int("llama.attention.head_count_kv") != d.heads) {
         throw ModelFileError(tts_path, "grouped-query attention is not used by the MiniCPM-o TTS");
     }
@@ -69,17 +72,23 @@ Tts::Tts(const std::string & tts_path, const std::string & projector_path, const
     d.audio_tokens = static_cast<int>(ec.ne[1]);
     m.emb_text = reinterpret_cast<const float *>(g.tensor_data(et));
     m.emb_code = reinterpret_cast<const float *>(g.tensor_data(ec));
-    d.audio_bos = g.has_key("omni.tts.audio_bos_token_id") ? static_cast<int>(g.get_int("omni.tts.audio_bos_token_id")) : kAudioBos;
-    d.text_eos = g.has_key("omni.tts.text_eos_token_id") ? static_cast<int>(g.get_int("omni.tts.text_eos_token_id")) : kTextEos;
-    if (d.audio_bos >= d.text_vocab || d.text_eos >= d.text_vocab) throw ModelFileError(tts_path, "audio_bos/text_eos outside emb_text");
+    d.audio_bos = g.has_key("omni.tts.audio_bos_token_id") ? static_cast<int>(g.get_int("omni.tts.audio_bos_token_id"))
+                                                           : kAudioBos;
+    d.text_eos =
+        g.has_key("omni.tts.text_eos_token_id") ? static_cast<int>(g.get_int("omni.tts.text_eos_token_id")) : kTextEos;
+    if (d.audio_bos >= d.text_vocab || d.text_eos >= d.text_vocab)
+        throw ModelFileError(tts_path, "audio_bos/text_eos outside emb_text");
 
     const int h = d.hidden;
-    auto f32 = [&](const GgufFile & f, const std::string & n, std::vector<int64_t> ne) { m.w.add(f, n, std::move(ne)); };
+    auto f32 = [&](const GgufFile & f, const std::string & n, std::vector<int64_t> ne) {
+        m.w.add(f, n, std::move(ne));
+    };
     for (int i = 0; i < d.layers; ++i) {
         const std::string p = "blk." + std::to_string(i);
         f32(g, p + ".attn_norm.weight", {h});
         f32(g, p + ".ffn_norm.weight", {h});
-        for (const char * n : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight"}) f32(g, p + n, {h, h});
+        for (const char * n : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight"})
+            f32(g, p + n, {h, h});
         f32(g, p + ".ffn_gate.weight", {h, d.ff});
         f32(g, p + ".ffn_up.weight", {h, d.ff});
         f32(g, p + ".ffn_down.weight", {d.ff, h});
@@ -123,7 +132,8 @@ void Tts::clear() { impl_->n_past = 0; }
 
 std::vector<float> Tts::code_embedding(int code) const {
     const TtsDims & d = impl_->d;
-    if (code < 0 || code >= d.audio_tokens) throw InvalidArgument("audio code " + std::to_string(code) + " is out of range");
+    if (code < 0 || code >= d.audio_tokens)
+        throw InvalidArgument("audio code " + std::to_string(code) + " is out of range");
     const float * r = impl_->emb_code + static_cast<size_t>(code) * d.hidden;
     return {r, r + d.hidden};
 }
@@ -133,7 +143,8 @@ std::vector<float> Tts::conditions(const int32_t * tokens, const float * hidden,
     const TtsDims & d = m.d;
     if (n < 0) throw InvalidArgument("negative token count");
     for (int i = 0; i < n; ++i)
-        if (tokens[i] < 0 || tokens[i] >= d.text_vocab) throw InvalidArgument("text token " + std::to_string(tokens[i]) + " is outside emb_text");
+        if (tokens[i] < 0 || tokens[i] >= d.text_vocab)
+            throw InvalidArgument("text token " + std::to_string(tokens[i]) + " is outside emb_text");
     const int rows = n + (with_text_eos ? 1 : 0) + 1;
     std::vector<float> out(static_cast<size_t>(rows) * d.hidden);
     if (n > 0) {  // projector on the device: linear1 -> ReLU -> linear2
@@ -162,7 +173,8 @@ std::vector<float> Tts::conditions(const int32_t * tokens, const float * hidden,
     }
     int row = n;
     auto put = [&](int id) {
-        std::copy_n(m.emb_text + static_cast<size_t>(id) * d.hidden, d.hidden, out.data() + static_cast<size_t>(row++) * d.hidden);
+        std::copy_n(m.emb_text + static_cast<size_t>(id) * d.hidden, d.hidden,
+                    out.data() + static_cast<size_t>(row++) * d.hidden);
     };
     if (with_text_eos) put(d.text_eos);
     put(d.audio_bos);
@@ -174,7 +186,8 @@ std::vector<float> Tts::forward(const float * rows, int n) {
     const TtsDims & d = m.d;
     if (n < 1) throw InvalidArgument("no rows to evaluate");
     const int T2 = m.n_past + n, T2p = round16(T2);
-    if (T2p > m.n_ctx) throw InvalidArgument("the TTS context is full (" + std::to_string(m.n_ctx) + " positions); start a new turn");
+    if (T2p > m.n_ctx)
+        throw InvalidArgument("the TTS context is full (" + std::to_string(m.n_ctx) + " positions); start a new turn");
     std::lock_guard<std::mutex> lock(m.mutex);
     const int h = d.hidden, hd = d.head_dim, H = d.heads;
 
@@ -193,24 +206,27 @@ std::vector<float> Tts::forward(const float * rows, int n) {
         const std::string b = "blk." + std::to_string(l);
         ggml_tensor * a = ggml_mul(ctx, ggml_rms_norm(ctx, cur, d.rms_eps), m.W(b + ".attn_norm.weight"));
         auto rope = [&](ggml_tensor * t) {  // LLaMA's interleaved RoPE (the GGUF's q/k rows are permuted for it)
-            return ggml_rope_ext(ctx, ggml_reshape_3d(ctx, t, hd, H, n), pos, nullptr, hd, 0, 0, d.rope_theta, 1.0f, 0.0f,
-                                 1.0f, 0.0f, 0.0f);
+            return ggml_rope_ext(ctx, ggml_reshape_3d(ctx, t, hd, H, n), pos, nullptr, hd, 0, 0, d.rope_theta, 1.0f,
+                                 0.0f, 1.0f, 0.0f, 0.0f);
         };
-        ggml_tensor * q = rope(ggml_mul_mat(ctx, m.W(b + ".attn_q.weight"), a));                     // [hd, H, n]
+        ggml_tensor * q = rope(ggml_mul_mat(ctx, m.W(b + ".attn_q.weight"), a));  // [hd, H, n]
         ggml_tensor * k = rope(ggml_mul_mat(ctx, m.W(b + ".attn_k.weight"), a));
         ggml_tensor * v = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, m.W(b + ".attn_v.weight"), a), hd, H, n);
-        ggml_tensor * k_dst = ggml_view_3d(ctx, kc, hd, n, H, kc->nb[1], kc->nb[2], l * kc->nb[3] + m.n_past * kc->nb[1]);
-        ggml_tensor * v_dst = ggml_view_3d(ctx, vc, n, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3] + m.n_past * sizeof(float));
+        ggml_tensor * k_dst =
+            ggml_view_3d(ctx, kc, hd, n, H, kc->nb[1], kc->nb[2], l * kc->nb[3] + m.n_past * kc->nb[1]);
+        ggml_tensor * v_dst =
+            ggml_view_3d(ctx, vc, n, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3] + m.n_past * sizeof(float));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), k_dst));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, v, 1, 2, 0, 3), v_dst));
         ggml_tensor * K = ggml_view_3d(ctx, kc, hd, T2p, H, kc->nb[1], kc->nb[2], l * kc->nb[3]);
         ggml_tensor * VT = ggml_view_3d(ctx, vc, T2p, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3]);
-        ggml_tensor * Q = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));                           // [hd, n, H]
+        ggml_tensor * Q = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [hd, n, H]
         ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
         ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, VT, att), 0, 2, 1, 3));  // [hd, H, n]
         cur = ggml_add(ctx, cur, ggml_mul_mat(ctx, m.W(b + ".attn_output.weight"), ggml_reshape_2d(ctx, o, h, n)));
         ggml_tensor * f = ggml_mul(ctx, ggml_rms_norm(ctx, cur, d.rms_eps), m.W(b + ".ffn_norm.weight"));
-        f = ggml_mul(ctx, ggml_silu(ctx, ggml_mul_mat(ctx, m.W(b + ".ffn_gate.weight"), f)), ggml_mul_mat(ctx, m.W(b + ".ffn_up.weight"), f));
+        f = ggml_mul(ctx, ggml_silu(ctx, ggml_mul_mat(ctx, m.W(b + ".ffn_gate.weight"), f)),
+                     ggml_mul_mat(ctx, m.W(b + ".ffn_up.weight"), f));
         cur = ggml_add(ctx, cur, ggml_mul_mat(ctx, m.W(b + ".ffn_down.weight"), f));
     }
     ggml_tensor * last = ggml_view_2d(ctx, cur, h, 1, cur->nb[1], static_cast<size_t>(n - 1) * cur->nb[1]);
@@ -274,7 +290,10 @@ std::pair<double, double> Tts::head_cost_ms(int reps) {
     for (int i = 0; i < h; ++i)
         for (int c = 0; c < codes; ++c) wt[static_cast<size_t>(c) * h + i] = w[static_cast<size_t>(i) * codes + c];
     std::vector<float> x(h, 0.01f), out(codes);
-    auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
     std::vector<double> plain, graph;
     for (int r = 0; r < reps; ++r) {
         auto t0 = std::chrono::steady_clock::now();

@@ -38,8 +38,8 @@ struct Vpm::Impl : GraphModule {
     }
 };
 
-Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool exact, std::vector<int> flash_attn_dims,
-         bool override_flash_attn)
+Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool exact,
+         std::vector<int> flash_attn_dims, bool override_flash_attn)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     m.w.keep_f16 = !exact;
@@ -47,24 +47,29 @@ Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool
     m.override_fa = override_flash_attn;
     m.fa_dims = std::move(flash_attn_dims);
     GgufFile g(path);
-    if (g.get_string("general.architecture") != "clip") throw ModelFileError(path, "not a vision encoder file (architecture is not 'clip')");
+    if (g.get_string("general.architecture") != "clip")
+        throw ModelFileError(path, "not a vision encoder file (architecture is not 'clip')");
     VpmDims & d = m.d;
     d.hidden = static_cast<int>(g.get_int("clip.vision.embedding_length"));
     d.layers = static_cast<int>(g.get_int("clip.vision.block_count"));
     d.heads = static_cast<int>(g.get_int("clip.vision.attention.head_count"));
     d.ff = static_cast<int>(g.get_int("clip.vision.feed_forward_length"));
     d.patch = static_cast<int>(g.get_int("clip.vision.patch_size"));
-    d.eps = g.has_key("clip.vision.attention.layer_norm_epsilon") ? static_cast<float>(g.get_float("clip.vision.attention.layer_norm_epsilon")) : 1e-6f;
+    d.eps = g.has_key("clip.vision.attention.layer_norm_epsilon")
+        ? static_cast<float>(g.get_float("clip.vision.attention.layer_norm_epsilon"))
+        : 1e-6f;
     const GgufValue & mean = g.value("clip.vision.image_mean");
     const GgufValue & stdv = g.value("clip.vision.image_std");
-    if (mean.floats.size() != 3 || stdv.floats.size() != 3) throw ModelFileError(path, "image_mean/image_std must hold 3 floats");
+    if (mean.floats.size() != 3 || stdv.floats.size() != 3)
+        throw ModelFileError(path, "image_mean/image_std must hold 3 floats");
     for (int c = 0; c < 3; ++c) {
         d.mean[c] = static_cast<float>(mean.floats[c]);
         d.std[c] = static_cast<float>(stdv.floats[c]);
     }
     const GgufTensorInfo & pe = g.tensor("v.position_embd.weight");
     d.grid = static_cast<int>(std::lround(std::sqrt(static_cast<double>(pe.ne[1]))));
-    if (d.grid * d.grid != pe.ne[1]) throw ModelFileError(path, "v.position_embd.weight is not a square grid of positions");
+    if (d.grid * d.grid != pe.ne[1])
+        throw ModelFileError(path, "v.position_embd.weight is not a square grid of positions");
     const GgufTensorInfo & q = g.tensor("resampler.query");
     d.llm_embd = static_cast<int>(q.ne[0]);
     d.queries = static_cast<int>(q.ne[1]);
@@ -80,7 +85,7 @@ Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool
         m.w.add_norm(g, b + ".ln1", h);
         m.w.add_norm(g, b + ".ln2", h);
         m.w.add_linear(g, b + ".ffn_down", h, d.ff);  // the converter's name for fc1
-        m.w.add_linear(g, b + ".ffn_up", d.ff, h);    // ... and for fc2
+        m.w.add_linear(g, b + ".ffn_up", d.ff, h);  // ... and for fc2
     }
     m.w.add_norm(g, "v.post_ln", h);
     m.w.add(g, "resampler.query", {E, d.queries});
@@ -99,10 +104,12 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     Impl & m = *impl_;
     const VpmDims & d = m.d;
     const int P = d.patch;
-    if (H < P || Wd < P || H % P || Wd % P) throw InvalidArgument("image sides must be positive multiples of the patch size");
+    if (H < P || Wd < P || H % P || Wd % P)
+        throw InvalidArgument("image sides must be positive multiples of the patch size");
     const int rows = H / P, cols = Wd / P, N = rows * cols;
     if (rows > d.grid || cols > d.grid) {
-        throw InvalidArgument("the image has more patches per side than the position table (" + std::to_string(d.grid) + ")");
+        throw InvalidArgument("the image has more patches per side than the position table (" + std::to_string(d.grid) +
+                              ")");
     }
     const int h = d.hidden, E = d.llm_embd, hd = h / d.heads;
     std::lock_guard<std::mutex> lock(m.mutex);
@@ -115,9 +122,12 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     for (ggml_tensor * t : {patches, pos_ids, grid_ids}) ggml_set_input(t);
 
     auto attention = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int heads) {  // q [C, Tq], k/v [C, Tk]
-        const int C = static_cast<int>(q->ne[0]), dh = C / heads, Tq = static_cast<int>(q->ne[1]), Tk = static_cast<int>(k->ne[1]);
+        const int C = static_cast<int>(q->ne[0]), dh = C / heads, Tq = static_cast<int>(q->ne[1]),
+                  Tk = static_cast<int>(k->ne[1]);
         const float scale = 1.0f / std::sqrt(float(dh));
-        auto split = [&](ggml_tensor * t, int T) { return ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3); };
+        auto split = [&](ggml_tensor * t, int T) {
+            return ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3);
+        };
         if (m.use_flash_attn(dh)) {  // fused attention with F16 K/V, as upstream's clip graph runs it
             ggml_tensor * K = ggml_cast(ctx, split(k, Tk), GGML_TYPE_F16);
             ggml_tensor * V = ggml_cast(ctx, split(v, Tk), GGML_TYPE_F16);
@@ -137,7 +147,8 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     for (int i = 0; i < d.layers; ++i) {
         const std::string b = "v.blk." + std::to_string(i);
         ggml_tensor * a = gu::layer_norm(ctx, x, d.eps, m.W(b + ".ln1.weight"), m.W(b + ".ln1.bias"));
-        a = attention(m.linear(ctx, a, b + ".attn_q"), m.linear(ctx, a, b + ".attn_k"), m.linear(ctx, a, b + ".attn_v"), d.heads);
+        a = attention(m.linear(ctx, a, b + ".attn_q"), m.linear(ctx, a, b + ".attn_k"), m.linear(ctx, a, b + ".attn_v"),
+                      d.heads);
         x = ggml_add(ctx, x, m.linear(ctx, a, b + ".attn_out"));
         ggml_tensor * f = gu::layer_norm(ctx, x, d.eps, m.W(b + ".ln2.weight"), m.W(b + ".ln2.bias"));
         f = m.linear(ctx, gelu(m.linear(ctx, f, b + ".ffn_down")), b + ".ffn_up");
@@ -148,7 +159,8 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     ggml_tensor * kv = gu::layer_norm(ctx, ggml_mul_mat(ctx, m.W("resampler.kv.weight"), x), 1e-6f,
                                       m.W("resampler.ln_kv.weight"), m.W("resampler.ln_kv.bias"));
     ggml_tensor * keys = ggml_add(ctx, kv, ggml_get_rows(ctx, m.W("resampler.pos_embed_k"), grid_ids));
-    ggml_tensor * q = gu::layer_norm(ctx, m.W("resampler.query"), 1e-6f, m.W("resampler.ln_q.weight"), m.W("resampler.ln_q.bias"));
+    ggml_tensor * q =
+        gu::layer_norm(ctx, m.W("resampler.query"), 1e-6f, m.W("resampler.ln_q.weight"), m.W("resampler.ln_q.bias"));
     ggml_tensor * o = attention(m.linear(ctx, q, "resampler.attn.q"), m.linear(ctx, keys, "resampler.attn.k"),
                                 m.linear(ctx, kv, "resampler.attn.v"), d.res_heads);
     o = gu::layer_norm(ctx, m.linear(ctx, o, "resampler.attn.out"), 1e-6f, m.W("resampler.ln_post.weight"),

@@ -39,7 +39,8 @@ std::vector<float> randn(size_t n, std::mt19937 & rng, float scale = 1.0f) {
 // y[o][t] = b[o] + sum w[o][i][kk] x[i][t + kk*dil - pad] (zeros outside [0, len)), in double,
 // and the sum of |terms| per output (the scale of its rounding error).
 void conv_reference(const std::vector<float> & w, const std::vector<float> & b, const std::vector<float> & x, int out,
-                    int in, int k, int dil, int pad, int len, int n, std::vector<double> & y, std::vector<double> & mag) {
+                    int in, int k, int dil, int pad, int len, int n, std::vector<double> & y,
+                    std::vector<double> & mag) {
     y.assign(static_cast<size_t>(out) * n, 0.0);
     mag.assign(y.size(), 0.0);
     for (int o = 0; o < out; ++o)
@@ -50,7 +51,7 @@ void conv_reference(const std::vector<float> & w, const std::vector<float> & b, 
                     const int src = t + kk * dil - pad;
                     if (src < 0 || src >= len) continue;
                     const double term = static_cast<double>(w[(static_cast<size_t>(o) * in + i) * k + kk]) *
-                                        x[static_cast<size_t>(i) * len + src];
+                        x[static_cast<size_t>(i) * len + src];
                     s += term;
                     m += std::fabs(term);
                 }
@@ -66,10 +67,17 @@ void test_conv(std::mt19937 & rng) {
     struct Shape {
         int out, in, k, dil, n, segs;
     };
-    const Shape shapes[] = {{1, 1, 1, 1, 1, 1},   {3, 5, 3, 1, 7, 1},     {8, 8, 1, 1, 48, 1},   {9, 4, 7, 3, 49, 2},
-                            {18, 64, 7, 1, 100, 1}, {64, 32, 11, 5, 97, 1}, {70, 16, 3, 1, 13, 3}, {130, 12, 5, 2, 200, 1},
+    const Shape shapes[] = {{1, 1, 1, 1, 1, 1},
+                            {3, 5, 3, 1, 7, 1},
+                            {8, 8, 1, 1, 48, 1},
+                            {9, 4, 7, 3, 49, 2},
+                            {18, 64, 7, 1, 100, 1},
+                            {64, 32, 11, 5, 97, 1},
+                            {70, 16, 3, 1, 13, 3},
+                            {130, 12, 5, 2, 200, 1},
                             // sums longer than every set's pass (K = 700, 1100): partial sums between passes
-                            {20, 100, 7, 1, 61, 2}, {17, 1100, 1, 1, 50, 1}};
+                            {20, 100, 7, 1, 61, 2},
+                            {17, 1100, 1, 1, 50, 1}};
     for (const Shape & s : shapes) {
         for (bool accumulate : {false, true}) {
             const int pad = s.dil * (s.k - 1) / 2;
@@ -84,7 +92,8 @@ void test_conv(std::mt19937 & rng) {
             for (int g = 0; g < s.segs; ++g) {
                 xs[g] = randn(static_cast<size_t>(s.in) * s.n, rng);
                 for (int i = 0; i < s.in; ++i)
-                    for (int t = 0; t < s.n; ++t) x.row(i)[g * seg_len + pad + t] = xs[g][static_cast<size_t>(i) * s.n + t];
+                    for (int t = 0; t < s.n; ++t)
+                        x.row(i)[g * seg_len + pad + t] = xs[g][static_cast<size_t>(i) * s.n + t];
             }
             const auto prior = randn(static_cast<size_t>(s.out) * s.segs * s.n, rng);
             for (int o = 0; o < s.out; ++o)
@@ -110,13 +119,15 @@ void test_conv(std::mt19937 & rng) {
                     for (int o = 0; o < s.out; ++o)
                         for (int t = 0; t < s.n; ++t) {
                             const size_t i = static_cast<size_t>(o) * s.n + t;
-                            const double want = ref[i] + (accumulate ? prior[static_cast<size_t>(o) * s.segs * s.n + g * s.n + t] : 0.0);
+                            const double want = ref[i] +
+                                (accumulate ? prior[static_cast<size_t>(o) * s.segs * s.n + g * s.n + t] : 0.0);
                             const double got = yy.row(o)[g * s.n + t];
                             worst = std::fmax(worst, std::fabs(got - want) / (mag[i] + 1e-30));
                         }
                 }
                 char what[160];
-                std::snprintf(what, sizeof what, "conv out=%d in=%d k=%d dil=%d n=%d segs=%d acc=%d threads=%d: error %.2e x |terms|",
+                std::snprintf(what, sizeof what,
+                              "conv out=%d in=%d k=%d dil=%d n=%d segs=%d acc=%d threads=%d: error %.2e x |terms|",
                               s.out, s.in, s.k, s.dil, s.n, s.segs, accumulate, threads, worst);
                 check(worst < 2e-6, what);
             }
@@ -150,7 +161,8 @@ void test_rows(std::mt19937 & rng) {
             e_snake = std::fmax(e_snake, std::fabs(sn[i] - (v + sv * sv / (alpha + 1e-9))) / scale);
         }
         char what[160];
-        std::snprintf(what, sizeof what, "rows n=%d: gelu %.1e silu %.1e mish %.1e snake %.1e", n, e_gelu, e_silu, e_mish, e_snake);
+        std::snprintf(what, sizeof what, "rows n=%d: gelu %.1e silu %.1e mish %.1e snake %.1e", n, e_gelu, e_silu,
+                      e_mish, e_snake);
         check(e_gelu < 2e-6 && e_silu < 2e-6 && e_mish < 2e-6 && e_snake < 4e-6, what);
     }
     for (int rows : {1, 5, 64}) {
@@ -186,7 +198,8 @@ void test_rows(std::mt19937 & rng) {
             m /= rows;
             for (int r = 0; r < rows; ++r) v += (x[r * ld + j] - m) * (x[r * ld + j] - m);
             const double want_inv = 1.0 / std::sqrt(v / rows + 1e-5);
-            worst = std::fmax(worst, std::fabs(mean[j] - m) / (1 + std::fabs(m)) + std::fabs(inv[j] - want_inv) / want_inv);
+            worst =
+                std::fmax(worst, std::fabs(mean[j] - m) / (1 + std::fabs(m)) + std::fabs(inv[j] - want_inv) / want_inv);
         }
         char what[96];
         std::snprintf(what, sizeof what, "column_stats rows=%d: error %.1e", rows, worst);

@@ -13,7 +13,8 @@
 namespace omni {
 
 struct ApmDims {
-    int d_model = 0, heads = 0, layers = 0, ff = 0, n_mel = 80, n_fft_bins = 201, positions = 1500, llm_embd = 0, pool = 5;
+    int d_model = 0, heads = 0, layers = 0, ff = 0, n_mel = 80, n_fft_bins = 201, positions = 1500, llm_embd = 0,
+        pool = 5;
 };
 
 class Apm {

@@ -16,12 +16,12 @@ struct ggml_backend_device;
 namespace omni {
 
 struct DeviceInfo {
-    std::string id;           // "cpu", "cuda:0", "cann:0", ...
-    std::string backend;      // lower-case backend name: "cpu", "cuda", "cann", ...
-    int index = 0;            // index among the devices of that backend
-    std::string ggml_name;    // ggml's device name ("CPU", "CUDA0", "CANN0")
+    std::string id;  // "cpu", "cuda:0", "cann:0", ...
+    std::string backend;  // lower-case backend name: "cpu", "cuda", "cann", ...
+    int index = 0;  // index among the devices of that backend
+    std::string ggml_name;  // ggml's device name ("CPU", "CUDA0", "CANN0")
     std::string description;
-    std::string pci_bus_id;   // lower-case "dddd:bb:dd.f" when the backend reports it, else ""
+    std::string pci_bus_id;  // lower-case "dddd:bb:dd.f" when the backend reports it, else ""
     size_t memory_free = 0;
     size_t memory_total = 0;
 };

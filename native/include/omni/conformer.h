@@ -22,8 +22,8 @@ struct ConformerDims {
 };
 
 struct ConformerChunk {
-    std::vector<float> h;          // (2 * frames_out_tokens, d)
-    int frames = 0;                // rows of h
+    std::vector<float> h;  // (2 * frames_out_tokens, d)
+    int frames = 0;  // rows of h
     std::vector<float> cnn_cache;  // (6, d)
     std::vector<float> att_cache;  // (layers, heads, att_frames, 2 * d_head)
     int att_frames = 0;

@@ -19,8 +19,19 @@ namespace omni {
 // (e.g. the mel filter bank) from an int array.
 struct GgufValue {
     enum class Type : uint32_t {
-        U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-        STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+        U8 = 0,
+        I8 = 1,
+        U16 = 2,
+        I16 = 3,
+        U32 = 4,
+        I32 = 5,
+        F32 = 6,
+        BOOL = 7,
+        STRING = 8,
+        ARRAY = 9,
+        U64 = 10,
+        I64 = 11,
+        F64 = 12,
     };
     Type type = Type::U8;
     Type array_type = Type::U8;  // element type when type == ARRAY
@@ -41,8 +52,8 @@ struct GgufValue {
 struct GgufTensorInfo {
     std::string name;
     std::vector<int64_t> ne;  // ggml order: ne[0] is the fastest-varying dimension
-    uint32_t type = 0;        // ggml_type value
-    uint64_t offset = 0;      // relative to the start of the data section
+    uint32_t type = 0;  // ggml_type value
+    uint64_t offset = 0;  // relative to the start of the data section
     uint64_t nbytes = 0;
 };
 

@@ -15,9 +15,9 @@ namespace omni {
 
 struct LlmModelInfo {
     std::string architecture;  // general.architecture, e.g. "qwen3"
-    std::string description;   // llama_model_desc
+    std::string description;  // llama_model_desc
     int n_embd = 0;
-    int n_embd_inp = 0;        // width of rows accepted through batch.embd
+    int n_embd_inp = 0;  // width of rows accepted through batch.embd
     int n_layer = 0;
     int n_head = 0;
     int n_head_kv = 0;
@@ -26,7 +26,7 @@ struct LlmModelInfo {
     int eos = -1;
     uint64_t n_params = 0;
     uint64_t size_bytes = 0;
-    std::string device;        // our device id the layers were placed on
+    std::string device;  // our device id the layers were placed on
 };
 
 class LlmModel {
@@ -43,7 +43,7 @@ public:
     const llama_vocab * vocab() const { return vocab_; }
 
     std::vector<int32_t> tokenize(const std::string & text, bool parse_special) const;
-    std::string token_text(int32_t token) const;   // the vocabulary entry as stored
+    std::string token_text(int32_t token) const;  // the vocabulary entry as stored
     std::string detokenize(const std::vector<int32_t> & tokens) const;
     bool is_eog(int32_t token) const;
     // Id of the token whose stored text equals `text` exactly, or -1.

@@ -18,10 +18,10 @@
 namespace omni {
 
 struct Token2MelCache {
-    std::vector<float> conformer_cnn;   // (6, d)
-    std::vector<float> conformer_att;   // (layers, heads, frames, 2*d_head)
+    std::vector<float> conformer_cnn;  // (6, d)
+    std::vector<float> conformer_att;  // (layers, heads, frames, 2*d_head)
     int conformer_frames = 0;
-    std::vector<DitCache> estimator;    // one per CFM step, batch 2 (conditional, unconditional)
+    std::vector<DitCache> estimator;  // one per CFM step, batch 2 (conditional, unconditional)
     // The stream's noise generator: llama.cpp-omni seeds one mt19937 with 42 (per process there;
     // per stream here, so sessions do not perturb each other).
     std::mt19937 rng{42};
@@ -62,9 +62,9 @@ private:
     std::unique_ptr<DitEstimator> dit_;
     int n_steps_;
     int d_ = 0;
-    std::vector<float> embedding_;       // (6561, d)
-    std::vector<float> spk_w_, spk_b_;   // (80, 192), (80)
-    std::vector<float> proj_w_, proj_b_; // (80, d), (80)
+    std::vector<float> embedding_;  // (6561, d)
+    std::vector<float> spk_w_, spk_b_;  // (80, 192), (80)
+    std::vector<float> proj_w_, proj_b_;  // (80, d), (80)
 };
 
 }  // namespace omni

@@ -24,14 +24,14 @@ namespace {
 struct Candidate {
     const char * name;
     const Kernels * (*table)();  // null: not in this build
-    bool (*runs)();              // whether this CPU runs it
+    bool (*runs)();  // whether this CPU runs it
 };
 
 #if defined(__x86_64__) && defined(__GNUC__)
 bool cpu_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 bool cpu_avx512() {
     return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+        __builtin_cpu_supports("avx512vl");
 }
 bool cpu_avx512_bf16() { return cpu_avx512() && __builtin_cpu_supports("avx512bf16"); }
 #else

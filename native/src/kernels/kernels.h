@@ -17,24 +17,24 @@ namespace omni::cpu {
 
 enum class Isa { Generic, Avx2, Avx512, Neon };
 
-constexpr int kPanel = 8;      // output channels per packed weight panel
+constexpr int kPanel = 8;  // output channels per packed weight panel
 constexpr int kTileCols = 48;  // columns per register tile (every set divides it into its vectors)
-constexpr int kOffPad = 8;     // ConvBlock::off holds this many valid entries past K (prefetching)
+constexpr int kOffPad = 8;  // ConvBlock::off holds this many valid entries past K (prefetching)
 
 // One task's share of a packed convolution (packed_conv.h): output channels [0, rows) (at most
 // 8 panels) x columns [0, cols), every output summed over k = 0..K-1 in that order with one
 // fused multiply-add per term, then + bias (then + y when accumulating). Because the order is
 // fixed, every set with FMA gives the same bits, whatever the split.
 struct ConvBlock {
-    int K = 0;                         // F32: in*k; BF16: (in/2)*k channel pairs
-    const int * off = nullptr;         // per K index: offset of its input row and tap in x (K + kOffPad)
-    const float * w = nullptr;         // F32 panels [rows/8][K][kPanel]
-    const uint32_t * w_bf16 = nullptr; // BF16 panels [rows/8][K][kPanel] of channel pairs
-    const float * x = nullptr;         // F32 input at this block's first column
-    const uint16_t * x_bf16 = nullptr; // BF16 channel pairs at this block's first column
-    float * y = nullptr;               // output at row 0, this block's first column
+    int K = 0;  // F32: in*k; BF16: (in/2)*k channel pairs
+    const int * off = nullptr;  // per K index: offset of its input row and tap in x (K + kOffPad)
+    const float * w = nullptr;  // F32 panels [rows/8][K][kPanel]
+    const uint32_t * w_bf16 = nullptr;  // BF16 panels [rows/8][K][kPanel] of channel pairs
+    const float * x = nullptr;  // F32 input at this block's first column
+    const uint16_t * x_bf16 = nullptr;  // BF16 channel pairs at this block's first column
+    float * y = nullptr;  // output at row 0, this block's first column
     int y_ld = 0;
-    const float * bias = nullptr;      // [rows]
+    const float * bias = nullptr;  // [rows]
     int rows = 0, cols = 0;
     bool accumulate = false;
 };
@@ -47,8 +47,8 @@ struct Kernels {
     bool blas_convs;
     void (*conv_block)(const ConvBlock & b);
     void (*conv_block_bf16)(const ConvBlock & b);  // null where the set has no BF16 dot products
-    void (*gelu_tanh_row)(float * x, int n);         // in place, tanh form
-    void (*silu_row)(float * x, int n);              // in place
+    void (*gelu_tanh_row)(float * x, int n);  // in place, tanh form
+    void (*silu_row)(float * x, int n);  // in place
     void (*mish_affine_row)(const float * x, float w, float b, float * y, int n);  // y = mish(x*w + b)
     // Softmax down each column of s [rows][cols] (dense), in place; tmp holds 2 * cols floats.
     void (*softmax_columns)(float * s, int rows, int cols, float * tmp);

@@ -21,7 +21,7 @@ inline float exp_fast(float x) {
     const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23)
     float r = x - n * 0.693359375f;  // ln 2 in two parts, the first exact in float
     r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;      // Cephes expf polynomial
+    float p = 1.9875691500e-4f;  // Cephes expf polynomial
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
@@ -55,7 +55,7 @@ inline float mish(float x) {
 inline float sin_fast(float x) {
     const float k = static_cast<float>(static_cast<int>(x * 0.318309886f + (x >= 0.0f ? 0.5f : -0.5f)));
     float r = x - k * 3.140625f;  // pi = 3.140625 + 9.6765358e-4 + 5.1265658e-12, each part
-    r -= k * 9.67653584667e-4f;   // exactly representable, so k * part is (nearly) exact
+    r -= k * 9.67653584667e-4f;  // exactly representable, so k * part is (nearly) exact
     r -= k * 5.12656584e-12f;
     const float r2 = r * r;
     float p = 2.50521084e-8f;

@@ -12,15 +12,15 @@ namespace omni::cpu {
 namespace {
 
 struct TileArgs {
-    int K = 0;                    // steps of this pass
-    const float * a = nullptr;    // packed weights of the first row, at this pass's first step
-    const float * b = nullptr;    // x at the tile's first column
-    const int * off = nullptr;    // x offsets, at this pass's first step
-    float * c = nullptr;          // output of the first row
+    int K = 0;  // steps of this pass
+    const float * a = nullptr;  // packed weights of the first row, at this pass's first step
+    const float * b = nullptr;  // x at the tile's first column
+    const int * off = nullptr;  // x offsets, at this pass's first step
+    float * c = nullptr;  // output of the first row
     int ldc = 0;
-    const float * bias = nullptr; // bias of the first row
-    bool acc_mode = false;        // y += sum + bias
-    float * part = nullptr;       // partial sums of the first row (null: a single pass)
+    const float * bias = nullptr;  // bias of the first row
+    bool acc_mode = false;  // y += sum + bias
+    float * part = nullptr;  // partial sums of the first row (null: a single pass)
     bool first = true, last = true;
 
     bool load_part() const { return part && !first; }

@@ -25,7 +25,8 @@ void tile8x12(int last, const TileArgs & t) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
-        for (int v = 0; v < V; ++v) acc[r][v] = t.load_part() ? vld1q_f32(t.part + r * kTileCols + 4 * v) : vdupq_n_f32(0.0f);
+        for (int v = 0; v < V; ++v)
+            acc[r][v] = t.load_part() ? vld1q_f32(t.part + r * kTileCols + 4 * v) : vdupq_n_f32(0.0f);
     for (int k = 0; k < t.K; ++k) {
         const float * bp = t.b + t.off[k];
         float32x4_t bv[V];
@@ -33,10 +34,9 @@ void tile8x12(int last, const TileArgs & t) {
         for (int v = 0; v < V; ++v) bv[v] = vld1q_f32(bp + 4 * v);  // reads past `cols` land in the margin
         const float * ak = t.a + static_cast<size_t>(k) * kPanel;
         const float32x4_t w0 = vld1q_f32(ak), w1 = vld1q_f32(ak + 4);  // panels are padded to 8 channels
-#define OMNI_ROW(r, w, lane)                                                                     \
-    if constexpr (R > r) {                                                                       \
-        _Pragma("GCC unroll 3") for (int v = 0; v < V; ++v) acc[r][v] =                          \
-            vfmaq_laneq_f32(acc[r][v], bv[v], w, lane);                                          \
+#define OMNI_ROW(r, w, lane)                                                                                        \
+    if constexpr (R > r) {                                                                                          \
+        _Pragma("GCC unroll 3") for (int v = 0; v < V; ++v) acc[r][v] = vfmaq_laneq_f32(acc[r][v], bv[v], w, lane); \
     }
         OMNI_ROW(0, w0, 0)
         OMNI_ROW(1, w0, 1)
@@ -77,9 +77,12 @@ void tile8x12(int last, const TileArgs & t) {
 template <int R>
 void tile_cols(int cols, const TileArgs & t) {
     const int V = (cols + 3) / 4, last = cols - 4 * (V - 1);
-    if (V == 3) tile8x12<R, 3>(last, t);
-    else if (V == 2) tile8x12<R, 2>(last, t);
-    else tile8x12<R, 1>(last, t);
+    if (V == 3)
+        tile8x12<R, 3>(last, t);
+    else if (V == 2)
+        tile8x12<R, 2>(last, t);
+    else
+        tile8x12<R, 1>(last, t);
 }
 
 // One panel (up to 8 channels) x up to kTileCols columns, in column groups of 12.
@@ -88,14 +91,30 @@ void panel_tile(int R, int cols, const TileArgs & t) {
         const int n = cols - g < 12 ? cols - g : 12;
         const TileArgs s = t.shifted(0, g);
         switch (R) {
-            case 8: tile_cols<8>(n, s); break;
-            case 7: tile_cols<7>(n, s); break;
-            case 6: tile_cols<6>(n, s); break;
-            case 5: tile_cols<5>(n, s); break;
-            case 4: tile_cols<4>(n, s); break;
-            case 3: tile_cols<3>(n, s); break;
-            case 2: tile_cols<2>(n, s); break;
-            default: tile_cols<1>(n, s); break;
+            case 8:
+                tile_cols<8>(n, s);
+                break;
+            case 7:
+                tile_cols<7>(n, s);
+                break;
+            case 6:
+                tile_cols<6>(n, s);
+                break;
+            case 5:
+                tile_cols<5>(n, s);
+                break;
+            case 4:
+                tile_cols<4>(n, s);
+                break;
+            case 3:
+                tile_cols<3>(n, s);
+                break;
+            case 2:
+                tile_cols<2>(n, s);
+                break;
+            default:
+                tile_cols<1>(n, s);
+                break;
         }
     }
 }

@@ -139,9 +139,8 @@ void column_stats(const float * x, size_t ld, int rows, float eps, float * mean,
 #endif
 
 const Kernels kTable = {
-    OMNI_ISA,      OMNI_STR(OMNI_KERNEL_SET), OMNI_ISA == Isa::Generic, conv_block,    OMNI_CONV_BLOCK_BF16,
-    gelu_tanh_row, silu_row,                  mish_affine_row,          softmax_columns, snake_row,
-    column_stats,
+    OMNI_ISA, OMNI_STR(OMNI_KERNEL_SET), OMNI_ISA == Isa::Generic, conv_block, OMNI_CONV_BLOCK_BF16, gelu_tanh_row,
+    silu_row, mish_affine_row,           softmax_columns,          snake_row,  column_stats,
 };
 
 }  // namespace
