@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 
 from llama_omni_py._native import core  # noqa: E402
-from llama_omni_py.models import discover  # noqa: E402
+from llama_omni_py.modelset.layout import discover  # noqa: E402
 
 
 def main(argv=None) -> int:

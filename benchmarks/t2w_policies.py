@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from common import write_result  # noqa: E402
 
-from llama_omni_py import modelgen  # noqa: E402
-from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.config import Token2WavConfig  # noqa: E402
-from llama_omni_py.gguf_writer import GgufWriter  # noqa: E402
+from llama_omni_py.modelset import generate as modelgen  # noqa: E402
+from llama_omni_py.modelset import spec as ms  # noqa: E402
+from llama_omni_py.modelset.gguf_writer import GgufWriter  # noqa: E402
 
 SILENCE, HOP, WINDOW, SAMPLES_PER_FRAME = 4218, 25, 28, 480
 POLICIES = ("llama.cpp-omni", "reference")

@@ -53,10 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from common import busy_competitor, kernel_set, timed, write_result  # noqa: E402
 
-from llama_omni_py import modelgen  # noqa: E402
-from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.config import Token2WavConfig  # noqa: E402
+from llama_omni_py.modelset import generate as modelgen  # noqa: E402
+from llama_omni_py.modelset import spec as ms  # noqa: E402
 
 VOCODER_FRAMES, VOCODER_GFLOP = 58, 35.5  # docs/performance.md
 MODES = ("speed", "contention", "overlap")

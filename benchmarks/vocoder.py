@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from common import timed, write_result  # noqa: E402
 
-from llama_omni_py import modelgen  # noqa: E402
-from llama_omni_py import modelspec as ms  # noqa: E402
 from llama_omni_py._native import core  # noqa: E402
+from llama_omni_py.modelset import generate as modelgen  # noqa: E402
+from llama_omni_py.modelset import spec as ms  # noqa: E402
 
 FRAMES = 58
 GFLOP_PER_CHUNK = 35.5  # HiFT on 58 frames (docs/performance.md)

@@ -17,8 +17,8 @@ from .apm import AudioEncoder  # noqa: E402
 from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
 from .duplex import DuplexResult, DuplexSession  # noqa: E402
-from .modelgen import make_models  # noqa: E402
-from .models import ModelSet, discover, validate  # noqa: E402
+from .modelset.generate import make_models  # noqa: E402
+from .modelset.layout import ModelSet, discover, validate  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
 from .session import OmniSession  # noqa: E402
 from .token2wav import Token2Wav  # noqa: E402

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from . import checks
-from . import modelspec as ms
 from ._native import core
 from .backend import resolve_device
 from .constants import INPUT_SAMPLE_RATE
 from .media import MAX_AUDIO_SECONDS, load_audio
+from .modelset import spec as ms
 
 WINDOW_SECONDS = 30.0
 

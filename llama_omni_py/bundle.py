@@ -21,7 +21,7 @@ from .config import SessionConfig, Token2WavConfig
 from .errors import InvalidArgumentError
 from .inputs import InputEncoder
 from .llm import LanguageModel
-from .models import discover, validate
+from .modelset.layout import discover, validate
 from .token2wav import Token2Wav
 from .tts import TtsModel
 

@@ -265,7 +265,7 @@ def record_model_graphs(
     The formulation choices made are appended to `notes`."""
     notes = notes if notes is not None else []
     from .apm import AudioEncoder
-    from .models import load
+    from .modelset.layout import load
     from .token2wav import Token2Wav
     from .vpm import ImageEncoder
 

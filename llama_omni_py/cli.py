@@ -96,7 +96,7 @@ def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
         "llama_system_info": core.llama_system_info().strip(),
     }
     if model_dir:
-        from . import models
+        from .modelset import layout as models
 
         ms = models.discover(model_dir)
         reports = models.validate(ms, ms.modules_present() or None, device)
@@ -180,7 +180,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_make_models(args) -> int:
-    from .modelgen import make_models
+    from .modelset.generate import make_models
 
     only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
     if Path(args.dir).exists() and not Path(args.dir).is_dir():

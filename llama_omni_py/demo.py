@@ -27,8 +27,8 @@ def demo_config(**overrides) -> SessionConfig:
 def demo_model_dir(size: str = "tiny") -> Path:
     """A random-weight set in the user cache (tiny: the demo; real: the benchmark set, about
     6.5 GB), generated on first use."""
-    from .modelgen import make_models
-    from .models import discover, validate
+    from .modelset.generate import make_models
+    from .modelset.layout import discover, validate
 
     name = "demo-models" if size == "tiny" else f"demo-models-{size}"
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / name

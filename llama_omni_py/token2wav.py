@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import modelspec as ms
 from ._native import core
 from .backend import resolve_device
 from .config import Token2WavConfig
 from .errors import ConfigError, InvalidArgumentError
-from .models import discover, validate
+from .modelset import spec as ms
+from .modelset.layout import discover, validate
 
 
 class Token2Wav:

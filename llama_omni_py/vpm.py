@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from . import checks
-from . import modelspec as ms
 from ._native import core
 from .backend import resolve_device
 from .errors import ConfigError
 from .media import FRAME_TIME, load_frame
+from .modelset import spec as ms
 
 log = logging.getLogger(__name__)
 

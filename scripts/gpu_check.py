@@ -56,7 +56,7 @@ def _source(module: str):
 
 
 def models(args) -> int:
-    modelgen = _source("modelgen")
+    modelgen = _source("modelset.generate")
     t0 = time.perf_counter()
     written = modelgen.make_models(args.dir, args.size, llm_layers=args.llm_layers, workers=args.workers)
     for g in written:

@@ -6,9 +6,9 @@ import pytest
 from reference import apm as ref
 
 import llama_omni_py as omni
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
 from llama_omni_py.apm import AudioEncoder
+from llama_omni_py.modelset import spec as ms
 
 
 def _audio(seconds, seed=0):

@@ -5,7 +5,7 @@ import sysconfig
 from pathlib import Path
 
 from llama_omni_py import cli
-from llama_omni_py import modelspec as ms
+from llama_omni_py.modelset import spec as ms
 
 
 def test_make_models_and_info_json(tmp_path, capsys):

@@ -6,10 +6,10 @@ import pytest
 import torch  # reference dependency, installed by scripts/install-reference.sh
 from reference import flow as ref
 
-from llama_omni_py import modelgen
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError
+from llama_omni_py.modelset import generate as modelgen
+from llama_omni_py.modelset import spec as ms
 
 TOL = 1e-4
 

@@ -33,8 +33,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
+from llama_omni_py.modelset import spec as ms
 
 DEVICE = os.environ.get("OMNI_TEST_DEVICE", "").strip()
 THREADS = max(1, min(8, len(os.sched_getaffinity(0))))

@@ -6,7 +6,7 @@ import pytest
 
 from llama_omni_py.duplex.context import UnitContext
 from llama_omni_py.llm import LanguageModel
-from llama_omni_py.models import discover
+from llama_omni_py.modelset.layout import discover
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
+from llama_omni_py.modelset import spec as ms
 
 
 def _sections(data: bytes) -> list[int]:

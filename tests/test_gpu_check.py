@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_omni_py import modelspec as ms
 from llama_omni_py.bench.duplex_metrics import summarise
+from llama_omni_py.modelset import spec as ms
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER = ROOT / "scripts" / "gpu_check.py"

@@ -7,10 +7,10 @@ import pytest
 import torch  # reference dependency, installed by .ci/run (scripts/install-reference.sh)
 from reference import hift as ref
 
-from llama_omni_py import modelgen
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError, ModelFileError
+from llama_omni_py.modelset import generate as modelgen
+from llama_omni_py.modelset import spec as ms
 
 TOL = 1e-4
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import models
-from llama_omni_py import modelspec as ms
+from llama_omni_py.modelset import layout as models
+from llama_omni_py.modelset import spec as ms
 
 
 def test_discover_from_directory_and_from_llm_path(tiny_dir):
@@ -84,7 +84,7 @@ def test_k_quant_llm_is_refused_for_cann_only(tiny_copy):
 def _rewrite(path, meta=None, tensors=None):
     """Rewrites a GGUF in place; meta(dict) and tensors(dict of numpy arrays) may edit the copies."""
     from llama_omni_py._native import core
-    from llama_omni_py.gguf_writer import GgufWriter
+    from llama_omni_py.modelset.gguf_writer import GgufWriter
 
     g = core.GgufFile(str(path))
     kv = g.metadata()

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import modelspec as ms
 from llama_omni_py import stages
 from llama_omni_py.config import LlmSampling, TtsSampling
 from llama_omni_py.constants import AUDIO_EOS
 from llama_omni_py.llm import LanguageModel
-from llama_omni_py.models import discover
+from llama_omni_py.modelset import spec as ms
+from llama_omni_py.modelset.layout import discover
 from llama_omni_py.prompt import simplex_speech_prompt
 from llama_omni_py.tts import CodeChunk, TtsModel
 

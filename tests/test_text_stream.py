@@ -1,7 +1,7 @@
 """TextStream: whole characters out of token pieces, with the tiny model's byte-level tokenizer."""
 
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
+from llama_omni_py.modelset import spec as ms
 from llama_omni_py.text_stream import TextStream
 
 

@@ -156,7 +156,7 @@ def test_bad_input(t2w_dir):
 def test_nan_in_prompt_cache_is_refused(t2w_dir, tmp_path):
     import shutil
 
-    from llama_omni_py.gguf_writer import GgufWriter
+    from llama_omni_py.modelset.gguf_writer import GgufWriter
 
     d = tmp_path / "t2w"
     shutil.copytree(t2w_dir, d)

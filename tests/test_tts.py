@@ -7,8 +7,8 @@ import torch  # reference dependency, installed by scripts/install-reference.sh
 from reference import tts as ref
 
 import llama_omni_py as omni
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
+from llama_omni_py.modelset import spec as ms
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 from reference import vpm as ref
 
 import llama_omni_py as omni
-from llama_omni_py import modelspec as ms
 from llama_omni_py._native import core
+from llama_omni_py.modelset import spec as ms
 
 
 @pytest.fixture(scope="module")

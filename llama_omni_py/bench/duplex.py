@@ -195,7 +195,7 @@ def run_units(duplex, case, interval_s: float) -> list[dict]:
 def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
     from ..config import DuplexConfig, SessionConfig, Token2WavConfig
     from ..demo import demo_model_dir
-    from ..models import discover
+    from ..modelset.layout import discover
     from ..session import OmniSession
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))

@@ -190,7 +190,7 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
 def run_bench(opts: BenchOptions, log=print) -> list[dict]:
     """Runs every configuration, alternating per round; returns one run record per configuration."""
     from ..demo import demo_model_dir
-    from ..models import discover
+    from ..modelset.layout import discover
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))
     chosen = prompts.select(opts.prompts)

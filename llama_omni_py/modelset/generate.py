@@ -1,6 +1,6 @@
 """Writes MiniCPM-o 4.5 module sets with random weights (``llama-omni make-models``).
 
-Files, tensor names, shapes, dtypes and metadata come from :mod:`modelspec` (llama.cpp-omni's
+Files, tensor names, shapes, dtypes and metadata come from :mod:`~llama_omni_py.modelset.spec` (llama.cpp-omni's
 layout). ``tiny`` is the whole set in a few MB for tests and the demo; ``real`` has real
 dimensions for APM, VPM, TTS, projector and Token2Wav and a 2-layer Qwen3 at real width and
 vocabulary (benchmarks; ``llm_layers=36`` writes the whole 36-layer Qwen3, about 16 GB in F16).
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import modelspec as ms
+from . import spec as ms
 from .dsp import mel_filterbank, sincos_2d
 from .gguf_writer import GGML_TYPES, GgufWriter
-from .modelspec.llm import LLM_REAL
+from .spec.llm import LLM_REAL
 
 log = logging.getLogger(__name__)
 

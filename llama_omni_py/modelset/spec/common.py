@@ -1,7 +1,7 @@
 """Shared pieces of the module table: names, shapes, dtypes and metadata.
 
 It describes llama.cpp-omni's GGUF module set exactly (docs/model-files.md) as a
-function of each module's dimensions, so that the generator (:mod:`modelgen`), the
+function of each module's dimensions, so that the generator (:mod:`~llama_omni_py.modelset.generate`), the
 validator (:mod:`models`) and the native loaders agree by construction. Shapes are ggml
 ``ne`` order (``ne[0]`` fastest; the reverse of numpy/PyTorch), e.g. a PyTorch
 ``Linear(in, out)`` weight is ``(in, out)`` here and a ``Conv1d(in, out, k)`` is ``(k, in, out)``.

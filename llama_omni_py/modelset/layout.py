@@ -5,7 +5,7 @@ A module set is a directory with the LLM GGUF at its root and ``audio/``, ``visi
 finds the files from the directory or from the LLM file's path; :func:`validate` opens
 each one with the native validating reader and checks architecture, the metadata keys the
 loaders need (and the vocabulary llama.cpp reads from the LLM and TTS files), every tensor's
-name, shape and dtype against :mod:`modelspec`, and the dtype rules of the target device.
+name, shape and dtype against :mod:`~llama_omni_py.modelset.spec`, and the dtype rules of the target device.
 Every problem raises :class:`ModelFileError` naming the file and what is wrong.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import modelspec as ms
-from ._native import core
-from .errors import ModelFileError
+from .._native import core
+from ..errors import ModelFileError
+from . import spec as ms
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def discover(path: str | Path) -> ModelSet:
 
 
 class _Reader:
-    """Adapter of the native GgufFile to the accessors modelspec's infer functions use."""
+    """Adapter of the native GgufFile to the accessors spec's infer functions use."""
 
     def __init__(self, path: Path):
         self.path = path
