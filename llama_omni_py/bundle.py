@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import checks, placement
-from .config import SessionConfig, Token2WavConfig
+from .config import SessionConfig, Token2WavConfig, numa_node_choice
 from .errors import InvalidArgumentError
 from .inputs import InputEncoder
 from .llm import LanguageModel
@@ -61,7 +61,7 @@ class StageBundle:
         """The CPU placement to apply, or None (pin=False, or too few CPUs when pin=None)."""
         if self.config.pin is False or t2w.cpus is not None:
             return None
-        plan = placement.plan_for_device(self.device, t2w.explicit_threads, self.config.numa_node)
+        plan = placement.plan_for_device(self.device, t2w.explicit_threads, *numa_node_choice(self.config.numa_node))
         if not plan.apply and self.config.pin is None:
             log.info("placement not applied: %s", "; ".join(plan.notes))
             return None

@@ -167,9 +167,9 @@ def cmd_info(args) -> int:
     info = collect_info(args.model_dir, args.device)
     if args.plan:
         from .backend import resolve_device
-        from .placement import plan_for_device
+        from .placement import plan_from_environment
 
-        info["placement"] = plan_for_device(resolve_device(args.device)).as_dict()
+        info["placement"] = plan_from_environment(resolve_device(args.device)).as_dict()
     if args.json:
         print(json.dumps(info, indent=2))
     else:

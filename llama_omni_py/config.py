@@ -11,13 +11,16 @@ error is a :class:`ConfigError` naming the field), and the one reader of environ
 Environment overrides (read here and nowhere else; an explicit field wins):
 OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE (numa_node),
 OMNI_T2W_PROFILE (print a stage profile when a session closes), OMNI_CPU_ISA (the CPU kernel set of
-the native engines: generic, avx2, avx512 or neon; default: the best this CPU runs).
+the native engines: generic, avx2, avx512 or neon; default: the best this CPU runs), OMNI_FFMPEG
+(the ffmpeg program), XDG_CACHE_HOME (where generated sets go), OMNI_BENCH_TASKSET (set by
+scripts/bench-pinned.sh for the benchmark manifest).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
@@ -28,6 +31,7 @@ ENV_T2W_THREADS = "OMNI_T2W_THREADS"
 ENV_NUMA_NODE = "OMNI_NUMA_NODE"
 ENV_PROFILE = "OMNI_T2W_PROFILE"
 ENV_CPU_ISA = "OMNI_CPU_ISA"
+ENV_BENCH_TASKSET = "OMNI_BENCH_TASKSET"  # set by scripts/bench-pinned.sh: the taskset a bench runs under
 
 CACHE_POLICIES = ("llama.cpp-omni", "reference")
 ENGINES = ("auto", "graph", "native")
@@ -44,6 +48,40 @@ def env_int(name: str, environ=None) -> int | None:
         return int(raw)
     except ValueError:
         raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+
+
+def numa_node_choice(numa_node: int | None, environ=None) -> tuple[int | None, str]:
+    """The NUMA node asked for -- the field, else OMNI_NUMA_NODE -- and the name of whichever gave
+    it (for the error that names a node without usable CPUs)."""
+    if numa_node is not None:
+        return numa_node, "numa_node"
+    return env_int(ENV_NUMA_NODE, environ), ENV_NUMA_NODE
+
+
+def t2w_threads_env(environ=None) -> int | None:
+    """OMNI_T2W_THREADS, or None."""
+    return env_int(ENV_T2W_THREADS, environ)
+
+
+def tts_queue_env(environ=None) -> int | None:
+    """OMNI_TTS_QUEUE, or None."""
+    return env_int(ENV_TTS_QUEUE, environ)
+
+
+def cache_dir(environ=None) -> Path:
+    """Where generated sets and cases live: $XDG_CACHE_HOME/llama-omni-py (~/.cache by default)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llama-omni-py"
+
+
+def ffmpeg_name(environ=None) -> str:
+    """The ffmpeg program to run: OMNI_FFMPEG, else "ffmpeg" on the PATH."""
+    return (os.environ if environ is None else environ).get("OMNI_FFMPEG") or "ffmpeg"
+
+
+def bench_taskset(environ=None) -> str | None:
+    """The CPU list scripts/bench-pinned.sh ran the bench under (OMNI_BENCH_TASKSET), or None."""
+    return (os.environ if environ is None else environ).get(ENV_BENCH_TASKSET) or None
 
 
 def cpu_isa_override(environ=None) -> str | None:

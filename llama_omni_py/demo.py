@@ -5,10 +5,9 @@ otherwise speak for 20 s of noise)."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-from .config import SessionConfig
+from .config import SessionConfig, cache_dir
 from .errors import OmniError
 
 log = logging.getLogger(__name__)
@@ -31,7 +30,7 @@ def demo_model_dir(size: str = "tiny") -> Path:
     from .modelset.layout import discover, validate
 
     name = "demo-models" if size == "tiny" else f"demo-models-{size}"
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py" / name
+    root = cache_dir() / name
     try:  # missing, or written by an older version whose files the loaders no longer accept
         validate(discover(root))
         complete = True

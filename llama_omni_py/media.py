@@ -26,6 +26,7 @@ from typing import Union
 
 import numpy as np
 
+from .config import ffmpeg_name
 from .constants import INPUT_SAMPLE_RATE as SAMPLE_RATE
 from .errors import MediaError
 
@@ -44,7 +45,7 @@ Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
 def ffmpeg_binary() -> str:
     """Path of ffmpeg (OMNI_FFMPEG overrides); a clear error naming the package when absent."""
-    name = os.environ.get("OMNI_FFMPEG", "ffmpeg")
+    name = ffmpeg_name()
     path = shutil.which(name)
     if not path:
         raise MediaError(

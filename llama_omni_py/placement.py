@@ -16,7 +16,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ENV_NUMA_NODE, ENV_T2W_THREADS, env_int
 from .constants import DEFAULT_VOCODER_THREADS
 from .errors import ConfigError
 
@@ -192,19 +191,19 @@ def plan_placement(
     t2w_threads: int | None = None,
     device_node: int | None = None,
     device_label: str = "the accelerator",
-    env: dict | None = None,
     numa_node: int | None = None,
+    numa_source: str = "numa_node",
 ) -> PlacementPlan:
-    """Vocoder cores and stage cores on one node. ``t2w_threads`` None means OMNI_T2W_THREADS or
-    up to 16 (capped to what the node has, with a note); an explicit count that cannot be met on
-    the node raises ConfigError. Node: ``numa_node``, else OMNI_NUMA_NODE, else the accelerator's,
-    else the node with the most usable CPUs."""
+    """Vocoder cores and stage cores on one node. ``t2w_threads`` None means up to 16 (capped to
+    what the node has, with a note); an explicit count that cannot be met on the node raises
+    ConfigError. Node: ``numa_node`` (asked for by ``numa_source``, the name an error gives),
+    else the accelerator's, else the node with the most usable CPUs. Plain values only: the
+    environment is read by the caller (config.py)."""
     allowed = set(topo.allowed_cpus)
     usable = {n.id: [c for c in n.cpus if c in allowed] for n in topo.nodes}
     notes: list[str] = []
-    chosen = numa_node if numa_node is not None else env_int(ENV_NUMA_NODE, env)
-    if chosen is not None:
-        node, reason = chosen, ("numa_node" if numa_node is not None else ENV_NUMA_NODE)
+    if numa_node is not None:
+        node, reason = numa_node, numa_source
         if not usable.get(node):
             raise ConfigError(
                 reason,
@@ -219,8 +218,6 @@ def plan_placement(
         node = max(usable, key=lambda n: (len(usable[n]), -n))
         reason = "most usable CPUs"
     cpus = usable[node]
-    if t2w_threads is None:
-        t2w_threads = env_int(ENV_T2W_THREADS, env)
     explicit = t2w_threads is not None
     if t2w_threads is None:
         t2w_threads = DEFAULT_VOCODER_THREADS
@@ -251,10 +248,20 @@ def plan_placement(
     )
 
 
-def plan_for_device(device: str, t2w_threads: int | None = None, numa_node: int | None = None) -> PlacementPlan:
+def plan_for_device(
+    device: str, t2w_threads: int | None = None, numa_node: int | None = None, numa_source: str = "numa_node"
+) -> PlacementPlan:
     """The placement plan for a session on ``device`` (its NUMA node from the PCI address)."""
     node, label = device_numa_node(device)
-    return plan_placement(read_topology(), t2w_threads, node, label, numa_node=numa_node)
+    return plan_placement(read_topology(), t2w_threads, node, label, numa_node, numa_source)
+
+
+def plan_from_environment(device: str) -> PlacementPlan:
+    """The plan a session with default settings gets on ``device``: OMNI_T2W_THREADS and
+    OMNI_NUMA_NODE as the configuration reads them."""
+    from .config import numa_node_choice, t2w_threads_env
+
+    return plan_for_device(device, t2w_threads_env(), *numa_node_choice(None))
 
 
 def pin_current_thread(cpus) -> None:

@@ -112,28 +112,22 @@ class TtsStage:
 
 
 class Token2WavStage:
-    """Speech codes -> audio: one Token2Wav push per 25 codes (a second of audio), the codes left
-    over when the reply ends in the final flush."""
+    """Speech codes -> audio: the TTS hands codes on 25 at a time (a second of audio), and each
+    code chunk is one push; Token2Wav itself cuts the stream into its 28-code windows."""
 
     def __init__(self, token2wav: Token2Wav):
         self.token2wav = token2wav
-        self.pending: list[int] = []
         token2wav.reset()
 
     def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
-        emit(_speech(self._pushes(chunk, self.token2wav.push), chunk))
+        emit(_speech(self._push(chunk, self.token2wav.push), chunk))
 
-    def _pushes(self, chunk: CodeChunk, push: Callable) -> list:
-        """push(codes[, final=True]) per 25 codes and at the end; what the pushes returned."""
-        self.pending += chunk.codes
-        out = []
-        while len(self.pending) >= CODES_PER_SECOND:
-            out.append(push(self.pending[:CODES_PER_SECOND]))
-            del self.pending[:CODES_PER_SECOND]
-        if chunk.final:
-            out.append(push(self.pending, final=True))
-            self.pending.clear()
-        return out
+    @staticmethod
+    def _push(chunk: CodeChunk, push: Callable) -> list:
+        """push(codes[, final=True]) for the chunk (nothing for an empty one mid-reply)."""
+        if not chunk.codes and not chunk.final:
+            return []
+        return [push(chunk.codes, final=chunk.final)]
 
 
 @dataclass(frozen=True)
@@ -149,7 +143,7 @@ class Token2MelStage(Token2WavStage):
     """The first half of Token2WavStage: the same pushes, mel windows out."""
 
     def __call__(self, chunk: CodeChunk, emit: Emit) -> None:
-        windows = [w for ws in self._pushes(chunk, self.token2wav.push_mel) for w in ws]
+        windows = [w for ws in self._push(chunk, self.token2wav.push_mel) for w in ws]
         emit(MelChunk(windows, chunk.final, chunk.stats))
 
 

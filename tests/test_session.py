@@ -177,7 +177,7 @@ def test_small_hosts_stay_unpinned(tmp_path):
 
     (tmp_path / "node0").mkdir()
     (tmp_path / "node0" / "cpulist").write_text("0-1\n")
-    plan = placement.plan_placement(placement.read_topology(tmp_path, allowed=[0, 1]), env={})
+    plan = placement.plan_placement(placement.read_topology(tmp_path, allowed=[0, 1]))
     assert not plan.apply and "unpinned" in " ".join(plan.notes)
 
 

@@ -100,10 +100,9 @@ def make_case(folder: Path, units: int) -> Path:
 
 def default_case(units: int) -> Path:
     """The generated case in the user cache (written once; the files are deterministic)."""
-    import os
+    from ..config import cache_dir
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llama-omni-py"
-    folder = cache / f"duplex-case-{units}"
+    folder = cache_dir() / f"duplex-case-{units}"
     if len(list(folder.glob("*.wav"))) < units or len(list(folder.glob("*.jpg"))) < units:
         make_case(folder, units)
     return folder

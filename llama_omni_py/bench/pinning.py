@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import placement
+from ..config import numa_node_choice
 from ..errors import ConfigError
 
 REFUSED = 3  # exit status when the mask is outside the node
@@ -37,11 +38,11 @@ def device_node_cpus(
     """(node, its online CPUs) for the device, chosen by the placement plan: OMNI_NUMA_NODE, else
     the device's node, else the node with the most CPUs this process may use. A known node is
     taken whatever the current mask (the mask is checked afterwards, by ``decide``)."""
-    env = os.environ if env is None else env
+    asked, source = numa_node_choice(None, env)
     every = tuple(sorted({c for n in topo.nodes for c in n.cpus}))
-    known = device_node is not None or "OMNI_NUMA_NODE" in env
+    known = device_node is not None or asked is not None
     plan = placement.plan_placement(
-        dataclasses.replace(topo, allowed_cpus=every) if known else topo, 1, device_node, label, env
+        dataclasses.replace(topo, allowed_cpus=every) if known else topo, 1, device_node, label, asked, source
     )
     node = next(n for n in topo.nodes if n.id == plan.node)
     return node.id, node.cpus

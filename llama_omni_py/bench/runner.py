@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import checks
-from ..config import ENGINES, HANDOFFS
+from ..config import ENGINES, HANDOFFS, bench_taskset, t2w_threads_env, tts_queue_env
+from ..constants import DEFAULT_QUEUE
 from ..errors import ConfigError
 from . import metrics, prompts, summary
 from .manifest import manifest
@@ -46,10 +47,10 @@ class RunConfig:
     @property
     def label(self) -> str:
         pin = {None: "auto", True: "pin", False: "nopin"}[self.pin]
-        t2w = self.t2w_threads or os.environ.get("OMNI_T2W_THREADS", "default")
+        t2w = self.t2w_threads or t2w_threads_env() or "default"
         chunked = "" if self.handoff == "window" else "-chunked"
         engine = "" if self.t2w_engine == "auto" else f"-{self.t2w_engine}"
-        return f"t2w{t2w}-q{self.tts_queue or os.environ.get('OMNI_TTS_QUEUE', 16)}-{pin}{chunked}{engine}"
+        return f"t2w{t2w}-q{self.tts_queue or tts_queue_env() or DEFAULT_QUEUE}-{pin}{chunked}{engine}"
 
     def token2wav(self):
         from ..config import Token2WavConfig
@@ -148,9 +149,9 @@ class _Sessions:
 
 def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     """(config as resolved, the manifest's placement and thread fields) of a session set up for c."""
-    from ..placement import plan_for_device
+    from ..placement import plan_for_device, plan_from_environment
 
-    taskset = os.environ.get("OMNI_BENCH_TASKSET")
+    taskset = bench_taskset()
     pinning = (
         " + ".join(
             p for p in (f"taskset {taskset}" if taskset else "", "plan" if session.placement is not None else "") if p
@@ -172,7 +173,7 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     # the plan the session applied, else the default one it would use (recorded as not applied)
     note = []
     try:
-        plan = session.placement or plan_for_device(session.device, None)
+        plan = session.placement or plan_from_environment(session.device)
     except ConfigError as e:  # e.g. OMNI_T2W_THREADS does not fit the node: record the node anyway
         plan, note = plan_for_device(session.device, 1), [f"not applicable: {e}"]
     plan_dict = dict(plan.as_dict(), applied=session.placement is not None)

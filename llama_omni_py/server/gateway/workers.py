@@ -50,10 +50,10 @@ def devices_for(workers: int | None, device: str = "auto") -> list[str]:
 
 def numa_node_of(device: str) -> int | None:
     """The NUMA node the placement plan puts a session on ``device`` on (None: no NUMA info)."""
-    from ...placement import plan_for_device
+    from ...placement import plan_from_environment
 
     try:
-        return plan_for_device(device).node
+        return plan_from_environment(device).node
     except Exception as e:  # noqa: BLE001 -- no pinning is better than no worker
         log.warning("no placement plan for %s: %s", device, e)
         return None
