@@ -22,8 +22,7 @@ matplotlib.use("Agg")  # files only: no display on benchmark hosts
 import matplotlib.pyplot as plt  # noqa: E402
 
 from llama_omni_py.bench.schema import validate_run  # noqa: E402
-from llama_omni_py.bench.summary import fmt as f  # noqa: E402
-from llama_omni_py.bench.summary import markdown_table
+from llama_omni_py.bench.summary import markdown_table, stage_table  # noqa: E402
 
 STAGES = ("llm", "tts", "token2wav")
 
@@ -102,28 +101,6 @@ def plot_first_audio_cdf(runs: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def stage_table(runs: list[dict]) -> str:
-    rows = [
-        "| run | prompt | wall RTF | compute RTF | first audio s | LLM ms | TTS ms | Token2Wav ms | APM ms | VPM ms "
-        "| max T2W queue wait ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        for prompt in dict.fromkeys(q["prompt"] for q in run["requests"]):
-            qs = [q for q in run["requests"] if q["prompt"] == prompt]
-            med = lambda get: statistics.median(v) if (v := [x for x in map(get, qs) if x is not None]) else None  # noqa: E731
-            rows.append(
-                f"| {run['label']} | {prompt} | {f(med(lambda q: q['wall_rtf']))} | "
-                f"{f(med(lambda q: q['compute_rtf']))} | {f(med(lambda q: q['time_to_first_audio_s']))} | "
-                + " | ".join(
-                    f(med(lambda q, k=k: q["stage_ms"].get(k)), 0)
-                    for k in ("llm_ms", "tts_ms", "token2wav_ms", "apm_ms", "vpm_ms")
-                )
-                + f" | {f(med(lambda q: q['queue_waits']['t2w_queue_max_ms']), 0)} |"
-            )
-    return "\n".join(rows)
 
 
 def write_report(runs: list[dict], out: Path) -> Path:

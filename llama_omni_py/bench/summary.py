@@ -1,5 +1,5 @@
-"""Medians over a run's requests, the pooled compute RTF, and the Markdown comparison table
-(printed by ``llama-omni bench`` and by benchmarks/report.py)."""
+"""Medians over a run's requests, the pooled compute RTF, and the Markdown tables of runs: the one
+renderer of bench JSON as text (``llama-omni bench`` prints it, benchmarks/report.py adds plots)."""
 
 from __future__ import annotations
 
@@ -60,4 +60,28 @@ def markdown_table(runs: list[dict]) -> str:
             f"| {fmt(s['wall_rtf'])} | {fmt(s['compute_rtf'])} ({fmt(s['compute_rtf_pooled'])}) "
             f"| {fmt(s['time_to_first_audio_s'])} | {fmt(s['audio_s'])} | {valid} |"
         )
+    return "\n".join(rows)
+
+
+def stage_table(runs: list[dict]) -> str:
+    """One row per run and prompt: medians of the RTFs, first audio, stage ms and the longest
+    Token2Wav queue wait."""
+    rows = [
+        "| run | prompt | wall RTF | compute RTF | first audio s | LLM ms | TTS ms | Token2Wav ms | APM ms | VPM ms "
+        "| max T2W queue wait ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        for prompt in dict.fromkeys(q["prompt"] for q in run["requests"]):
+            qs = [q for q in run["requests"] if q["prompt"] == prompt]
+            med = lambda get, qs=qs: _median(map(get, qs))  # noqa: E731
+            rows.append(
+                f"| {run['label']} | {prompt} | {fmt(med(lambda q: q['wall_rtf']))} | "
+                f"{fmt(med(lambda q: q['compute_rtf']))} | {fmt(med(lambda q: q['time_to_first_audio_s']))} | "
+                + " | ".join(
+                    fmt(med(lambda q, k=k: q["stage_ms"].get(k)), 0)
+                    for k in ("llm_ms", "tts_ms", "token2wav_ms", "apm_ms", "vpm_ms")
+                )
+                + f" | {fmt(med(lambda q: q['queue_waits']['t2w_queue_max_ms']), 0)} |"
+            )
     return "\n".join(rows)
