@@ -174,7 +174,7 @@ class Token2WavConfig:
     cpus: tuple[int, ...] | None = None
     temperature: float = 1.0  # scale of the initial CFM noise
     seed: int = 42  # noise generator seed (llama.cpp-omni: 42)
-    cache_policy: str = "llama.cpp-omni"  # or "reference" (docs/streaming.md)
+    cache_policy: str = "llama.cpp-omni"  # or "reference" (docs/token2wav-streaming.md)
     # Token2Mel's CPU compute: "native" (our CPU engine), "graph" (ggml graphs), "auto" (native
     # on the CPU, graphs on an accelerator). docs/performance.md.
     engine: str = "auto"

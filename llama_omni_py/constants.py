@@ -1,6 +1,6 @@
 """Numbers of the MiniCPM-o 4.5 speech path that several modules share, named once.
 
-The facts behind them are in docs/model-files.md and docs/streaming.md.
+The facts behind them are in docs/model-files.md and docs/speech-path.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@
 # The trimmed sdist is rebuilt from the sha256-checked original (vendor/llama.cpp.pin): its
 # llama.cpp tree without models/ (tokenizer test vocabularies), docs/, media/, tests, examples,
 # benchmarks, Python conversion tools, git metadata, and tools/ other than mtmd (none of which
-# the library build reads), so that it fits the 64 MiB the device tool carries.
+# the library build reads), so that the tree and it stay small enough to copy to the GPU machine
+# (under 64 MiB together).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -67,6 +68,6 @@ echo "== carried size"
 du -sh "$DEST"
 total=$(du -sk "$DEST" | cut -f1)
 if [ "$total" -gt $((48 * 1024)) ]; then
-  echo "gpu-carry: $DEST is over 48 MiB; the device tool carries 64 MiB with the tree" >&2
+  echo "gpu-carry: $DEST is over 48 MiB; with the tree it must stay under 64 MiB" >&2
   exit 1
 fi

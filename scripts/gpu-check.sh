@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA check on a lent GPU machine, as one command: build llama.cpp's CUDA backend and the
+# The CUDA check, as one command to run on a machine with an NVIDIA GPU that reaches no package
+# registry: build llama.cpp's CUDA backend and the
 # native core from the carried sources, list the device, compare every module graph on cuda:0
 # with the CPU, write the real-dimension module set with the whole 36-layer LLM (F16, ~16 GB),
 # and benchmark it (LLM and TTS per token, Token2Wav RTF, the speak pipeline, duplex units).
@@ -7,9 +8,9 @@
 #   scripts/gpu-carry.sh                      # once, here: fills .carry/ (trimmed sdist + wheels)
 #   bash scripts/gpu-check.sh                 # there, from the repository root, .carry carried
 #
-# Results go to $OUT (the device tool's output folder; default ./gpu-check-out): gpu-check.log
+# Results go to $OUT (default ./gpu-check-out): gpu-check.log
 # (every step's full output), summary.json, parity.json, llm_tts.json, token2wav.json,
-# duplex.json, bench/<run>.json -- 7 files (the device tool brings back at most 8). The last
+# duplex.json, bench/<run>.json -- 7 files, few enough to copy back from a remote machine. The last
 # lines printed are the summary.
 #
 # Environment:
@@ -20,7 +21,7 @@
 #                              duplex
 #   OMNI_GPU_CHECK_LLM_LAYERS  LLM layers of the generated set (36 on the GPU, 2 with CPU=1)
 #   OMNI_GPU_CHECK_BUDGET_S    seconds the whole check may take (default 570 on the GPU, so it
-#                              ends inside the device tool's 600 s command limit; 0 = none);
+#                              ends inside a 10-minute command limit; 0 = none);
 #                              a step that would start with too little time left is skipped
 #   OMNI_GPU_CHECK_WORK        scratch folder: site/, build/, models/ (default /tmp/omni-gpu-check, or
 #                              .gpu-work in the checkout when only that file system has room)

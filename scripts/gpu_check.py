@@ -1,4 +1,4 @@
-"""Helpers of scripts/gpu-check.sh (the one-command check on a lent GPU machine).
+"""Helpers of scripts/gpu-check.sh (the one-command check on a machine with an NVIDIA GPU).
 
     python scripts/gpu_check.py missing-wheels DIR [--always NAME ...]
                                                     carried wheels whose distribution is not installed
