@@ -8,6 +8,8 @@
 
 #include "kernels.h"
 
+#include <type_traits>
+
 namespace omni::cpu {
 namespace {
 
@@ -36,6 +38,18 @@ struct TileArgs {
         return s;
     }
 };
+
+// fn(std::integral_constant<int, k>{}) for k = n clamped to 1..N: a run-time count (rows of a
+// panel, vectors of a column group) as the compile-time one a register tile is written for.
+template <int N, class Fn>
+inline void with_count(int n, Fn && fn) {
+    if constexpr (N > 1) {
+        if (n >= N) return fn(std::integral_constant<int, N>{});
+        return with_count<N - 1>(n, static_cast<Fn &&>(fn));
+    } else {
+        return fn(std::integral_constant<int, 1>{});
+    }
+}
 
 }  // namespace
 }  // namespace omni::cpu

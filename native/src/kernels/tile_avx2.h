@@ -105,12 +105,7 @@ void tile8x8(int last, const TileArgs & t) {
 template <int R>
 void tile_rows(int cols, const TileArgs & t) {
     const int V = (cols + 7) / 8, last = cols - 8 * (V - 1);
-    if (V == 3)
-        tile4x24<R, 3>(last, t);
-    else if (V == 2)
-        tile4x24<R, 2>(last, t);
-    else
-        tile4x24<R, 1>(last, t);
+    with_count<3>(V, [&](auto v) { tile4x24<R, decltype(v)::value>(last, t); });
 }
 
 // One panel (up to 8 channels) x up to kTileCols columns: row groups of 4, one or two column
@@ -123,50 +118,12 @@ void panel_tile(int R, int cols, const TileArgs & t) {
         const int n = cols - g < first ? cols - g : first;
         if (n <= 8) {
             const TileArgs s = t.shifted(0, g);
-            switch (R) {
-                case 8:
-                    tile8x8<8>(n, s);
-                    break;
-                case 7:
-                    tile8x8<7>(n, s);
-                    break;
-                case 6:
-                    tile8x8<6>(n, s);
-                    break;
-                case 5:
-                    tile8x8<5>(n, s);
-                    break;
-                case 4:
-                    tile8x8<4>(n, s);
-                    break;
-                case 3:
-                    tile8x8<3>(n, s);
-                    break;
-                case 2:
-                    tile8x8<2>(n, s);
-                    break;
-                default:
-                    tile8x8<1>(n, s);
-                    break;
-            }
+            with_count<8>(R, [&](auto r) { tile8x8<decltype(r)::value>(n, s); });
             continue;
         }
         for (int r0 = 0; r0 < R; r0 += 4) {
             const TileArgs s = t.shifted(r0, g);
-            switch (R - r0 < 4 ? R - r0 : 4) {
-                case 4:
-                    tile_rows<4>(n, s);
-                    break;
-                case 3:
-                    tile_rows<3>(n, s);
-                    break;
-                case 2:
-                    tile_rows<2>(n, s);
-                    break;
-                default:
-                    tile_rows<1>(n, s);
-                    break;
-            }
+            with_count<4>(R - r0, [&](auto r) { tile_rows<decltype(r)::value>(n, s); });
         }
     }
 }

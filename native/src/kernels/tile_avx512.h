@@ -100,39 +100,14 @@ struct Bf16Tile {
 #endif
 
 // The tile instance for R rows and `cols` columns (up to 3 vectors; the last one masked).
-template <typename Tile, int R, typename... Args>
-void tile_cols(int cols, const Args &... args) {
+template <typename Tile, typename... Args>
+void run_tile(int R, int cols, const Args &... args) {
     const int V = (cols + 15) / 16;
     const int rem = cols - 16 * (V - 1);
     const auto last = static_cast<__mmask16>(rem >= 16 ? 0xffff : ((1u << rem) - 1));
-    if (V == 3)
-        Tile::template tile<R, 3>(last, args...);
-    else if (V == 2)
-        Tile::template tile<R, 2>(last, args...);
-    else
-        Tile::template tile<R, 1>(last, args...);
-}
-
-template <typename Tile, typename... Args>
-void run_tile(int R, int cols, const Args &... args) {
-    switch (R) {
-        case 8:
-            return tile_cols<Tile, 8>(cols, args...);
-        case 7:
-            return tile_cols<Tile, 7>(cols, args...);
-        case 6:
-            return tile_cols<Tile, 6>(cols, args...);
-        case 5:
-            return tile_cols<Tile, 5>(cols, args...);
-        case 4:
-            return tile_cols<Tile, 4>(cols, args...);
-        case 3:
-            return tile_cols<Tile, 3>(cols, args...);
-        case 2:
-            return tile_cols<Tile, 2>(cols, args...);
-        default:
-            return tile_cols<Tile, 1>(cols, args...);
-    }
+    with_count<8>(R, [&](auto r) {
+        with_count<3>(V, [&](auto v) { Tile::template tile<decltype(r)::value, decltype(v)::value>(last, args...); });
+    });
 }
 
 // One panel (up to 8 channels) x up to kTileCols columns.

@@ -77,12 +77,7 @@ void tile8x12(int last, const TileArgs & t) {
 template <int R>
 void tile_cols(int cols, const TileArgs & t) {
     const int V = (cols + 3) / 4, last = cols - 4 * (V - 1);
-    if (V == 3)
-        tile8x12<R, 3>(last, t);
-    else if (V == 2)
-        tile8x12<R, 2>(last, t);
-    else
-        tile8x12<R, 1>(last, t);
+    with_count<3>(V, [&](auto v) { tile8x12<R, decltype(v)::value>(last, t); });
 }
 
 // One panel (up to 8 channels) x up to kTileCols columns, in column groups of 12.
@@ -90,32 +85,7 @@ void panel_tile(int R, int cols, const TileArgs & t) {
     for (int g = 0; g < cols; g += 12) {
         const int n = cols - g < 12 ? cols - g : 12;
         const TileArgs s = t.shifted(0, g);
-        switch (R) {
-            case 8:
-                tile_cols<8>(n, s);
-                break;
-            case 7:
-                tile_cols<7>(n, s);
-                break;
-            case 6:
-                tile_cols<6>(n, s);
-                break;
-            case 5:
-                tile_cols<5>(n, s);
-                break;
-            case 4:
-                tile_cols<4>(n, s);
-                break;
-            case 3:
-                tile_cols<3>(n, s);
-                break;
-            case 2:
-                tile_cols<2>(n, s);
-                break;
-            default:
-                tile_cols<1>(n, s);
-                break;
-        }
+        with_count<8>(R, [&](auto r) { tile_cols<decltype(r)::value>(n, s); });
     }
 }
 

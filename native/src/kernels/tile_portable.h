@@ -70,10 +70,8 @@ void tile4x8(int last, const TileArgs & t) {
 
 template <int R>
 void tile_cols(int cols, const TileArgs & t) {
-    if (cols > 4)
-        tile4x8<R, 2>(cols - 4, t);
-    else
-        tile4x8<R, 1>(cols, t);
+    with_count<2>((cols + 3) / 4,
+                  [&](auto v) { tile4x8<R, decltype(v)::value>(cols - 4 * (decltype(v)::value - 1), t); });
 }
 
 // One panel (up to 8 channels) x up to kTileCols columns: row groups of 4, column groups of 8.
@@ -82,20 +80,7 @@ void panel_tile(int R, int cols, const TileArgs & t) {
         const int n = cols - g < 8 ? cols - g : 8;
         for (int r0 = 0; r0 < R; r0 += 4) {
             const TileArgs s = t.shifted(r0, g);
-            switch (R - r0 < 4 ? R - r0 : 4) {
-                case 4:
-                    tile_cols<4>(n, s);
-                    break;
-                case 3:
-                    tile_cols<3>(n, s);
-                    break;
-                case 2:
-                    tile_cols<2>(n, s);
-                    break;
-                default:
-                    tile_cols<1>(n, s);
-                    break;
-            }
+            with_count<4>(R - r0, [&](auto r) { tile_cols<decltype(r)::value>(n, s); });
         }
     }
 }
