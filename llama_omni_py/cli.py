@@ -262,6 +262,7 @@ def cmd_serve(args) -> int:
         idle_release_s=min(args.idle_release, args.idle_timeout),
         idle_timeout_s=args.idle_timeout,
         max_message_bytes=int(args.max_message_mb * 2**20),
+        max_body_bytes=int(args.max_message_mb * 2**20),
         model_name=args.model_name,
     )
     if args.connect:

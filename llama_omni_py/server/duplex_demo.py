@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ..errors import MediaError, OmniError, ProtocolError
 from . import duplex_protocol as D
+from . import jsonio
 
 log = logging.getLogger(__name__)
 PAUSE_TIMEOUT_S = 60.0  # a paused session gives its worker back after this
@@ -66,8 +67,8 @@ class DemoDuplexConnection:
                 await self.ws.close(1000, "idle")
                 return
             try:
-                msg = json.loads(raw)
-                if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                msg = jsonio.loads(raw, "the message")
+                if not isinstance(msg.get("type"), str):
                     raise ProtocolError("messages are JSON objects with a string `type`", "invalid_json")
                 if await self._dispatch(msg) == "stop":
                     return

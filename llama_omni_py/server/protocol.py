@@ -19,6 +19,7 @@ from .. import checks
 from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ProtocolError
 from ..results import Timings
+from . import jsonio
 
 INIT_TYPES = ("session.init",)
 PUSH_TYPES = ("input.append",)
@@ -67,10 +68,10 @@ def decode(raw) -> dict:
     if isinstance(raw, (bytes, bytearray)):
         raise ProtocolError("binary frames are not part of the protocol; send JSON text", "invalid_json")
     try:
-        msg = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        raise ProtocolError(f"not JSON: {e}", "invalid_json") from None
-    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        msg = jsonio.loads(raw, "the message")
+    except jsonio.BadJson as e:
+        raise ProtocolError(str(e), "invalid_json") from None
+    if not isinstance(msg.get("type"), str):
         raise ProtocolError("a message must be a JSON object with a string 'type'", "invalid_json")
     return msg
 

@@ -14,6 +14,8 @@ from websockets.frames import CloseCode
 from websockets.http11 import Response
 from websockets.protocol import State
 
+from . import jsonio
+
 MAX_BODY = 64 << 10
 MAX_HEAD = 16 << 10
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r\n")
@@ -103,11 +105,9 @@ async def process_request(server, connection, request) -> Response | None:
         body = getattr(connection, "request_body", b"")
         if body:
             try:
-                obj = json.loads(body)
-            except ValueError:
-                return json_response(400, {"error": "the body must be a JSON object"})
-            if not isinstance(obj, dict):
-                return json_response(400, {"error": "the body must be a JSON object"})
+                obj = jsonio.loads(body, "the body")
+            except jsonio.BadJson as e:
+                return json_response(400, {"error": str(e)})
             reason = obj.get("reason") if isinstance(obj.get("reason"), str) else None
         sid = m.group(1)
         if not await server.close_session(sid, reason):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from .. import jsonio
+from .bodies import BodyTooLarge, read_body
 from .client_channel import ClientChannel, SlowReader
 from .turns import TurnFailed, run_turn
 
@@ -59,9 +60,9 @@ async def ws_chat(websocket: WebSocket) -> None:
         if msg["type"] == "websocket.disconnect":
             return
         try:
-            body = json.loads(msg.get("text") or msg.get("bytes") or b"")
-        except ValueError as e:
-            body, error = None, f"the request is not JSON: {e}"
+            body = jsonio.loads(msg.get("text") or msg.get("bytes") or b"")
+        except jsonio.BadJson as e:
+            body, error = None, str(e)
         else:
             error = _request_error(body)
         if error:
@@ -128,11 +129,13 @@ async def _chat_turn(gw, body: dict, channel: ClientChannel, streaming: bool) ->
 async def api_chat(request: Request) -> JSONResponse:
     gw = request.app.state.gateway
     try:
-        body = json.loads(await request.body())
+        body = jsonio.loads(await read_body(request, gw.config.max_body_bytes))
     except ClientDisconnect:
         return JSONResponse({"detail": "client disconnected"}, 400)
-    except ValueError as e:
-        return JSONResponse({"detail": f"the request is not JSON: {e}", "success": False}, 400)
+    except BodyTooLarge as e:
+        return JSONResponse({"detail": str(e), "success": False}, 413)
+    except jsonio.BadJson as e:
+        return JSONResponse({"detail": str(e), "success": False}, 400)
     error = _request_error(body)
     if error:
         return JSONResponse({"detail": error, "success": False}, 400)

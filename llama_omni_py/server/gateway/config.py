@@ -19,6 +19,7 @@ class GatewayConfig:
     send_buffer_bytes: int = 16 << 20  # unsent bytes for one client before it counts as a slow reader
     send_timeout_s: float = 10.0  # one send blocked this long: a slow reader
     max_message_bytes: int = 32 << 20  # one WebSocket message from a client
+    max_body_bytes: int = 32 << 20  # one HTTP request body (/api/chat, /v1/chat/completions): 413 beyond
     ping_interval_s: float | None = 20.0
     ping_timeout_s: float | None = 20.0
     health_interval_s: float = 2.0  # how often each worker's /health is read
@@ -51,8 +52,9 @@ class GatewayConfig:
         check("idle_release_s", self.idle_release_s <= self.idle_timeout_s, "must be <= idle_timeout_s")
         v = self.send_buffer_bytes  # one second of audio is a 128 KiB message
         check("send_buffer_bytes", isinstance(v, int) and v >= 1 << 18, "must be an integer >= 262144")
-        v = self.max_message_bytes
-        check("max_message_bytes", isinstance(v, int) and v >= 1024, "must be an integer >= 1024")
+        for name in ("max_message_bytes", "max_body_bytes"):
+            v = getattr(self, name)
+            check(name, isinstance(v, int) and v >= 1024, "must be an integer >= 1024")
         for name in ("ping_interval_s", "ping_timeout_s"):
             check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")
         check("model_name", isinstance(self.model_name, str) and self.model_name.strip(), "must be a non-empty string")

@@ -12,6 +12,7 @@ import re
 
 from starlette.websockets import WebSocket
 
+from .. import jsonio
 from .client_channel import ClientChannel, SlowReader
 from .pool import NoWorkerFor, QueueFull
 
@@ -90,8 +91,8 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
                 except WebSocketDisconnect:
                     return
                 lease.touch()
-                with contextlib.suppress(ValueError, AttributeError):
-                    kind = json.loads(text).get("type")
+                with contextlib.suppress(jsonio.BadJson):
+                    kind = jsonio.loads(text).get("type")
                     if kind in ("pause", "resume"):
                         worker.status = "duplex_paused" if kind == "pause" else lease.type.busy_status
                 await upstream.send(text)

@@ -15,8 +15,10 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from .. import jsonio
 from .. import protocol as P
 from . import audio_codec
+from .bodies import BodyTooLarge, read_body
 from .client_channel import SlowReader
 from .openai_request import ChatCompletion, OpenAIError, parse
 from .turns import TurnFailed, run_turn
@@ -57,9 +59,11 @@ async def chat_completions(request: Request):
     gw = request.app.state.gateway
     try:
         try:
-            body = json.loads(await request.body())
-        except ValueError as e:
-            raise OpenAIError(400, f"the request body is not JSON: {e}", None, "invalid_json") from None
+            body = jsonio.loads(await read_body(request, gw.config.max_body_bytes), "the request body")
+        except BodyTooLarge as e:
+            raise OpenAIError(413, str(e), None, "request_too_large") from None
+        except jsonio.BadJson as e:
+            raise OpenAIError(400, str(e), None, "invalid_json") from None
         req = await asyncio.to_thread(
             parse, body, gw.config.model_name, gw.audio.transcript, audio_codec.output_formats()
         )
