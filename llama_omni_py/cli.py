@@ -245,6 +245,10 @@ def cmd_worker(args) -> int:
         from .placement import pin_process_to_node
 
         pin_process_to_node(args.numa_node)
+    if args.parent_pid is not None:  # a gateway's worker ends with its gateway
+        from .server.lifeline import die_with_parent
+
+        die_with_parent(args.parent_pid)
     options = WorkerOptions.from_args(args)
     serve(options.server_config(args.host, args.port, args.device, args.numa_node), announce=True)
     return 0
@@ -376,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--port", type=int, default=8766, help="0: any free port (printed on stdout as JSON)")
     wk.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
     wk.add_argument("--numa-node", type=int, default=None, help="pin the process and its threads to this node")
+    wk.add_argument("--parent-pid", type=int, default=None, help="end when this process (a gateway) ends")
     WorkerOptions.add_arguments(wk)
     wk.set_defaults(func=cmd_worker)
 

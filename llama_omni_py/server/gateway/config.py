@@ -23,6 +23,8 @@ class GatewayConfig:
     ping_interval_s: float | None = 20.0
     ping_timeout_s: float | None = 20.0
     health_interval_s: float = 2.0  # how often each worker's /health is read
+    no_worker_grace_s: float = 30.0  # queued requests fail when no live worker could serve them this long
+    restart_backoff_s: tuple = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits before restarting a dead local worker
     turn_timeout_s: float = 600.0  # one request's time on a worker, queue wait excluded
     model_name: str = "MiniCPM-o-4.5"  # the id of /v1/models
     audio_ttl_s: float = 3600.0  # OpenAI audio ids stay valid (for follow-up turns) this long
@@ -43,6 +45,7 @@ class GatewayConfig:
             "idle_timeout_s",
             "send_timeout_s",
             "health_interval_s",
+            "no_worker_grace_s",
             "turn_timeout_s",
             "audio_ttl_s",
             "log_interval_s",
@@ -50,6 +53,12 @@ class GatewayConfig:
             v = getattr(self, name)
             check(name, isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "must be a number > 0")
         check("idle_release_s", self.idle_release_s <= self.idle_timeout_s, "must be <= idle_timeout_s")
+        backoff = tuple(self.restart_backoff_s)
+        check(
+            "restart_backoff_s",
+            backoff and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in backoff),
+            "must be a non-empty list of seconds >= 0",
+        )
         v = self.send_buffer_bytes  # one second of audio is a 128 KiB message
         check("send_buffer_bytes", isinstance(v, int) and v >= 1 << 18, "must be an integer >= 262144")
         for name in ("max_message_bytes", "max_body_bytes"):

@@ -34,6 +34,12 @@ class GatewayMetrics:
             "omni_refusals", "Requests refused (queue_full, no_worker, loading)", ["reason"], registry=r
         )
         self.queue_length = Gauge("omni_queue_length", "Tickets waiting for a worker", registry=r)
+        self.worker_restarts = Counter(
+            "omni_worker_restarts", "Local worker processes started again after they died", registry=r
+        )
+        self.worker_failures = Counter(
+            "omni_worker_failures", "Turns that lost their worker after part of the reply was sent", registry=r
+        )
         self.workers = Gauge("omni_workers", "Workers by state", ["status"], registry=r)
         self._pool_view = pool_view
 

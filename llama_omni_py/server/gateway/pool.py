@@ -47,6 +47,7 @@ SESSION_TYPES = {
     )
 }
 BUSY = {t.busy_status for t in SESSION_TYPES.values()} | {"duplex_paused"}
+ALIVE = BUSY | {"idle", "loading"}  # a worker in one of these may still serve
 STATUSES = ("idle", *sorted(BUSY), "loading", "error", "offline")
 UNKNOWN_REMAINING_S = 15.0  # a session past its estimate is guessed to end within this
 EMA_ALPHA, EMA_MIN_SAMPLES = 0.3, 3
@@ -82,6 +83,7 @@ class Worker:
     total_ms: float = 0.0
     last_heartbeat: str | None = None
     leased: bool = False  # the gateway's own state: it wins over what /health reported
+    restarts: int = 0  # times the gateway started this worker again after it died
 
     @property
     def url(self) -> str:
@@ -107,6 +109,7 @@ class Worker:
             "current_request_type": self.request_type,
             "task_started_at": self.task_started_at,
             "capabilities": sorted(self.capabilities),
+            "restarts": self.restarts,
         }
 
 
@@ -167,6 +170,7 @@ class WorkerPool:
         self.eta_base = {name: t.eta_s for name, t in SESSION_TYPES.items()} | (eta_s or {})
         self.ema: dict[str, tuple[float, int]] = {}  # type -> (average seconds, samples)
         self.changed = asyncio.Event()  # set on every release and dispatch (tests, idle reclaim)
+        self._stranded_since: dict[str, float] = {}  # capability -> when its last live worker went
 
     # -- workers ---------------------------------------------------------------------------
     def add(self, worker: Worker) -> Worker:
@@ -267,6 +271,28 @@ class WorkerPool:
             yield lease
         finally:
             lease.release()
+
+    def fail_stranded(self, grace_s: float) -> int:
+        """Tickets whose capability no live worker has had for ``grace_s`` (every worker that could
+        serve them died and none came back: a restart gets that long) fail with NoWorkerFor
+        instead of waiting forever. Returns how many failed; called by the health loop."""
+        now, failed = time.monotonic(), 0
+        for cap in {t.type.capability for t in self.queue.values()}:
+            if any(cap in w.capabilities and w.status in ALIVE for w in self.workers.values()):
+                self._stranded_since.pop(cap, None)
+                continue
+            since = self._stranded_since.setdefault(cap, now)
+            if now - since < grace_s:
+                continue
+            for ticket in [t for t in self.queue.values() if t.type.capability == cap]:
+                self.queue.pop(ticket.id)
+                if not ticket.future.done():
+                    why = f"no worker is left to serve {ticket.type.name} sessions (none for {now - since:.0f} s)"
+                    ticket.future.set_exception(NoWorkerFor(why))
+                failed += 1
+        if failed:
+            self._recalc()
+        return failed
 
     def waiting_for(self, t: SessionType) -> bool:
         """Someone in the queue could use a worker of this type's capability."""

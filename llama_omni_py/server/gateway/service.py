@@ -28,6 +28,7 @@ class Gateway:
         self.audio = AudioStore(config.audio_ttl_s)
         self.started = time.time()
         self._health_task: asyncio.Task | None = None
+        self._supervisors: list[asyncio.Task] = []
 
     async def start(self) -> None:
         try:
@@ -40,12 +41,16 @@ class Gateway:
             raise
         await self.check_all()
         self._health_task = asyncio.create_task(self._health_loop())
+        for source in self.sources:  # sources that own their workers' processes restart them
+            if hasattr(source, "supervise"):
+                self._supervisors.append(asyncio.create_task(source.supervise(self)))
 
     async def stop(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+        for task in [self._health_task, *self._supervisors]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for source in self.sources:
             await source.stop()
 
@@ -54,6 +59,10 @@ class Gateway:
         while True:
             await asyncio.sleep(self.config.health_interval_s)
             await self.check_all()
+            failed = self.pool.fail_stranded(self.config.no_worker_grace_s)
+            if failed:
+                self.metrics.refusals.labels(reason="no_worker").inc(failed)
+                log.warning("%d queued request(s) failed: no live worker could serve them", failed)
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(w) for w in list(self.pool.workers.values())))

@@ -57,15 +57,26 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
         if gateway.state() == "unavailable":  # loading workers are worth waiting for; failed ones not
             metrics.refusals.labels(reason="no_worker").inc()
             raise TurnFailed("no_worker", "no worker is available (every worker failed or is unreachable)", 503)
-        for attempt in (1, 2):  # a worker that vanished is marked offline and the turn tried once more
+        # A worker that vanished is marked offline; the turn is tried once more, but only when
+        # nothing of it reached the client yet: a turn is never replayed after partial output.
+        forwarded = _Forwarded(on_event)
+        for attempt in (1, 2):
             try:
                 async with gateway.pool.lease("chat", session_id, queued) as lease:
                     metrics.queue_wait.observe(lease.waited_s)
                     try:
-                        done = await asyncio.wait_for(_on_worker(lease, inp, on_event), gateway.config.turn_timeout_s)
+                        done = await asyncio.wait_for(_on_worker(lease, inp, forwarded), gateway.config.turn_timeout_s)
                     except WorkerUnavailable as e:
                         lease.worker.status, lease.worker.error = "offline", str(e)
                         log.warning("worker %s unavailable: %s", lease.worker.id, e)
+                        if forwarded.any:
+                            metrics.worker_failures.inc()
+                            raise TurnFailed(
+                                "worker_failed",
+                                f"the worker serving this turn failed after part of the reply was sent ({e}); "
+                                "the reply is incomplete: send the request again",
+                                502,
+                            ) from None
                         if attempt == 2:
                             raise TurnFailed("worker_unavailable", str(e), 503) from None
                         continue
@@ -95,6 +106,18 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
         raise
     finally:
         metrics.turns.labels(api=api, outcome=outcome).inc()
+
+
+class _Forwarded:
+    """Wraps on_event and remembers whether anything reached the client."""
+
+    def __init__(self, on_event):
+        self.on_event, self.any = on_event, False
+
+    async def __call__(self, ev: dict) -> None:
+        if self.on_event is not None:
+            self.any = True
+            await self.on_event(ev)
 
 
 async def _on_worker(lease, inp: dict, on_event) -> dict:

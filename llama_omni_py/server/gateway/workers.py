@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from ...errors import ConfigError
 from .pool import Worker
@@ -60,32 +62,77 @@ def numa_node_of(device: str) -> int | None:
 
 
 class LocalWorkers:
+    """One ``llama-omni worker`` process per device, started by the gateway, restarted when it dies
+    (``supervise``) and ending with the gateway (each worker watches its parent: ``--parent-pid``)."""
+
     def __init__(self, devices: list[str], worker_args: list[str], host: str = "127.0.0.1", pin: bool = True):
         self.devices, self.worker_args, self.host, self.pin = devices, list(worker_args), host, pin
         self.procs: list[subprocess.Popen] = []
+        self.workers: list[Worker] = []
 
     def describe(self) -> str:
         return f"{len(self.devices)} local worker(s) on {', '.join(self.devices)}"
 
     def command(self, device: str) -> list[str]:
         cmd = [sys.executable, "-m", "llama_omni_py", "worker", "--host", self.host, "--port", "0", "--device", device]
+        cmd += ["--parent-pid", str(os.getpid())]
         node = numa_node_of(device) if self.pin else None
         if node is not None:
             cmd += ["--numa-node", str(node)]
         return cmd + self.worker_args
 
-    async def start(self) -> list[Worker]:
-        workers = []
-        for i, device in enumerate(self.devices):
-            cmd = self.command(device)
-            # not from a source tree: `-m llama_omni_py` there would import the uncompiled package
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
-            self.procs.append(proc)
+    async def _launch(self, i: int) -> tuple[subprocess.Popen, int]:
+        """Starts worker i's process; (process, the port it announced)."""
+        cmd = self.command(self.devices[i])
+        # not from a source tree: `-m llama_omni_py` there would import the uncompiled package
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+        try:
             port = await asyncio.wait_for(asyncio.to_thread(_announced_port, proc), START_TIMEOUT_S)
-            threading.Thread(target=proc.stdout.read, name=f"worker_{i}-stdout", daemon=True).start()  # drained
-            workers.append(Worker(f"worker_{i}", self.host, port, gpu_id=i, device=device))
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        threading.Thread(target=proc.stdout.read, name=f"worker_{i}-stdout", daemon=True).start()  # drained
+        return proc, port
+
+    async def start(self) -> list[Worker]:
+        for i, device in enumerate(self.devices):
+            proc, port = await self._launch(i)
+            self.procs.append(proc)
+            self.workers.append(Worker(f"worker_{i}", self.host, port, gpu_id=i, device=device))
             log.warning("worker_%d (pid %d) on %s: http://%s:%d", i, proc.pid, device, self.host, port)
-        return workers
+        return list(self.workers)
+
+    async def supervise(self, gateway) -> None:
+        """Watches the worker processes; one that died (and is reaped here, no zombie) is marked
+        offline and started again after a backoff (gateway.config.restart_backoff_s, stepping up
+        with each failure in a row; a worker that ran a minute starts the count over)."""
+        backoff = gateway.config.restart_backoff_s
+        fails = [0] * len(self.procs)
+        since = [time.monotonic()] * len(self.procs)
+        while True:
+            await asyncio.sleep(0.5)
+            for i, proc in enumerate(self.procs):
+                if proc.poll() is None:
+                    if time.monotonic() - since[i] > 60:
+                        fails[i] = 0
+                    continue
+                worker = self.workers[i]
+                worker.status, worker.error = "offline", f"process {proc.pid} exited with status {proc.returncode}"
+                delay = backoff[min(fails[i], len(backoff) - 1)]
+                log.error("worker_%d %s; starting it again in %g s", i, worker.error, delay)
+                fails[i] += 1
+                await asyncio.sleep(delay)
+                try:
+                    new, port = await self._launch(i)
+                except Exception as e:  # noqa: BLE001 -- try again after the next backoff
+                    log.error("worker_%d did not start again: %s", i, e)
+                    continue
+                self.procs[i], since[i] = new, time.monotonic()
+                worker.port, worker.status, worker.error = port, "loading", None
+                worker.restarts += 1
+                gateway.metrics.worker_restarts.inc()
+                log.warning("worker_%d started again (pid %d): http://%s:%d", i, new.pid, self.host, port)
 
     async def stop(self) -> None:
         for proc in self.procs:

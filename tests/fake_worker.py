@@ -1,0 +1,99 @@
+"""A stand-in engine worker for the gateway's failure tests: the worker side of the backend protocol
+that the gateway uses (GET /health, WebSocket /backend with session.init -> session.created and
+input.append -> `--deltas` text deltas `--delay` s apart, then response.done; POST
+/sessions/{id}/close), and `--parent-pid` like a real worker. It loads no model, so tests can
+kill it mid-turn at a known point.
+
+    python fake_worker.py --port 0 [--parent-pid PID] [--deltas 40] [--delay 0.05] [--load-s 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import time
+from http import HTTPStatus
+
+from websockets.asyncio.server import serve
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--parent-pid", type=int)
+    ap.add_argument("--deltas", type=int, default=40)
+    ap.add_argument("--delay", type=float, default=0.05)
+    ap.add_argument("--load-s", type=float, default=0.0, help="seconds /health says loading")
+    args, _ = ap.parse_known_args()
+    if args.parent_pid is not None:
+        from llama_omni_py.server.lifeline import die_with_parent
+
+        die_with_parent(args.parent_pid, grace_s=5.0)
+    started = time.monotonic()
+    state = {"active": None, "turns": 0}
+
+    def reply(status: int, body: dict) -> Response:
+        data = json.dumps(body).encode()
+        headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+        return Response(status, HTTPStatus(status).phrase, headers, data)
+
+    def process_request(connection, request):
+        if request.path == "/health":
+            if time.monotonic() - started < args.load_s:
+                return reply(503, {"status": "loading"})
+            return reply(
+                200,
+                {"status": "ready", "session_active": state["active"] is not None, "capabilities": ["turn_based"]},
+            )
+        m = re.fullmatch(r"/sessions/([^/]+)/close", request.path)
+        if m:
+            if state["active"] == m.group(1):
+                state["active"] = None
+            return reply(200, {"ok": True})
+        if request.path != "/backend":
+            return reply(404, {"error": "no route"})
+        return None
+
+    async def backend(ws):
+        sid = None
+        try:
+            async for raw in ws:
+                msg = json.loads(raw)
+                if msg["type"] == "session.init":
+                    sid = f"fake_{state['turns']}"
+                    state["active"] = sid
+                    await ws.send(json.dumps({"type": "session.created", "session_id": sid}))
+                elif msg["type"] == "input.append":
+                    rid = f"{sid}_resp"
+                    for i in range(args.deltas):
+                        ev = {"type": "response.output.delta", "kind": "text", "text": f"w{i} ", "response_id": rid}
+                        await ws.send(json.dumps(ev))
+                        await asyncio.sleep(args.delay)
+                    state["turns"] += 1
+                    done = {"type": "response.done", "response_id": rid, "text": "", "metrics": {"n_tokens": 1}}
+                    await ws.send(json.dumps(done))
+        finally:
+            if state["active"] == sid:
+                state["active"] = None
+
+    async def run():
+        async with serve(backend, args.host, args.port, process_request=process_request) as server:
+            port = server.sockets[0].getsockname()[1] if hasattr(server, "sockets") else None
+            port = port or list(server.server.sockets)[0].getsockname()[1]
+            print(json.dumps({"listening": f"http://{args.host}:{port}", "port": port}), flush=True)
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            await stop.wait()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
