@@ -42,6 +42,63 @@ _STILL_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
+# The containers ffmpeg may open, by their first bytes, and the demuxer each is opened with. ffmpeg
+# is never left to guess: its probing would also accept playlists and scripts (concat, HLS, ...)
+# that open further files or URLs named inside them.
+AUDIO_FORMATS = "WAV, MP3, AAC, FLAC, Ogg, M4A/MP4/MOV, WebM/Matroska"
+VIDEO_FORMATS = "MP4/MOV, WebM/Matroska, AVI, MPEG-TS"
+IMAGE_FORMATS = "JPEG, PNG, WebP, GIF, BMP"
+
+
+def sniff_demuxer(head: bytes) -> str | None:
+    """The ffmpeg demuxer for a file starting with ``head`` (at least 12 bytes when there are),
+    or None when it is none of the accepted formats."""
+    if head[:4] == b"RIFF":
+        return {b"WAVE": "wav", b"WEBP": "webp_pipe", b"AVI ": "avi"}.get(head[8:12])
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "matroska"
+    if head[4:8] in (b"ftyp", b"moov", b"mdat", b"wide", b"free", b"skip"):
+        return "mov"
+    if head[:3] == b"\xff\xd8\xff":
+        return "jpeg_pipe"
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png_pipe"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:2] == b"BM":
+        return "bmp_pipe"
+    if head[:3] == b"ID3":
+        return "mp3"
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:  # MPEG audio frame sync
+        return "aac" if head[1] & 0x06 == 0 else "mp3"  # layer bits 00: ADTS (AAC)
+    if len(head) > 188 and head[0] == 0x47 and head[188] == 0x47:
+        return "mpegts"
+    return None
+
+
+def _ffmpeg_input(path: str, **options):
+    """ffmpeg-python's input for ``path`` with its demuxer named and only the file protocol."""
+    import ffmpeg
+
+    with open(path, "rb") as f:
+        head = f.read(200)
+    demuxer = sniff_demuxer(head)
+    if demuxer is None:
+        raise MediaError(
+            "unsupported media format (accepted: audio "
+            + AUDIO_FORMATS
+            + "; video "
+            + VIDEO_FORMATS
+            + "; images "
+            + IMAGE_FORMATS
+            + ")"
+        )
+    return ffmpeg.input(path, f=demuxer, protocol_whitelist="file", **options)
+
 
 def ffmpeg_binary() -> str:
     """Path of ffmpeg (OMNI_FFMPEG overrides); a clear error naming the package when absent."""
@@ -189,7 +246,7 @@ def load_audio(
             return _check_audio(resample(mono, sr), max_seconds)
         import ffmpeg  # ffmpeg-python builds the command line
 
-        inp = ffmpeg.input(path, t=max_seconds) if max_seconds is not None else ffmpeg.input(path)
+        inp = _ffmpeg_input(path, t=max_seconds) if max_seconds is not None else _ffmpeg_input(path)
         args = (
             ffmpeg.output(inp.audio, "pipe:1", format="f32le", acodec="pcm_f32le", ac=1, ar=SAMPLE_RATE)
             .global_args("-nostdin", "-hide_banner", "-loglevel", "error")
@@ -239,7 +296,7 @@ def load_frame(src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_T
     import ffmpeg
 
     def grab(path: str, seek: float) -> np.ndarray | None:
-        inp = ffmpeg.input(path, ss=seek) if seek > 0 else ffmpeg.input(path)
+        inp = _ffmpeg_input(path, ss=seek) if seek > 0 else _ffmpeg_input(path)
         # Longest side capped at MAX_SIDE while decoding: a hostile header cannot make us hold a
         # 20000x20000 frame (the vision encoder works on 448-px tiles anyway).
         v = inp.video.filter(

@@ -107,7 +107,7 @@ def test_stills_decode_in_process_like_ffmpeg(tmp_path, monkeypatch):
 
 def test_corrupt_input_reports_ffmpeg(tmp_path):
     bad = tmp_path / "bad.mp4"
-    bad.write_bytes(b"\x00\x01garbage" * 100)
+    bad.write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\x00\x01garbage" * 100)  # an MP4 header, then nonsense
     with pytest.raises(omni.MediaError) as err:
         media.load_audio(bad)
     assert err.value.returncode not in (None, 0)
@@ -195,3 +195,49 @@ def test_missing_ffmpeg_names_the_package(monkeypatch):
     monkeypatch.setenv("OMNI_FFMPEG", "ffmpeg-that-does-not-exist")
     with pytest.raises(omni.MediaError, match="apt-get install ffmpeg"):
         media.ffmpeg_binary()
+
+
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("a.mp3", ["-f", "lavfi", "-i", "sine=frequency=500:duration=1", "-c:a", "libmp3lame"]),
+        ("a.aac", ["-f", "lavfi", "-i", "sine=frequency=500:duration=1", "-c:a", "aac"]),
+        ("a.webm", ["-f", "lavfi", "-i", "sine=frequency=500:duration=1", "-c:a", "libopus"]),
+        ("a.mkv", ["-f", "lavfi", "-i", "sine=frequency=500:duration=1", "-c:a", "flac"]),
+    ],
+)
+def test_accepted_containers_still_decode(tmp_path, name, args):
+    _ff(*args, str(tmp_path / name))
+    x = media.load_audio((tmp_path / name).read_bytes())
+    assert x.size > 8000 and abs(_freq(x) - 500) < 20
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        b"ffconcat version 1.0\nfile 'secret.wav'\n",  # ffmpeg's concat demuxer: opens files by name
+        b"#EXTM3U\n#EXTINF:1,\nsecret.wav\n",  # an HLS playlist: opens what it lists
+        b"file 'secret.wav'\n",
+    ],
+)
+def test_scripts_and_playlists_are_refused_before_ffmpeg_opens_anything(tmp_path, monkeypatch, script):
+    """Bytes that ffmpeg's own probing would take for a playlist or a concat script (which read
+    the local files they name) are refused by their first bytes; ffmpeg never runs on them."""
+    _ff("-f", "lavfi", "-i", "sine=frequency=700:duration=1", str(tmp_path / "secret.wav"))
+    monkeypatch.chdir(tmp_path)  # where a relative name inside the script would resolve
+    ran = []
+    monkeypatch.setattr(media, "run_ffmpeg", lambda *a, **k: ran.append(a) or b"")
+    for load in (media.load_audio, media.load_frame):
+        with pytest.raises(omni.MediaError, match="unsupported media format"):
+            load(script)
+    assert ran == []
+    assert media.sniff_demuxer(script) is None
+
+
+def test_gateway_images_are_sniffed_not_probed(tmp_path):
+    from llama_omni_py.server.gateway import audio_codec
+
+    _ff("-f", "lavfi", "-i", "testsrc=size=32x24", "-frames:v", "1", str(tmp_path / "i.png"))
+    assert audio_codec.to_jpeg((tmp_path / "i.png").read_bytes())[:3] == b"\xff\xd8\xff"
+    with pytest.raises(omni.MediaError, match="not an image"):
+        audio_codec.to_jpeg(b"ffconcat version 1.0\nfile 'i.png'\n")

@@ -8,7 +8,8 @@ import io
 
 import numpy as np
 
-from ...media import run_ffmpeg
+from ...errors import MediaError
+from ...media import IMAGE_FORMATS, run_ffmpeg, sniff_demuxer
 
 RATE = 24000
 _SUBTYPES = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III")}
@@ -38,8 +39,13 @@ def encode(samples: np.ndarray, fmt: str) -> bytes:
 
 
 def to_jpeg(data: bytes) -> bytes:
-    """JPEG bytes unchanged; any other image ffmpeg reads (PNG, WebP, GIF, ...) re-encoded."""
-    if data[:3] == b"\xff\xd8\xff":
+    """JPEG bytes unchanged; another image format ffmpeg reads (PNG, WebP, GIF, BMP) re-encoded.
+    The format is told to ffmpeg, never guessed (media.sniff_demuxer), and only stdin is read."""
+    demuxer = sniff_demuxer(bytes(data[:200]))
+    if demuxer == "jpeg_pipe":
         return data
-    args = ["-nostdin", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-frames:v", "1"]
+    if demuxer not in ("png_pipe", "webp_pipe", "gif", "bmp_pipe"):
+        raise MediaError(f"not an image this server reads ({IMAGE_FORMATS})")
+    args = ["-nostdin", "-hide_banner", "-loglevel", "error", "-protocol_whitelist", "pipe", "-f", demuxer]
+    args += ["-i", "pipe:0", "-frames:v", "1"]
     return run_ffmpeg([*args, "-f", "image2pipe", "-c:v", "mjpeg", "-q:v", "2", "pipe:1"], data)
