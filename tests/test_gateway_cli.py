@@ -64,3 +64,25 @@ def test_worker_options_round_trip_through_flags():
     cfg = o.server_config("127.0.0.1", 0, "cpu", numa_node=None)
     assert cfg.max_message_bytes == 8 * 2**20 and cfg.compat and cfg.session.token2wav.threads == 2
     assert cfg.session.max_new_tokens == 40 and cfg.session.threads == 1
+
+
+def test_max_new_tokens_is_the_servers_cap(tiny_dir):
+    """`--max-new-tokens` caps every request: a client asking for more gets at most that many."""
+    from server_client import Client, user
+
+    from llama_omni_py.server import BackgroundServer
+    from llama_omni_py.server.worker_options import WorkerOptions
+
+    cfg = WorkerOptions(str(tiny_dir), threads=1, max_new_tokens=6, t2w_threads=1).server_config("127.0.0.1", 0, "cpu")
+    assert cfg.max_new_tokens == 6
+    with BackgroundServer(cfg) as s:
+        assert s.wait_ready() == "ready"
+
+        async def ask():
+            async with Client.open(s.url) as c:
+                await c.init()
+                return await c.turn([user(text="tell me a long story")], generation={"max_new_tokens": 500})
+
+        done = asyncio.run(ask())[-1]
+    assert done["type"] == "response.done" and done["metrics"]["n_tokens"] <= 6
+    assert done["reason"] == "max_new_tokens"

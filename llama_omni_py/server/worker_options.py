@@ -17,7 +17,9 @@ def _opt(default, help: str, type=None):  # noqa: A002 -- argparse's names
 class WorkerOptions:
     model_dir: str | None = _opt(None, "MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)", str)
     threads: int | None = _opt(None, "LLM/TTS CPU threads (default: libllama's)", int)
-    max_new_tokens: int = _opt(0, "per-turn LLM token limit (0: 256, 60 with the demo set)", int)
+    max_new_tokens: int = _opt(
+        0, "cap on LLM tokens per turn: requests asking for more get this many (0: 256, 60 with the demo set)", int
+    )
     t2w_threads: int | None = _opt(None, "vocoder threads (default: OMNI_T2W_THREADS or up to 16)", int)
     max_audio_per_chunk: int = _opt(
         0, "speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)", int
@@ -71,12 +73,14 @@ class WorkerOptions:
         """The worker's ServerConfig on host:port with its engine on ``device``."""
         from .config import ServerConfig
 
+        session = self.session_config(numa_node)
         return ServerConfig(
             host=host,
             port=port,
             model_dir=self.model_dir,
             device=device,
-            session=self.session_config(numa_node),
+            session=session,
+            max_new_tokens=session.max_new_tokens,  # a cap, not only a default
             max_message_bytes=int(self.max_message_mb * 2**20),
             max_audio_seconds=self.max_audio_seconds,
             idle_timeout_s=self.idle_timeout,
