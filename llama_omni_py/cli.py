@@ -249,16 +249,26 @@ def cmd_worker(args) -> int:
         from .server.lifeline import die_with_parent
 
         die_with_parent(args.parent_pid)
+    from .config import worker_secret
+
     options = WorkerOptions.from_args(args)
-    serve(options.server_config(args.host, args.port, args.device, args.numa_node), announce=True)
+    config = options.server_config(args.host, args.port, args.device, args.numa_node, worker_secret())
+    serve(config, announce=True)
     return 0
 
 
 def cmd_serve(args) -> int:
+    import secrets
+
+    from .config import api_keys_from, worker_secret
     from .server.gateway import GatewayConfig, run_gateway
     from .server.gateway.workers import LocalWorkers, StaticWorkers, devices_for
     from .server.worker_options import WorkerOptions
 
+    keys = api_keys_from(args.api_key or (), args.api_key_file)
+    # Workers this gateway starts get a fresh secret (unless one is set); --connect workers need
+    # the one they were started with.
+    secret = worker_secret() or (None if args.connect else secrets.token_urlsafe(32))
     cfg = GatewayConfig(
         host=args.host,
         port=args.port,
@@ -268,9 +278,10 @@ def cmd_serve(args) -> int:
         max_message_bytes=int(args.max_message_mb * 2**20),
         max_body_bytes=int(args.max_message_mb * 2**20),
         model_name=args.model_name,
+        api_keys=keys,
     )
     if args.connect:
-        sources = [StaticWorkers(args.connect.split(","))]
+        sources = [StaticWorkers(args.connect.split(","), secret)]
     elif args.ray is not None:
         from .server.gateway.ray_workers import RayWorkers
 
@@ -281,11 +292,12 @@ def cmd_serve(args) -> int:
                 address=args.ray or None,
                 accelerator=args.ray_accelerator,
                 cpus_per_worker=args.ray_cpus,
+                secret=secret,
             )
         ]
     else:
         options = WorkerOptions.from_args(args)
-        sources = [LocalWorkers(devices_for(args.workers, args.device), options.to_argv(), pin=args.pin)]
+        sources = [LocalWorkers(devices_for(args.workers, args.device), options.to_argv(), pin=args.pin, secret=secret)]
     run_gateway(cfg, sources)
     return 0
 
@@ -372,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="an idle whole-life session gives its worker back while others wait",
     )
     sv.add_argument("--model-name", default="MiniCPM-o-4.5", help="the model id of the OpenAI API")
+    sv.add_argument(
+        "--api-key",
+        action="append",
+        help="require this key (Bearer / X-API-Key / ?api_key=) on every route but /health and the pages; "
+        "repeatable (also OMNI_API_KEY; a key on the command line shows in ps: prefer --api-key-file)",
+    )
+    sv.add_argument("--api-key-file", help="a file of API keys, one per line")
     WorkerOptions.add_arguments(sv)
     sv.set_defaults(func=cmd_serve)
 

@@ -68,6 +68,31 @@ def tts_queue_env(environ=None) -> int | None:
     return env_int(ENV_TTS_QUEUE, environ)
 
 
+ENV_WORKER_SECRET = "OMNI_WORKER_SECRET"
+ENV_API_KEY = "OMNI_API_KEY"
+
+
+def worker_secret(environ=None) -> str | None:
+    """OMNI_WORKER_SECRET: the secret a worker requires from its gateway (and a gateway sends to
+    workers it did not start), or None."""
+    return (os.environ if environ is None else environ).get(ENV_WORKER_SECRET) or None
+
+
+def api_keys_from(keys=(), key_file: str | None = None, environ=None) -> tuple[str, ...]:
+    """The gateway's API keys: those given, one per line of ``key_file``, and OMNI_API_KEY."""
+    out = [k for k in keys if k]
+    if key_file:
+        try:
+            text = Path(key_file).read_text()
+        except OSError as e:
+            raise ConfigError("api_key_file", f"cannot read {key_file}: {e}") from None
+        out += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    env = (os.environ if environ is None else environ).get(ENV_API_KEY)
+    if env:
+        out.append(env.strip())
+    return tuple(dict.fromkeys(out))
+
+
 def cache_dir(environ=None) -> Path:
     """Where generated sets and cases live: $XDG_CACHE_HOME/llama-omni-py (~/.cache by default)."""
     env = os.environ if environ is None else environ

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import checks
 from ..config import SessionConfig
@@ -26,6 +26,9 @@ class ServerConfig:
     warmup: bool = True  # /health says ready only after a warm-up turn ran
     send_timeout_s: float = 10.0  # a client that reads nothing this long with a full send buffer is dropped
     compat: bool = False  # also accept the older message aliases and shapes (docs/server-protocol.md)
+    # Set: every route but /health needs "Authorization: Bearer <secret>" (the gateway's), so the
+    # worker serves only its gateway. None: open (a worker on a trusted host, or for tests).
+    secret: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
         check = checks.that
@@ -43,6 +46,11 @@ class ServerConfig:
             "must be a positive integer",
         )
         check("compat", isinstance(self.compat, bool), "must be True or False")
+        check(
+            "secret",
+            self.secret is None or (isinstance(self.secret, str) and len(self.secret) >= 16),
+            "must be a string of >= 16 characters",
+        )
         for name in ("idle_timeout_s", "init_timeout_s", "send_timeout_s"):
             check(name, getattr(self, name) > 0, "must be > 0")
         for name in ("ping_interval_s", "ping_timeout_s"):

@@ -14,7 +14,7 @@ from websockets.frames import CloseCode
 from websockets.http11 import Response
 from websockets.protocol import State
 
-from . import jsonio
+from . import auth, jsonio
 
 MAX_BODY = 64 << 10
 MAX_HEAD = 16 << 10
@@ -95,10 +95,13 @@ async def process_request(server, connection, request) -> Response | None:
     """Routes plain HTTP; None lets the WebSocket handshake of /backend or /ws/duplex go ahead."""
     path = request.path.split("?", 1)[0]
     method = request.method
-    if path in ("/backend", "/ws/duplex"):
-        return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
     if method == "GET" and path in ("/health", "/v1/health"):
         return json_response(*server.engine.health())
+    secret = server.config.secret
+    if secret is not None and not auth.allowed(auth.bearer(request.headers), (secret,)):
+        return json_response(401, {"error": "this worker serves its gateway only: the gateway's secret is required"})
+    if path in ("/backend", "/ws/duplex"):
+        return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
     m = _CLOSE_PATH.fullmatch(path)
     if m and method == "POST":
         reason = None

@@ -69,8 +69,9 @@ class WorkerOptions:
             options["numa_node"] = numa_node
         return demo_config(**options) if self.model_dir is None else SessionConfig(**options)
 
-    def server_config(self, host: str, port: int, device: str, numa_node: int | None = None):
-        """The worker's ServerConfig on host:port with its engine on ``device``."""
+    def server_config(self, host: str, port: int, device: str, numa_node: int | None = None, secret: str | None = None):
+        """The worker's ServerConfig on host:port with its engine on ``device``; ``secret``: the
+        gateway's (every route but /health then needs it)."""
         from .config import ServerConfig
 
         session = self.session_config(numa_node)
@@ -85,4 +86,5 @@ class WorkerOptions:
             max_audio_seconds=self.max_audio_seconds,
             idle_timeout_s=self.idle_timeout,
             compat=self.compat,
+            secret=secret,
         )

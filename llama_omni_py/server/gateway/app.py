@@ -13,10 +13,12 @@ from importlib import resources
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
+from .. import auth
 from . import chat_api, duplex_api, openai_api, status_api
 from .config import GatewayConfig
 from .service import Gateway
@@ -57,6 +59,45 @@ async def _not_found(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse(body, exc.status_code)
 
 
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/duplex"})  # and /static/...: no data behind them
+
+
+class ApiKeys:
+    """ASGI middleware: with API keys configured, every HTTP request and WebSocket handshake but
+    the public paths needs one (auth.py: a Bearer or X-API-Key header, or ?api_key= for browsers'
+    WebSockets). HTTP answers 401 in the interface's error shape; a WebSocket is refused before
+    it opens (close 1008, HTTP 403 to the handshake)."""
+
+    def __init__(self, app, keys: tuple):
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if (
+            scope["type"] not in ("http", "websocket")
+            or not self.keys
+            or path in PUBLIC_PATHS
+            or path.startswith("/static/")
+        ):
+            return await self.app(scope, receive, send)
+        from starlette.datastructures import Headers
+
+        token = auth.bearer(Headers(scope=scope)) or auth.query_token(scope.get("query_string", b"").decode("latin-1"))
+        if auth.allowed(token, self.keys):
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+            return
+        message = "a valid API key is required (Authorization: Bearer <key>)" if token is None else "invalid API key"
+        if path.startswith("/v1/"):
+            code = "invalid_api_key" if token else "missing_api_key"
+            body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+        else:
+            body = {"detail": message, "success": False}
+        await JSONResponse(body, 401, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+
+
 def build_app(gateway: Gateway) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -85,7 +126,12 @@ def build_app(gateway: Gateway) -> Starlette:
         Route("/duplex", duplex_page),
         Route("/static/{name}", page),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _not_found})
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _not_found},
+        middleware=[Middleware(ApiKeys, keys=gateway.config.api_keys)],
+    )
     app.state.gateway = gateway
     return app
 

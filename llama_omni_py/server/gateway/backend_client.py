@@ -12,6 +12,8 @@ import urllib.request
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from ..auth import authorization_header
+
 HTTP_TIMEOUT_S = 10.0
 
 
@@ -27,10 +29,13 @@ class SessionEnded(Exception):
         self.reason, self.message = reason, message
 
 
-def http_json(url: str, method: str = "GET", body: dict | None = None, timeout: float = HTTP_TIMEOUT_S):
+def http_json(
+    url: str, method: str = "GET", body: dict | None = None, timeout: float = HTTP_TIMEOUT_S, secret: str | None = None
+):
     """(status, JSON body) of a small HTTP request; raises WorkerUnavailable when unreachable."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **authorization_header(secret)}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read() or b"{}")
@@ -51,8 +56,8 @@ class BackendSession:
     """One turn_based session on a worker's ``/backend``. ``events()`` yields the downlink events
     of one turn up to response.done; a session.closed raises SessionEnded."""
 
-    def __init__(self, base_url: str, open_timeout: float = 10.0):
-        self.base_url = base_url
+    def __init__(self, base_url: str, open_timeout: float = 10.0, secret: str | None = None):
+        self.base_url, self.secret = base_url, secret
         self.ws_url = base_url.replace("http://", "ws://", 1) + "/backend"
         self.open_timeout = open_timeout
         self.ws = None
@@ -62,7 +67,12 @@ class BackendSession:
     async def open(self, payload: dict) -> dict:
         try:
             self.ws = await connect(
-                self.ws_url, max_size=None, open_timeout=self.open_timeout, compression=None, ping_interval=None
+                self.ws_url,
+                max_size=None,
+                open_timeout=self.open_timeout,
+                compression=None,
+                ping_interval=None,
+                additional_headers=authorization_header(self.secret),
             )
         except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI) as e:
             raise WorkerUnavailable(f"{self.ws_url}: {e}") from None
@@ -113,7 +123,12 @@ class BackendSession:
         if self.session_id is not None:
             with contextlib.suppress(WorkerUnavailable):
                 await asyncio.to_thread(
-                    http_json, f"{self.base_url}/sessions/{self.session_id}/close", "POST", {"reason": reason}
+                    http_json,
+                    f"{self.base_url}/sessions/{self.session_id}/close",
+                    "POST",
+                    {"reason": reason},
+                    HTTP_TIMEOUT_S,
+                    self.secret,
                 )
         if self.ws is not None:
             with contextlib.suppress(Exception):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ... import checks
 
@@ -29,6 +29,9 @@ class GatewayConfig:
     model_name: str = "MiniCPM-o-4.5"  # the id of /v1/models
     audio_ttl_s: float = 3600.0  # OpenAI audio ids stay valid (for follow-up turns) this long
     log_interval_s: float = 10.0  # repeated refusals are logged once per interval
+    # Non-empty: every route but /health, /v1/health and the pages needs one of these keys
+    # (docs/serving.md, "Security").
+    api_keys: tuple = field(default=(), repr=False)
 
     def __post_init__(self):
         check = checks.that
@@ -67,3 +70,10 @@ class GatewayConfig:
         for name in ("ping_interval_s", "ping_timeout_s"):
             check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")
         check("model_name", isinstance(self.model_name, str) and self.model_name.strip(), "must be a non-empty string")
+        keys = tuple(self.api_keys)
+        check(
+            "api_keys",
+            all(isinstance(k, str) and len(k) >= 8 and k == k.strip() for k in keys),
+            "must be strings of at least 8 characters without surrounding spaces",
+        )
+        object.__setattr__(self, "api_keys", keys)

@@ -13,6 +13,7 @@ import re
 from starlette.websockets import WebSocket
 
 from .. import jsonio
+from ..auth import authorization_header
 from .client_channel import ClientChannel, SlowReader
 from .pool import NoWorkerFor, QueueFull
 
@@ -82,7 +83,8 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
 
     worker = lease.worker
     url = worker.url.replace("http://", "ws://", 1) + f"/ws/duplex?session_id={lease.ticket.session_id or ''}"
-    async with connect(url, max_size=None, open_timeout=10, ping_interval=None) as upstream:
+    headers = authorization_header(worker.secret)
+    async with connect(url, max_size=None, open_timeout=10, ping_interval=None, additional_headers=headers) as upstream:
 
         async def client_to_worker() -> None:
             while True:

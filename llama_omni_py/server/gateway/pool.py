@@ -84,6 +84,7 @@ class Worker:
     last_heartbeat: str | None = None
     leased: bool = False  # the gateway's own state: it wins over what /health reported
     restarts: int = 0  # times the gateway started this worker again after it died
+    secret: str | None = field(default=None, repr=False)  # what the worker requires of this gateway
 
     @property
     def url(self) -> str:

@@ -23,7 +23,7 @@ class EngineWorkerActor:
     """Runs inside a Ray actor process: an engine worker on this node, pinned to the NUMA node of
     the device Ray assigned (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES are set by Ray)."""
 
-    def __init__(self, options: WorkerOptions, accelerator: str, host: str | None = None):
+    def __init__(self, options: WorkerOptions, accelerator: str, host: str | None = None, secret: str | None = None):
         import ray
 
         from ...placement import pin_process_to_node
@@ -35,7 +35,7 @@ class EngineWorkerActor:
         node = numa_node_of(self.device)
         if node is not None:
             pin_process_to_node(node)
-        self.server = BackgroundServer(options.server_config(self.host, 0, self.device, node))
+        self.server = BackgroundServer(options.server_config(self.host, 0, self.device, node, secret))
         self.server.__enter__()
 
     def address(self) -> tuple[str, int, str]:
@@ -54,13 +54,14 @@ class RayWorkers:
         accelerator: str = "gpu",
         cpus_per_worker: float = 1.0,
         host: str | None = None,
+        secret: str | None = None,
     ):
         if accelerator not in DEVICE:
             raise ConfigError("ray_accelerator", f"must be one of {sorted(DEVICE)}, got {accelerator!r}")
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
         self.n, self.options, self.address, self.accelerator = workers, options, address, accelerator
-        self.cpus_per_worker, self.host = cpus_per_worker, host
+        self.cpus_per_worker, self.host, self.secret = cpus_per_worker, host, secret
         self.actors: list = []
         self._started_ray = False
 
@@ -82,12 +83,12 @@ class RayWorkers:
             ray.init(address=self.address or None, include_dashboard=False, logging_level=logging.WARNING)
             self._started_ray = True
         actor = ray.remote(EngineWorkerActor).options(**self.actor_options())
-        self.actors = [actor.remote(self.options, self.accelerator, self.host) for _ in range(self.n)]
+        self.actors = [actor.remote(self.options, self.accelerator, self.host, self.secret) for _ in range(self.n)]
         refs = [a.address.remote() for a in self.actors]
         addresses = await asyncio.wait_for(asyncio.to_thread(ray.get, refs), START_TIMEOUT_S)
         workers = []
         for i, (host, port, device) in enumerate(addresses):
-            workers.append(Worker(f"worker_{i}", host, port, gpu_id=i, device=device))
+            workers.append(Worker(f"worker_{i}", host, port, gpu_id=i, device=device, secret=self.secret))
             log.warning("worker_%d (Ray actor) on %s: http://%s:%d", i, device, host, port)
         return workers
 

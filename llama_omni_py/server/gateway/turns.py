@@ -121,7 +121,7 @@ class _Forwarded:
 
 
 async def _on_worker(lease, inp: dict, on_event) -> dict:
-    backend = BackendSession(lease.worker.url)
+    backend = BackendSession(lease.worker.url, secret=lease.worker.secret)
     reason = "client_disconnected"
     try:
         try:

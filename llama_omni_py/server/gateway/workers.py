@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 
+from ...config import ENV_WORKER_SECRET
 from ...errors import ConfigError
 from .pool import Worker
 
@@ -65,8 +66,16 @@ class LocalWorkers:
     """One ``llama-omni worker`` process per device, started by the gateway, restarted when it dies
     (``supervise``) and ending with the gateway (each worker watches its parent: ``--parent-pid``)."""
 
-    def __init__(self, devices: list[str], worker_args: list[str], host: str = "127.0.0.1", pin: bool = True):
+    def __init__(
+        self,
+        devices: list[str],
+        worker_args: list[str],
+        host: str = "127.0.0.1",
+        pin: bool = True,
+        secret: str | None = None,
+    ):
         self.devices, self.worker_args, self.host, self.pin = devices, list(worker_args), host, pin
+        self.secret = secret  # given to each worker in its environment (never on its command line)
         self.procs: list[subprocess.Popen] = []
         self.workers: list[Worker] = []
 
@@ -85,7 +94,11 @@ class LocalWorkers:
         """Starts worker i's process; (process, the port it announced)."""
         cmd = self.command(self.devices[i])
         # not from a source tree: `-m llama_omni_py` there would import the uncompiled package
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+        env = dict(os.environ)
+        env.pop(ENV_WORKER_SECRET, None)
+        if self.secret:
+            env[ENV_WORKER_SECRET] = self.secret
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(), env=env)
         try:
             port = await asyncio.wait_for(asyncio.to_thread(_announced_port, proc), START_TIMEOUT_S)
         except BaseException:
@@ -99,7 +112,7 @@ class LocalWorkers:
         for i, device in enumerate(self.devices):
             proc, port = await self._launch(i)
             self.procs.append(proc)
-            self.workers.append(Worker(f"worker_{i}", self.host, port, gpu_id=i, device=device))
+            self.workers.append(Worker(f"worker_{i}", self.host, port, gpu_id=i, device=device, secret=self.secret))
             log.warning("worker_%d (pid %d) on %s: http://%s:%d", i, proc.pid, device, self.host, port)
         return list(self.workers)
 
@@ -156,7 +169,8 @@ def _announced_port(proc: subprocess.Popen) -> int:
 
 
 class StaticWorkers:
-    def __init__(self, addresses: list[str]):
+    def __init__(self, addresses: list[str], secret: str | None = None):
+        self.secret = secret  # what those workers were started with (OMNI_WORKER_SECRET), if any
         self.addresses = []
         for a in addresses:
             host, _, port = a.strip().removeprefix("http://").rstrip("/").rpartition(":")
@@ -168,7 +182,7 @@ class StaticWorkers:
         return f"{len(self.addresses)} worker(s) at " + ", ".join(f"{h}:{p}" for h, p in self.addresses)
 
     async def start(self) -> list[Worker]:
-        return [Worker(f"worker_{i}", h, p, gpu_id=i) for i, (h, p) in enumerate(self.addresses)]
+        return [Worker(f"worker_{i}", h, p, gpu_id=i, secret=self.secret) for i, (h, p) in enumerate(self.addresses)]
 
     async def stop(self) -> None:
         pass

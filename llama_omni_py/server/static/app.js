@@ -95,7 +95,11 @@ function onEvent(ev) {
 
 function request(content) {
   // One WebSocket per turn: the page holds no engine while the user reads or types.
-  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/chat";
+  // A gateway that requires an API key: open the page as /?api_key=KEY (browsers cannot give a
+  // WebSocket an Authorization header).
+  const key = new URLSearchParams(location.search).get("api_key");
+  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/chat" +
+    (key ? "?api_key=" + encodeURIComponent(key) : "");
   const ws = new WebSocket(url);
   const body = { messages: history.concat([{ role: "user", content }]), streaming: $("streaming").checked,
                  tts: { enabled: $("tts").checked } };

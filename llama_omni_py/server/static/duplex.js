@@ -125,7 +125,9 @@ function teardown() {
 function start() {
   if (!out) out = new (window.AudioContext || window.webkitAudioContext)();  // on the click: autoplay allows it
   const id = "adx_" + Date.now().toString(36);
-  ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/duplex/" + id);
+  const key = new URLSearchParams(location.search).get("api_key");  // as on the chat page
+  ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/duplex/" + id +
+    (key ? "?api_key=" + encodeURIComponent(key) : ""));
   ws.onmessage = (m) => onMessage(JSON.parse(m.data));
   ws.onclose = (e) => { teardown(); if (!stats.stopped) status("connection closed (code " + e.code + ")", e.code === 1000 ? "ready" : "error"); };
   $("start").disabled = true; $("stop").disabled = false; $("pause").disabled = false;
