@@ -16,6 +16,8 @@ from websockets.exceptions import ConnectionClosed
 
 from llama_omni_py.config import SessionConfig
 
+SPEAK = {"enabled": True}  # the demo chat API speaks only when asked
+
 
 @pytest.fixture(scope="module")
 def gw(tiny_dir):
@@ -38,7 +40,8 @@ def all_free(g) -> None:
 
 
 def test_chat_turn_streams_in_the_demo_shapes(gw):
-    msgs = run(ws_chat(gw.url, chat_request("hello there, how are you?")))
+    speak = {"tts": {"enabled": True}}
+    msgs = run(ws_chat(gw.url, chat_request("hello there, how are you?", **speak)))
     types = [m["type"] for m in msgs]
     assert types[0] == "prefill_done" and types[-1] == "done" and set(types) == {"prefill_done", "chunk", "done"}
     assert msgs[0]["input_tokens"] > 0
@@ -48,8 +51,13 @@ def test_chat_turn_streams_in_the_demo_shapes(gw):
     done = msgs[-1]
     assert done["text"] == "".join(m.get("text_delta", "") for m in chunks)
     assert done["generated_tokens"] > 0 and done["input_tokens"] == msgs[0]["input_tokens"]
-    whole = run(ws_chat(gw.url, chat_request(streaming=False)))
+    whole = run(ws_chat(gw.url, chat_request(streaming=False, **speak)))
     assert [m["type"] for m in whole] == ["prefill_done", "done"] and whole[-1]["audio_data"]
+    # Without a `tts` field (the demo page's request with speech off) or with tts.enabled false:
+    # text only, as the demo's code has it.
+    for extra in ({}, {"tts": {"enabled": False}}, {"tts": {}}):
+        silent = run(ws_chat(gw.url, chat_request("hello there", **extra)))
+        assert silent[-1]["type"] == "done" and not any("audio_data" in m for m in silent), extra
 
 
 def test_requests_beyond_the_workers_queue_in_order(gw, monkeypatch):
@@ -105,9 +113,11 @@ def test_health_status_workers_shapes(gw):
 
 
 def test_api_chat_answers_in_one_json(gw):
-    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "generation": {"max_new_tokens": 5}})
-    status, r = http(gw.url + "/api/chat", "POST", body.encode())
+    req = {"messages": [{"role": "user", "content": "hi"}], "generation": {"max_new_tokens": 5}}
+    status, r = http(gw.url + "/api/chat", "POST", json.dumps(dict(req, tts={"enabled": True})).encode())
     assert status == 200 and r["success"] is True and r["audio_sample_rate"] == 24000 and r["audio_data"]
+    status, quiet = http(gw.url + "/api/chat", "POST", json.dumps(req).encode())
+    assert status == 200 and quiet["success"] is True and not quiet["audio_data"]
     assert 0 < r["tokens_generated"] <= 5 and r["token_stats"]["input_tokens"] > 0
     assert r["queue_wait_ms"] >= 0 and r["estimated_queue_wait_s"] == 0.0
     assert http(gw.url + "/api/chat", "POST", b"{nope")[0] == 400
@@ -201,7 +211,7 @@ def test_slow_reader_is_dropped_and_its_worker_freed(tiny_dir):
             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         )
         assert b"101" in s.recv(1024).split(b"\r\n")[0]
-        payload = json.dumps(chat_request(generation={"max_new_tokens": 60})).encode()
+        payload = json.dumps(chat_request(generation={"max_new_tokens": 60}, tts={"enabled": True})).encode()
         mask = b"\x01\x02\x03\x04"
         frame = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + mask
         s.sendall(frame + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
@@ -220,7 +230,7 @@ def test_queue_limit_refuses_with_a_message(tiny_dir, monkeypatch):
         slow_llm(monkeypatch, g.workers[0], pause=0.5)
 
         async def go():
-            first = asyncio.create_task(ws_chat(g.url, chat_request(generation={"max_new_tokens": 30})))
+            first = asyncio.create_task(ws_chat(g.url, chat_request(generation={"max_new_tokens": 30}, tts=SPEAK)))
             await asyncio.sleep(0.5)
             second = asyncio.create_task(ws_chat(g.url, chat_request()))
             await asyncio.sleep(0.5)
@@ -245,7 +255,7 @@ def test_ticket_lookup_and_cancel(tiny_dir, monkeypatch):
         slow_llm(monkeypatch, g.workers[0], pause=0.5)
 
         async def go():
-            first = asyncio.create_task(ws_chat(g.url, chat_request(generation={"max_new_tokens": 30})))
+            first = asyncio.create_task(ws_chat(g.url, chat_request(generation={"max_new_tokens": 30}, tts=SPEAK)))
             await asyncio.sleep(0.5)
             async with connect(g.url.replace("http", "ws") + "/ws/chat") as ws:
                 await ws.send(json.dumps(chat_request()))

@@ -68,6 +68,11 @@ def test_backend_full_duplex_units(server):
         ({"messages": [{"role": "user", "content": "hi"}]}, "mode_mismatch"),
         ({}, "missing_audio"),
         ({"audio": b64(tone(1.0)), "video_frames": [base64.b64encode(b"\x89PNG\r\n").decode()]}, "invalid_media"),
+        # max_slice_nums: a positive int, or one per frame (as turn_based has it)
+        ({"audio": b64(tone(1.0)), "max_slice_nums": "x"}, "invalid_input"),
+        ({"audio": b64(tone(1.0)), "max_slice_nums": 0}, "invalid_input"),
+        ({"audio": b64(tone(1.0)), "max_slice_nums": -1}, "invalid_input"),
+        ({"audio": b64(tone(1.0)), "max_slice_nums": [1, 2]}, "invalid_input"),  # no frames
     ],
 )
 def test_backend_full_duplex_fails_fast(server, inp, reason):
@@ -116,6 +121,46 @@ def test_worker_demo_duplex_protocol(server, tmp_path):
     assert errors == ["Unknown message type: video_frame", "Missing audio_base64", "Worker is paused"]
     assert [m["type"] for m in r[-4:]] == ["resumed", "result", "stopped"][-3:] or r[-1]["type"] == "stopped"
     assert {"paused", "resumed", "stopped"} <= {m["type"] for m in r}
+    wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
+
+
+def test_diagnostics_and_interrupt_as_the_demo_answers_them(server):
+    """client_diagnostic (the demo page's playback report) gets no answer and breaks nothing;
+    interrupt (deprecated in the demo: force_listen replaced it) is answered with interrupted."""
+    steps = [({"type": "prepare"}, 1), ({"type": "client_diagnostic", "event": "gap", "ts": 1.0}, 0)]
+    steps += [({"type": "interrupt"}, 1), (chunk(), 1), ({"type": "stop"}, 1)]
+    r = run(demo_session(server.url, "/ws/duplex?session_id=omni_diag", steps))
+    assert [m["type"] for m in r] == ["prepared", "interrupted", "result", "stopped"]
+    wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
+
+
+@pytest.mark.parametrize(
+    "config,field",
+    [
+        ({"temperature": 5.0}, "temperature"),
+        ({"tts_temperature": 3.0}, "tts_temperature"),
+        ({"chunk_ms": 50}, "chunk_ms"),
+        ({"length_penalty": 10}, "length_penalty"),
+        ({"text_repetition_penalty": 0.5}, "text_repetition_penalty"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": "many"}, "top_k"),
+        ({"sample_rate": 8000}, "sample_rate"),
+    ],
+)
+def test_duplex_config_out_of_the_demo_ranges_is_refused(server, config, field):
+    r = run(demo_session(server.url, "/ws/duplex?session_id=omni_cfg", [({"type": "prepare", "config": config}, 1)]))
+    assert r[0]["type"] == "error" and f"config.{field}" in r[0]["error"], r
+    ok = run(
+        demo_session(
+            server.url,
+            "/ws/duplex?session_id=omni_cfg2",
+            [
+                ({"type": "prepare", "config": {"temperature": 2.0, "chunk_ms": 100, "length_penalty": 0.1}}, 1),
+                ({"type": "stop"}, 1),
+            ],
+        )
+    )
+    assert ok[0]["type"] == "prepared"
     wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
 
 

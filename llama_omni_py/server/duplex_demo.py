@@ -103,6 +103,10 @@ class DemoDuplexConnection:
             if self._watchdog is not None:
                 self._watchdog.cancel()
             await self.send({"type": "resumed"})
+        elif kind == "interrupt":  # as the demo: answered, and nothing else (force_listen is the barge-in)
+            await self.send({"type": "interrupted"})
+        elif kind == "client_diagnostic":  # the demo page's playback report: kept by nobody, answered never
+            log.debug("client_diagnostic: %s", str(msg)[:200])
         elif kind == "stop":
             await self._end()  # a client that hears "stopped" may start the next session at once
             await self.send({"type": "stopped"})

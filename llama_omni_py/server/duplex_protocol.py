@@ -20,7 +20,7 @@ import numpy as np
 from ..config import DuplexConfig
 from ..duplex import DuplexResult
 from ..errors import ConfigError, ProtocolError
-from .protocol import MAX_VOICE_SECONDS, float_pcm, pcm_b64
+from .protocol import MAX_VOICE_SECONDS, check_max_slice_nums, float_pcm, pcm_b64
 
 MAX_UNIT_SECONDS = 5.0  # one push is about a second; more is a client out of step
 MAX_FRAMES = 4
@@ -57,12 +57,47 @@ class UnitInput:
     force_listen: bool = False
 
 
+# The demo schema's bounds of every config field it defines (inclusive; None: open). A value out
+# of them is refused, also for fields that change nothing here (tts_temperature, chunk_ms).
+CONFIG_RANGES = {
+    "force_listen_count": (0, None),
+    "max_new_speak_tokens_per_chunk": (1, None),
+    "temperature": (0.0, 2.0),
+    "top_k": (0, None),
+    "top_p": (0.0, 1.0),
+    "text_repetition_penalty": (1.0, None),
+    "text_repetition_window_size": (1, None),
+    "length_penalty": (0.1, 5.0),
+    "listen_prob_scale": (0.0, None),
+    "tts_temperature": (0.0, 2.0),
+    "chunk_ms": (100, None),
+}
+INTEGER_FIELDS = {"force_listen_count", "max_new_speak_tokens_per_chunk", "top_k", "text_repetition_window_size"}
+
+
+def _check_ranges(cfg: dict, code: str) -> None:
+    for name, (lo, hi) in CONFIG_RANGES.items():
+        v = cfg.get(name)
+        if v is None:
+            continue
+        integer = name in INTEGER_FIELDS
+        if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
+            raise ProtocolError(f"config.{name} must be {'an integer' if integer else 'a number'}, got {v!r}", code)
+        if v < lo or (hi is not None and v > hi):
+            bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise ProtocolError(f"config.{name} must be {bounds}, got {v!r}", code)
+    for name in ("sample_rate",):
+        if cfg.get(name) is not None and cfg[name] != 16000:
+            raise ProtocolError(f"config.{name} must be 16000, got {cfg[name]!r}", code)
+
+
 def duplex_config(cfg, code: str = "invalid_input") -> DuplexConfig:
-    """A DuplexConfig from a client's config object (demo names; unknown keys ignored)."""
+    """A DuplexConfig from a client's config object (demo names and ranges; unknown keys ignored)."""
     if cfg is None:
         return DuplexConfig()
     if not isinstance(cfg, dict):
         raise ProtocolError("config must be an object", code)
+    _check_ranges(cfg, code)
     values = {CONFIG_FIELDS[k]: v for k, v in cfg.items() if k in CONFIG_FIELDS}
     if cfg.get("decode_mode") is not None:
         if cfg["decode_mode"] not in ("sampling", "greedy"):
@@ -139,7 +174,9 @@ def parse_backend_unit(msg: dict) -> UnitInput:
     if inp.get("audio") is None:
         raise ProtocolError("a full_duplex input needs `audio` (1 s of float32 16 kHz PCM)", "missing_audio")
     audio = float_pcm(inp["audio"], "input.audio", "invalid_audio", MAX_UNIT_SECONDS)
-    return UnitInput(audio, _frames(inp.get("video_frames"), "input.video_frames"), bool(inp.get("force_listen")))
+    frames = _frames(inp.get("video_frames"), "input.video_frames")
+    check_max_slice_nums(inp.get("max_slice_nums"), len(frames), "input.max_slice_nums")
+    return UnitInput(audio, frames, bool(inp.get("force_listen")))
 
 
 def unit_metrics(r: DuplexResult) -> dict:

@@ -260,13 +260,18 @@ def parse_turn(
         turn.voice = float_pcm(
             tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS
         )
-    slices = _obj(inp, "image").get("max_slice_nums")
-    if slices is not None and not (
-        isinstance(slices, int)
-        or (isinstance(slices, list) and all(isinstance(s, int) for s in slices) and len(slices) == len(turn.images))
-    ):
-        raise ProtocolError("image.max_slice_nums must be an int or one int per image", "invalid_input")
+    check_max_slice_nums(_obj(inp, "image").get("max_slice_nums"), len(turn.images), "image.max_slice_nums")
     return turn
+
+
+def check_max_slice_nums(value, n_images: int, what: str) -> None:
+    """max_slice_nums is a positive int, or one positive int per image (the backend protocol's
+    rule for both modes); ProtocolError otherwise."""
+    if value is None:
+        return
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1  # noqa: E731
+    if not (ok(value) or (isinstance(value, list) and len(value) == n_images and all(map(ok, value)))):
+        raise ProtocolError(f"{what} must be a positive int or one positive int per image", "invalid_input")
 
 
 def _sampling(turn: Turn, gen: dict) -> None:

@@ -32,6 +32,18 @@ def _request_error(body) -> str | None:
     return None
 
 
+def demo_input(body: dict) -> dict:
+    """The worker's turn input for a demo chat request. Speech is off unless the request turns it
+    on (``tts.enabled``), as the demo's code has it (its TTSConfig.enabled defaults to False, and
+    its page leaves ``tts`` out when speech is off); the backend protocol itself speaks by default."""
+    inp = dict(body)
+    tts = inp.get("tts")
+    tts = dict(tts) if isinstance(tts, dict) else {}
+    tts.setdefault("enabled", False)
+    inp["tts"] = tts
+    return inp
+
+
 def _done_message(done: dict, streaming: bool) -> dict:
     m = done.get("metrics") or {}
     out = {
@@ -70,7 +82,7 @@ async def ws_chat(websocket: WebSocket) -> None:
             channel.close(1008, "bad request")
             return
         streaming = body.get("streaming", True) is not False
-        turn = asyncio.create_task(_chat_turn(gw, body, channel, streaming))
+        turn = asyncio.create_task(_chat_turn(gw, demo_input(body), channel, streaming))
         watch = asyncio.create_task(_watch(websocket, channel))
         gone = asyncio.create_task(channel.gone.wait())
         await asyncio.wait({turn, watch, gone}, return_when="FIRST_COMPLETED")
@@ -139,7 +151,7 @@ async def api_chat(request: Request) -> JSONResponse:
     error = _request_error(body)
     if error:
         return JSONResponse({"detail": error, "success": False}, 400)
-    inp = dict(body, streaming=False)
+    inp = dict(demo_input(body), streaming=False)
     turn = asyncio.create_task(run_turn(gw, inp, api="api_chat"))
     while not turn.done():  # a client that leaves while queued gives its place up
         await asyncio.wait({turn}, timeout=1.0)

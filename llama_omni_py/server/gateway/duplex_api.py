@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 
 from starlette.websockets import WebSocket
@@ -17,6 +18,7 @@ from ..auth import authorization_header
 from .client_channel import ClientChannel, SlowReader
 from .pool import NoWorkerFor, QueueFull
 
+log = logging.getLogger(__name__)
 HANDLERS: dict = {}  # session type -> async handler(websocket, channel, lease, gateway)
 STOP_TIMEOUT_S = 10.0  # how long a relay waits for the worker to confirm the end of a session
 
@@ -93,10 +95,14 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
                 except WebSocketDisconnect:
                     return
                 lease.touch()
+                kind = None
                 with contextlib.suppress(jsonio.BadJson):
                     kind = jsonio.loads(text).get("type")
-                    if kind in ("pause", "resume"):
-                        worker.status = "duplex_paused" if kind == "pause" else lease.type.busy_status
+                if kind == "client_diagnostic":  # the demo's gateway keeps these to itself: no reply
+                    log.debug("client_diagnostic from %s: %s", lease.ticket.session_id, text[:200])
+                    continue
+                if kind in ("pause", "resume"):
+                    worker.status = "duplex_paused" if kind == "pause" else lease.type.busy_status
                 await upstream.send(text)
 
         async def worker_to_client() -> None:
