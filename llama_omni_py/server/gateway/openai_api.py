@@ -1,13 +1,19 @@
 """OpenAI-compatible HTTP API on the gateway: ``POST /v1/chat/completions`` (text and audio out,
 streamed as server-sent events or whole) and ``GET /v1/models``. Requests run on the same
-workers and queue as the demo API (turns.run_turn). Shapes: docs/serving.md."""
+workers and queue as the demo API (turns.run_turn). Shapes: docs/serving.md.
+
+A streamed reply's headers go out only once a worker has started it (its first event): every
+refusal (queue full, no worker, model loading) and every failure before that is an HTTP error
+with its status and, for refusals, ``Retry-After``, so that clients' retry logic applies."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import heapq
 import json
+import math
 import time
 import uuid
 
@@ -15,40 +21,99 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from ... import constants
 from .. import jsonio
 from .. import protocol as P
 from . import audio_codec
 from .bodies import BodyTooLarge, read_body
 from .client_channel import SlowReader
 from .openai_request import ChatCompletion, OpenAIError, parse
-from .turns import TurnFailed, run_turn
+from .openai_stop import StopScanner
+from .pool import UNKNOWN_REMAINING_S
+from .turns import EndTurn, TurnFailed, run_turn
 
 OWNER = "llama-omni-py"
+LOADING_RETRY_S = 5  # Retry-After while the model loads (or a worker says its engine is loading)
+UNAVAILABLE_RETRY_S = 10  # ... while no worker is usable (health checks may bring one back)
+SAMPLES_PER_CODE = constants.OUTPUT_SAMPLE_RATE // constants.CODES_PER_SECOND
 
 
-def error_response(e: OpenAIError) -> JSONResponse:
-    return JSONResponse(e.body(), e.status)
+def _request_id() -> str:
+    return uuid.uuid4().hex
 
 
-def _turn_error(e: TurnFailed) -> OpenAIError:
+def error_response(e: OpenAIError, rid: str) -> JSONResponse:
+    headers = {"x-request-id": f"req_{rid}"}
+    if e.retry_after is not None:
+        headers["retry-after"] = str(e.retry_after)
+    return JSONResponse(e.body(), e.status, headers=headers)
+
+
+def _not_ready(gw) -> OpenAIError | None:
+    """The gateway's readiness (``state()``, as /health): ready, or the 503 to answer."""
+    state = gw.state()
+    if state == "ready":
+        return None
+    if state == "loading":
+        return OpenAIError(
+            503, "the model is still loading; retry shortly", None, "model_loading", retry_after=LOADING_RETRY_S
+        )
+    return OpenAIError(503, "no worker is available", None, "unavailable", retry_after=UNAVAILABLE_RETRY_S)
+
+
+def queue_wait_estimate(pool) -> float:
+    """The wait a new ticket would be told if the queue took it: as the pool estimates queued
+    tickets, each worker frees after its session's expected length, taken in queue order."""
+    now = time.monotonic()
+    free = []
+    for w in pool.workers.values():
+        if w.busy and w.task_t0 is not None and w.request_type is not None:
+            left = pool.eta(w.request_type) - (now - w.task_t0)
+            free.append(left if left > 0 else UNKNOWN_REMAINING_S)
+        elif w.status == "idle":
+            free.append(0.0)
+    if not free:
+        return float(LOADING_RETRY_S)
+    heapq.heapify(free)
+    for ticket in pool.queue.values():
+        heapq.heappush(free, heapq.heappop(free) + pool.eta(ticket.type.name))
+    return free[0]
+
+
+def _turn_error(e: TurnFailed, gw) -> OpenAIError:
     if e.reason == "queue_full":
-        return OpenAIError(429, f"The server is busy: {e.message}; retry later", None, "queue_full")
+        wait = max(1, math.ceil(queue_wait_estimate(gw.pool)))
+        return OpenAIError(
+            429, f"The server is busy: {e.message}; retry in {wait} s", None, "queue_full", retry_after=wait
+        )
     if e.status == 400:
+        if "exceeds the context" in e.message:  # the worker's InvalidArgumentError (llm.check_fits)
+            return OpenAIError(400, e.message, "messages", "context_length_exceeded")
         return OpenAIError(400, f"{e.reason}: {e.message}", "messages", e.reason)
+    if e.reason == "engine_loading":
+        return OpenAIError(503, f"{e.reason}: {e.message}", None, "model_loading", retry_after=LOADING_RETRY_S)
+    if e.status == 503:
+        return OpenAIError(503, f"{e.reason}: {e.message}", None, e.reason, retry_after=UNAVAILABLE_RETRY_S)
     return OpenAIError(e.status, f"{e.reason}: {e.message}", None, e.reason)
 
 
 async def models(request: Request) -> JSONResponse:
-    gw = request.app.state.gateway
-    return JSONResponse({"object": "list", "data": [_model(gw)]})
+    gw, rid = request.app.state.gateway, _request_id()
+    refusal = _not_ready(gw)
+    if refusal is not None:
+        return error_response(refusal, rid)
+    return JSONResponse({"object": "list", "data": [_model(gw)]}, headers={"x-request-id": f"req_{rid}"})
 
 
 async def model(request: Request) -> JSONResponse:
-    gw = request.app.state.gateway
+    gw, rid = request.app.state.gateway, _request_id()
     name = request.path_params["model"]
     if name != gw.config.model_name:
-        return error_response(OpenAIError(404, f"The model '{name}' does not exist", "model", "model_not_found"))
-    return JSONResponse(_model(gw))
+        return error_response(OpenAIError(404, f"The model '{name}' does not exist", "model", "model_not_found"), rid)
+    refusal = _not_ready(gw)
+    if refusal is not None:
+        return error_response(refusal, rid)
+    return JSONResponse(_model(gw), headers={"x-request-id": f"req_{rid}"})
 
 
 def _model(gw) -> dict:
@@ -56,7 +121,7 @@ def _model(gw) -> dict:
 
 
 async def chat_completions(request: Request):
-    gw = request.app.state.gateway
+    gw, rid = request.app.state.gateway, _request_id()
     try:
         try:
             body = jsonio.loads(await read_body(request, gw.config.max_body_bytes), "the request body")
@@ -67,33 +132,43 @@ async def chat_completions(request: Request):
         req = await asyncio.to_thread(
             parse, body, gw.config.model_name, gw.audio.transcript, audio_codec.output_formats()
         )
-        state = gw.state()
-        if state != "ready":
-            gw.metrics.refusals.labels(reason="loading").inc()
-            msg = "the model is still loading; retry shortly" if state == "loading" else "no worker is available"
-            raise OpenAIError(503, msg, None, "model_loading" if state == "loading" else "unavailable")
+        refusal = _not_ready(gw)
+        if refusal is not None:
+            gw.metrics.refusals.labels(reason="loading" if refusal.code == "model_loading" else "no_worker").inc()
+            raise refusal
+        reply = _Reply(gw, req, f"chatcmpl-{rid}")
+        await reply.wait(request, until_started=req.stream)
     except OpenAIError as e:
-        return error_response(e)
-    cid = f"chatcmpl-{uuid.uuid4().hex}"
+        return error_response(e, rid)
+    headers = {"x-request-id": f"req_{rid}"}
     if req.stream:
-        return StreamingResponse(
-            _sse(gw, req, cid), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-        )
-    try:
-        return await _whole(gw, req, cid, request)
-    except OpenAIError as e:
-        return error_response(e)
+        headers["Cache-Control"] = "no-cache"
+        return StreamingResponse(reply.stream(), media_type="text/event-stream", headers=headers)
+    return JSONResponse(await reply.whole(), headers=headers)
 
 
-def _usage(done: dict) -> dict:
+def _usage(done: dict, req: ChatCompletion) -> dict:
+    """Tokens as OpenAI counts them: the reply's text tokens and speech codes are its
+    completion tokens; the input audio's LLM rows (10 a second) its prompt audio tokens."""
     m = done.get("metrics") or {}
-    prompt, completion = m.get("prompt_tokens", 0), m.get("n_tokens", 0)
+    prompt = m.get("prompt_tokens") or 0
+    text, audio = m.get("n_tokens") or 0, m.get("n_tts_tokens") or 0
     return {
         "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": m.get("n_tts_tokens", 0)},
+        "completion_tokens": text + audio,
+        "total_tokens": prompt + text + audio,
+        "prompt_tokens_details": {
+            "cached_tokens": 0,
+            "audio_tokens": req.audio_tokens,
+            "image_tokens": m.get("vision_tokens") or 0,
+        },
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "text_tokens": text,
+            "audio_tokens": audio,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     }
 
 
@@ -101,125 +176,187 @@ def _finish(done: dict) -> str:
     return "length" if done.get("reason") == "max_new_tokens" else "stop"
 
 
-async def _whole(gw, req: ChatCompletion, cid: str, request: Request) -> JSONResponse:
-    audio: list[np.ndarray] = []
-
-    async def on_event(ev):
-        if ev["type"] == "response.output.delta" and ev["kind"] == "audio":
-            audio.append(P.pcm_from_b64(ev["audio"]))
-
-    turn = asyncio.create_task(run_turn(gw, req.inp, api="openai", on_event=on_event))
-    while not turn.done():  # a client that leaves gives its queue place and worker back
-        await asyncio.wait({turn}, timeout=1.0)
-        if not turn.done() and await request.is_disconnected():
-            turn.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await turn
-            raise OpenAIError(499, "client disconnected", None, "client_disconnected")
-    try:
-        done = turn.result().done
-    except TurnFailed as e:
-        raise _turn_error(e) from None
-    text = done.get("text", "")
-    message: dict = {"role": "assistant", "content": text, "refusal": None}
-    if req.audio_out:
-        samples = np.concatenate(audio) if audio else np.zeros(0, np.float32)
-        data = await asyncio.to_thread(audio_codec.encode, samples, req.audio_format)
-        audio_id, expires = gw.audio.add(text)
-        message["audio"] = {
-            "id": audio_id,
-            "data": base64.b64encode(data).decode("ascii"),
-            "expires_at": expires,
-            "transcript": text,
-        }
-    return JSONResponse(
-        {
-            "id": cid,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": req.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": _finish(done), "logprobs": None}],
-            "usage": _usage(done),
-            "system_fingerprint": OWNER,
-        }
-    )
-
-
 def _sse_line(obj: dict) -> bytes:
     return f"data: {json.dumps(obj)}\n\n".encode()
 
 
-async def _sse(gw, req: ChatCompletion, cid: str):
-    """Chunks: the role first, then text (``delta.content``, and ``delta.audio.transcript`` with
-    audio out) and audio (``delta.audio.data``, pcm16) as the worker makes them, the finish
-    reason, the usage chunk when asked, then ``[DONE]``. Errors mid-stream are an error event."""
-    created, queue = int(time.time()), asyncio.Queue()
-    pending = {"bytes": 0}  # unsent bytes: past the limit the client is a slow reader
-    audio_id, expires = gw.audio.add("") if req.audio_out else (None, None)
+class _Reply:
+    """One request's turn, started at once on a worker (via the queue). Its text passes the stop
+    scanner; at a stop sequence the turn is ended (EndTurn: the worker's session is closed and
+    stops generating). ``stream()`` turns the events into chunks, ``whole()`` into one answer."""
 
-    def chunk(delta: dict, finish=None, usage=None) -> dict:
+    def __init__(self, gw, req: ChatCompletion, cid: str):
+        self.gw, self.req, self.cid = gw, req, cid
+        self.created = int(time.time())
+        self.scanner = StopScanner(req.stops)
+        self.started = asyncio.Event()  # the worker's first event came
+        self.text_pieces = self.audio_samples = 0
+        self.prompt_tokens = 0
+        self.audio: list[np.ndarray] = []  # whole replies' audio
+        self.queue: asyncio.Queue | None = asyncio.Queue() if req.stream else None  # stream chunks
+        self.pending = 0  # unsent stream bytes: past the limit the client is a slow reader
+        self.audio_id = self.expires = None  # a streamed audio reply's id, taken when it starts
+        self.turn = asyncio.create_task(run_turn(gw, req.inp, api="openai", on_event=self._on_event))
+
+    # -- the turn ------------------------------------------------------------------------------
+    async def wait(self, request: Request, until_started: bool) -> None:
+        """Until the turn has started (``until_started``) or ended; a turn that fails before it
+        started is an OpenAIError, a client that leaves gives its queue place and worker back."""
+
+        def ready() -> bool:
+            return self.turn.done() or (until_started and self.started.is_set())
+
+        started = asyncio.create_task(self.started.wait())
+        try:
+            while not ready():
+                await asyncio.wait({self.turn, started} if until_started else {self.turn}, timeout=1.0)
+                if not ready() and await request.is_disconnected():
+                    await self.cancel()
+                    raise OpenAIError(499, "client disconnected", None, "client_disconnected")
+        finally:
+            started.cancel()
+        if self.turn.done() and not (until_started and self.started.is_set()):
+            try:
+                self.turn.result()
+            except TurnFailed as e:
+                raise _turn_error(e, self.gw) from None
+
+    async def cancel(self) -> None:
+        if not self.turn.done():
+            self.turn.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.turn
+
+    async def _on_event(self, ev: dict) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            if self.queue is not None and self.req.audio_out:
+                self.audio_id, self.expires = self.gw.audio.add("")
+        if ev["type"] != "response.output.delta":
+            return
+        prompt = (ev.get("metrics") or {}).get("prompt_tokens")
+        self.prompt_tokens = prompt if prompt is not None else self.prompt_tokens
+        if ev["kind"] == "text":
+            self.text_pieces += 1
+            piece = self.scanner.feed(ev["text"])
+            if piece:
+                await self._text(piece)
+            if self.scanner.hit:
+                raise EndTurn(self._stopped(), "stop_sequence")
+        elif ev["kind"] == "audio" and self.req.audio_out:
+            samples = P.pcm_from_b64(ev["audio"])
+            self.audio_samples += samples.size
+            if self.queue is None:
+                self.audio.append(samples)
+            else:
+                data = base64.b64encode(audio_codec.pcm16(samples)).decode("ascii")
+                await self._put(self._chunk({"audio": {"id": self.audio_id, "data": data}}), len(data))
+
+    def _stopped(self) -> dict:
+        """The response.done of a turn ended at a stop sequence (the worker sends none): its
+        counts are estimates from what arrived, 10 LLM tokens per text piece (the engine writes
+        text 10 tokens at a time) and 25 speech codes per second of audio."""
+        metrics = {
+            "prompt_tokens": self.prompt_tokens,
+            "n_tokens": constants.TEXT_CHUNK * self.text_pieces,
+            "n_tts_tokens": round(self.audio_samples / SAMPLES_PER_CODE),
+        }
+        return {"type": "response.done", "reason": "stop_sequence", "text": self.scanner.text, "metrics": metrics}
+
+    async def _text(self, piece: str) -> None:
+        if self.queue is None:
+            return
+        delta = {"audio": {"id": self.audio_id, "transcript": piece}} if self.req.audio_out else {"content": piece}
+        await self._put(self._chunk(delta), len(piece))
+
+    # -- a whole reply -------------------------------------------------------------------------
+    async def whole(self) -> dict:
+        done = self.turn.result().done  # wait() saw it end
+        self.scanner.flush()
+        text = self.scanner.text
+        message: dict = {"role": "assistant", "content": None if self.req.audio_out else text, "refusal": None}
+        if self.req.audio_out:  # OpenAI's shape: the text is the audio's transcript, content is null
+            samples = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
+            data = await asyncio.to_thread(audio_codec.encode, samples, self.req.audio_format)
+            audio_id, expires = self.gw.audio.add(text)
+            message["audio"] = {
+                "id": audio_id,
+                "data": base64.b64encode(data).decode("ascii"),
+                "expires_at": expires,
+                "transcript": text,
+            }
+        return {
+            "id": self.cid,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.req.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": _finish(done), "logprobs": None}],
+            "usage": _usage(done, self.req),
+            "system_fingerprint": OWNER,
+        }
+
+    # -- a streamed reply ----------------------------------------------------------------------
+    def _chunk(self, delta: dict, finish=None, usage=None) -> dict:
         out = {
-            "id": cid,
+            "id": self.cid,
             "object": "chat.completion.chunk",
-            "created": created,
-            "model": req.model,
+            "created": self.created,
+            "model": self.req.model,
             "system_fingerprint": OWNER,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
-        if req.include_usage:
+        if self.req.include_usage:
             out["usage"] = usage
         return out
 
-    async def put(item: dict, size: int) -> None:
-        pending["bytes"] += size
-        if pending["bytes"] > gw.config.send_buffer_bytes:
-            raise SlowReader(f"slow reader: more than {gw.config.send_buffer_bytes} bytes waiting to be read")
-        await queue.put((item, size))
+    async def _put(self, item: dict, size: int) -> None:
+        self.pending += size
+        if self.pending > self.gw.config.send_buffer_bytes:
+            raise SlowReader(f"slow reader: more than {self.gw.config.send_buffer_bytes} bytes waiting to be read")
+        await self.queue.put((item, size))
 
-    async def on_event(ev):
-        if ev["type"] != "response.output.delta":
-            return
-        if ev["kind"] == "text":
-            delta = {"content": ev["text"]}
-            if req.audio_out:
-                delta["audio"] = {"id": audio_id, "transcript": ev["text"]}
-            await put(chunk(delta), len(ev["text"]))
-        elif ev["kind"] == "audio" and req.audio_out:
-            pcm = audio_codec.pcm16(P.pcm_from_b64(ev["audio"]))
-            data = base64.b64encode(pcm).decode("ascii")
-            await put(chunk({"audio": {"id": audio_id, "data": data}}), len(data))
-
-    async def produce():
+    async def _finish_stream(self) -> None:
+        """After the turn: the held-back text, the finish reason, the usage; or the error."""
         try:
-            out = await run_turn(gw, req.inp, api="openai", on_event=on_event)
-            done = out.done
-            if req.audio_out:
-                gw.audio.add_as(audio_id, done.get("text", ""))
-            last = {"audio": {"id": audio_id, "expires_at": expires}} if req.audio_out else {}
-            await queue.put((chunk(last, _finish(done)), 0))
-            if req.include_usage:
-                tail = chunk({}, None, _usage(done))
+            done = (await self.turn).done
+            rest = self.scanner.flush()
+            if rest:
+                await self._text(rest)
+            last = {}
+            if self.req.audio_out:
+                self.gw.audio.add_as(self.audio_id, self.scanner.text)
+                last = {"audio": {"id": self.audio_id, "expires_at": self.expires}}
+            await self.queue.put((self._chunk(last, _finish(done)), 0))
+            if self.req.include_usage:
+                tail = self._chunk({}, None, _usage(done, self.req))
                 tail["choices"] = []
-                await queue.put((tail, 0))
+                await self.queue.put((tail, 0))
         except TurnFailed as e:
-            await queue.put(({"error": _turn_error(e).body()["error"]}, 0))
+            await self.queue.put(({"error": _turn_error(e, self.gw).body()["error"]}, 0))
         except SlowReader:
             pass  # nobody is reading: the stream just ends
         finally:
-            await queue.put(None)
+            await self.queue.put(None)
 
-    task = asyncio.create_task(produce())
-    try:
-        yield _sse_line(chunk({"role": "assistant", "content": ""}))
-        while True:
-            item = await queue.get()
-            if item is None:
-                break
-            pending["bytes"] -= item[1]
-            yield _sse_line(item[0])
-        yield b"data: [DONE]\n\n"
-    finally:  # the client went away: the turn ends and its worker is given back
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+    async def stream(self):
+        """Chunks: the role first, then text (``delta.content``; with audio out only
+        ``delta.audio.transcript``, as OpenAI sends it) and audio (``delta.audio.data``, pcm16)
+        as the worker makes them, the finish reason, the usage chunk when asked, then
+        ``[DONE]``. Errors after the stream started are an error event."""
+        finisher = asyncio.create_task(self._finish_stream())
+        try:
+            role = {"role": "assistant", "content": None if self.req.audio_out else ""}
+            yield _sse_line(self._chunk(role))
+            while True:
+                item = await self.queue.get()
+                if item is None:
+                    break
+                self.pending -= item[1]
+                yield _sse_line(item[0])
+            yield b"data: [DONE]\n\n"
+        finally:  # the client went away: the turn ends and its worker is given back
+            await self.cancel()
+            if not finisher.done():
+                finisher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await finisher

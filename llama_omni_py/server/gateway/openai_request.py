@@ -15,9 +15,30 @@ from .. import protocol as P
 from . import audio_codec
 
 MAX_AUDIO_SECONDS = 30.0
+MAX_ENCODED_SECONDS = 29.9  # the audio encoder's position table (apm.py, mode "clamp")
 INPUT_RATE = 16000
-VOICES = ("default", "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
-IGNORED = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on one reply
+VOICES = (
+    "default",
+    *("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse", "marin", "cedar"),
+)
+# Fields of OpenAI's chat-completion request (openai/types/chat/completion_create_params.py) that
+# change nothing in one reply from this server: accepted and ignored.
+IGNORED = {
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "safety_identifier",
+    "verbosity",
+    "reasoning_effort",
+    "prediction",
+}
+# Fields that would change the reply: accepted with their no-op values, refused (400) otherwise
+# (_unsupported) when this server cannot do what they ask.
 KNOWN = {
     "model",
     "messages",
@@ -34,21 +55,39 @@ KNOWN = {
     "frequency_penalty",
     "presence_penalty",
     "logprobs",
+    "top_logprobs",
+    "logit_bias",
     "tools",
     "tool_choice",
+    "functions",
+    "function_call",
     "response_format",
+    "moderation",
+    "web_search_options",
     "stop",
 } | IGNORED
+MAX_STOPS = 4
 _DATA_URL = re.compile(r"data:(image/[A-Za-z0-9.+-]+)?(;[A-Za-z0-9=.+-]+)*;base64,(.*)", re.S)
 
 
 class OpenAIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, type_=None):
+    """An OpenAI error object with its HTTP status; ``retry_after`` (seconds) goes out as the
+    ``Retry-After`` header of a refusal (429, 503) that a client should retry."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        type_=None,
+        retry_after: int | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = type_ or {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}.get(
-            status, "server_error"
-        )
+        self.retry_after = retry_after
+        client = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error"}
+        self.type = type_ or {**client, 429: "rate_limit_error"}.get(status, "server_error")
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -67,6 +106,8 @@ class ChatCompletion:
     audio_out: bool
     voice: str | None
     audio_format: str | None
+    stops: tuple[str, ...] = ()  # the reply is cut before the first of these
+    audio_tokens: int = 0  # LLM rows of this turn's input audio (usage.prompt_tokens_details)
 
 
 def _number(body: dict, key: str, lo: float, hi: float, lo_open: bool = False):
@@ -91,6 +132,7 @@ def parse(body, model_name: str, audio_transcript, formats: tuple[str, ...]) -> 
     """``audio_transcript(id)``: the transcript of an earlier reply's audio, or None."""
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object", None, "invalid_request")
+    body = {k: v for k, v in body.items() if v is not None}  # SDKs send null for "not given"
     unknown = sorted(set(body) - KNOWN)
     if unknown:
         raise bad(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0], "unknown_parameter")
@@ -130,7 +172,9 @@ def parse(body, model_name: str, audio_transcript, formats: tuple[str, ...]) -> 
     options = body.get("stream_options")
     if options is not None and (not stream or not isinstance(options, dict)):
         raise bad("'stream_options' is only allowed with stream: true, as an object", "stream_options")
-    include_usage = bool((options or {}).get("include_usage", False))
+    include_usage = (options or {}).get("include_usage")  # include_obfuscation: ignored
+    if include_usage is not None and not isinstance(include_usage, bool):
+        raise bad("'stream_options.include_usage' must be a boolean", "stream_options.include_usage")
     generation: dict = {}
     tokens = [_int(body, k, 1, 1 << 20) for k in ("max_completion_tokens", "max_tokens")]
     if tokens[0] is not None or tokens[1] is not None:
@@ -142,32 +186,64 @@ def parse(body, model_name: str, audio_transcript, formats: tuple[str, ...]) -> 
     seed = _int(body, "seed", -(2**63), 2**63 - 1)
     if seed is not None:
         generation["seed"] = seed % 2**32  # the engine's seeds are 32-bit
-    messages = _messages(body.get("messages"), audio_transcript)
+    stops = _stops(body.get("stop"))
+    messages, audio_tokens = _messages(body.get("messages"), audio_transcript)
     inp = {"messages": messages, "streaming": True, "tts": {"enabled": audio_out}, "generation": generation}
-    return ChatCompletion(model, inp, stream, include_usage, audio_out, voice, fmt)
+    return ChatCompletion(model, inp, stream, bool(include_usage), audio_out, voice, fmt, stops, audio_tokens)
+
+
+def _stops(stop) -> tuple[str, ...]:
+    if stop is None or stop == "":
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise bad("'stop' must be a string or an array of non-empty strings", "stop")
+    if len(stops) > MAX_STOPS:
+        raise bad(f"'stop' takes at most {MAX_STOPS} sequences, got {len(stops)}", "stop")
+    return tuple(dict.fromkeys(stops))
 
 
 def _unsupported(body: dict) -> None:
-    if body.get("n", 1) != 1:
+    """Refuses what would change the reply and is not implemented; their no-op values pass."""
+
+    def refuse(key: str, message: str) -> None:
+        raise bad(message, key, "unsupported_parameter")
+
+    n = body.get("n", 1)
+    if n != 1 or isinstance(n, bool):
         raise bad("only n = 1 is supported", "n")
     for key in ("frequency_penalty", "presence_penalty"):
         if body.get(key, 0) not in (0, 0.0):
-            raise bad(f"'{key}' is not supported (only 0)", key, "unsupported_parameter")
-    if body.get("logprobs"):
-        raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
-    if body.get("tools") or body.get("tool_choice") not in (None, "none"):
-        raise bad("tools are not supported by this model server", "tools", "unsupported_parameter")
+            refuse(key, f"'{key}' is not supported (only 0)")
+    if body.get("logprobs", False) is not False:
+        refuse("logprobs", "logprobs are not supported")
+    if body.get("top_logprobs", 0) != 0:
+        refuse("top_logprobs", "top_logprobs are not supported (logprobs are not)")
+    if body.get("logit_bias", {}) != {}:
+        refuse("logit_bias", "logit_bias is not supported (only {})")
+    tools = body.get("tools", [])
+    if tools != []:
+        refuse("tools", "tools are not supported by this model server")
+    if body.get("tool_choice", "none") not in ("none", "auto"):
+        refuse("tool_choice", 'tool_choice must be "none" (or "auto" with no tools): tools are not supported')
+    if body.get("functions", []) != []:
+        refuse("functions", "functions are not supported by this model server")
+    if body.get("function_call", "none") not in ("none", "auto"):
+        refuse("function_call", 'function_call must be "none": functions are not supported')
     fmt = body.get("response_format")
     if fmt is not None and fmt != {"type": "text"}:
-        raise bad('only response_format {"type": "text"} is supported', "response_format", "unsupported_parameter")
-    if body.get("stop") not in (None, [], ""):
-        raise bad("'stop' sequences are not supported", "stop", "unsupported_parameter")
+        refuse("response_format", 'only response_format {"type": "text"} is supported')
+    for key, what in (("moderation", "moderation"), ("web_search_options", "web search")):
+        if key in body:
+            refuse(key, f"{what} is not supported by this model server")
 
 
-def _messages(messages, audio_transcript) -> list:
+def _messages(messages, audio_transcript) -> tuple[list, int]:
+    """The backend's messages and the LLM rows of the last user message's audio (the turn's
+    input: earlier messages count only with their text)."""
     if not isinstance(messages, list) or not messages:
         raise bad("'messages' must be a non-empty array", "messages", "missing_required_parameter")
-    out = []
+    out, audio_rows = [], 0
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -176,7 +252,8 @@ def _messages(messages, audio_transcript) -> list:
         if role in ("system", "developer"):
             out.append({"role": "system", "content": _text_only(m.get("content"), where)})
         elif role == "user":
-            out.append({"role": "user", "content": _user_content(m.get("content"), where)})
+            content, audio_rows = _user_content(m.get("content"), where)
+            out.append({"role": "user", "content": content})
         elif role == "assistant":
             text = _text_only(m.get("content"), where) if m.get("content") is not None else ""
             audio = m.get("audio")
@@ -190,7 +267,7 @@ def _messages(messages, audio_transcript) -> list:
             raise bad(f"{where}.role must be system, developer, user or assistant, got {role!r}", f"{where}.role")
     if out[-1]["role"] != "user":
         raise bad("the last message must be the user's", f"messages[{len(out) - 1}].role")
-    return out
+    return out, audio_rows
 
 
 def _text_only(content, where: str) -> str:
@@ -209,12 +286,21 @@ def _b64(value, param: str) -> bytes:
         raise bad(str(e), param) from None
 
 
-def _user_content(content, where: str) -> list:
+def audio_rows(samples: int) -> int:
+    """The LLM embedding rows the audio encoder makes of ``samples`` at 16 kHz: 10 per second
+    (a 10 ms mel frame per 160 samples, halved by the encoder's stride, 5 frames pooled to a
+    row); at most 29.9 s are encoded."""
+    frames = min(samples, int(MAX_ENCODED_SECONDS * INPUT_RATE)) // 160
+    return (frames + 1) // 2 // 5
+
+
+def _user_content(content, where: str) -> tuple[list, int]:
+    """The backend's items and the LLM rows of their audio."""
     if isinstance(content, str):
-        return [{"type": "text", "text": content}]
+        return [{"type": "text", "text": content}], 0
     if not isinstance(content, list) or not content:
         raise bad(f"{where}.content must be a string or a non-empty array of parts", f"{where}.content")
-    items, audio_s = [], 0.0
+    items, audio_s, rows = [], 0.0, 0
     for j, part in enumerate(content):
         at = f"{where}.content[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
@@ -239,6 +325,7 @@ def _user_content(content, where: str) -> list:
             if x.size < INPUT_RATE // 10:
                 raise bad(f"{at}.input_audio is shorter than 0.1 s", f"{at}.input_audio")
             items.append({"type": "audio", "data": P.pcm_b64(x)})
+            rows += audio_rows(x.size)
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
             url = part["image_url"].get("url")
             m = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
@@ -256,4 +343,4 @@ def _user_content(content, where: str) -> list:
             items.append({"type": "image", "data": base64.b64encode(jpeg).decode("ascii")})
         else:
             raise bad(f"{at} must be a text, input_audio or image_url part", f"{at}.type")
-    return items
+    return items, rows

@@ -23,6 +23,16 @@ CLIENT_REASONS = frozenset(
 )
 
 
+class EndTurn(Exception):
+    """Raised by an ``on_event`` handler to end the turn early (an OpenAI stop sequence): the
+    worker's session is closed with ``reason``, which stops its generation, and ``run_turn``
+    returns ``done`` (the caller's stand-in for the response.done that never comes)."""
+
+    def __init__(self, done: dict, reason: str = "client_closed"):
+        super().__init__(reason)
+        self.done, self.reason = done, reason
+
+
 class TurnFailed(Exception):
     """Why a turn did not complete; ``status`` is the matching HTTP status."""
 
@@ -41,7 +51,7 @@ class TurnOutcome:
 
 async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None, on_event=None) -> TurnOutcome:
     """Runs ``inp`` (a backend-protocol turn_based input) on a worker. ``notify`` gets queue
-    messages, ``on_event`` every delta and response.done. Raises TurnFailed."""
+    messages, ``on_event`` every delta and response.done (it may raise EndTurn). Raises TurnFailed."""
     metrics = gateway.metrics
     first_estimate = 0.0
 
@@ -128,7 +138,11 @@ async def _on_worker(lease, inp: dict, on_event) -> dict:
             await backend.open({})
             async for ev in backend.turn(inp):
                 if on_event is not None:
-                    await on_event(ev)
+                    try:
+                        await on_event(ev)
+                    except EndTurn as e:
+                        reason = e.reason
+                        return e.done
                 if ev["type"] == "response.done":
                     reason = "client_closed"
                     return ev
