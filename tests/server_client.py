@@ -172,6 +172,9 @@ def running_gateway(model_dir, workers: int = 2, worker_overrides=None, **overri
         yield g
 
 
+SPEAK = {"enabled": True}  # the demo chat API speaks only when asked
+
+
 def chat_request(text: str = "hello there", **extra) -> dict:
     return {"messages": [{"role": "user", "content": text}], "streaming": True, **extra}
 

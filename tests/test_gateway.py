@@ -10,13 +10,11 @@ import socket
 import time
 
 import pytest
-from server_client import SESSION, TIMEOUT, chat_request, http, running_gateway, slow_llm, wait_until, ws_chat
+from server_client import SESSION, SPEAK, TIMEOUT, chat_request, http, running_gateway, slow_llm, wait_until, ws_chat
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from llama_omni_py.config import SessionConfig
-
-SPEAK = {"enabled": True}  # the demo chat API speaks only when asked
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,14 @@ gateway; two sessions stream at the same time, each on its own worker (actor pro
 import asyncio
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
 import ray
-from server_client import chat_request, http, wait_until
+from server_client import SPEAK, chat_request, http, wait_until
 from websockets.asyncio.client import connect
 
 from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
@@ -36,7 +39,7 @@ def ray_cluster(tmp_path_factory):
 
 async def timed_turn(url: str, text: str) -> dict:
     async with connect(url.replace("http", "ws") + "/ws/chat", max_size=None) as ws:
-        await ws.send(json.dumps(chat_request(text)))
+        await ws.send(json.dumps(chat_request(text, tts=SPEAK)))
         first = None
         async for raw in ws:
             msg = json.loads(raw)
@@ -76,3 +79,35 @@ def test_actor_resources_per_accelerator():
 
     with pytest.raises(ConfigError, match="ray_accelerator"):
         RayWorkers(1, WorkerOptions(), accelerator="tpu")
+
+
+def test_ray_workers_end_with_their_gateway(tiny_dir, ray_cluster, tmp_path):
+    """SIGKILL a gateway that drives Ray worker actors: the actors are the gateway's (not
+    detached), so Ray ends them with it and their ports close within seconds."""
+    gcs = ray.get_runtime_context().gcs_address
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "llama_omni_py", "serve", "--port", str(port), "--ray", gcs]
+    cmd += ["--ray-accelerator", "cpu", "--workers", "1", "--model-dir", str(tiny_dir), "--threads", "1"]
+    cmd += ["--t2w-threads", "1"]
+    gateway = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _status(url + "/health") == 200, 240, 0.5)
+        (worker,) = http(url + "/workers")[1]["workers"]
+        worker_url = f"http://{worker['host']}:{worker['port']}/health"
+        assert _status(worker_url) == 200
+        gateway.kill()
+        gateway.wait(10)
+        wait_until(lambda: _status(worker_url) is None, 60, 0.5)
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+
+
+def _status(url: str) -> int | None:
+    try:
+        return http(url)[0]
+    except OSError:
+        return None
