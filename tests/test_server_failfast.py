@@ -97,6 +97,12 @@ CASES = {
     "audio_too_short": ([push([user({"type": "audio", "data": b64(tone(0.05))})])], "invalid_audio", True),
     "audio_nan": ([push([user({"type": "audio", "data": b64(np.full(160, np.nan))})])], "invalid_audio", True),
     "audio_too_long": ([push([user({"type": "audio", "data": b64(tone(2.5))})])], "audio_too_long", True),
+    # refused by its length before it is decoded (it is not even base64)
+    "audio_too_long_undecoded": (
+        [push([user({"type": "audio", "data": "A" * 200_000 + "!"})])],
+        "audio_too_long",
+        True,
+    ),
     "image_not_jpeg": (
         [push([user({"type": "image", "data": base64.b64encode(b"GIF89a....").decode()})])],
         "invalid_media",

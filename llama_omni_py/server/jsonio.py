@@ -1,12 +1,14 @@
 """JSON from clients, read one way everywhere: every HTTP body and WebSocket message of the gateway
 and the workers goes through :func:`loads`, which turns whatever a client can send -- bytes that
 are not UTF-8, text that is not JSON, nesting deep enough to exhaust the parser's recursion, a
-top level of the wrong type -- into one :class:`BadJson` (a ValueError) that each interface maps
-to its own error shape. Nothing a client sends reaches a handler as an uncaught exception."""
+top level of the wrong type, NaN, Infinity or a number beyond a double -- into one
+:class:`BadJson` (a ValueError) that each interface maps to its own error shape. Nothing a client
+sends reaches a handler as an uncaught exception."""
 
 from __future__ import annotations
 
 import json
+import math
 
 MAX_DEPTH = 64  # deeper than any message of our protocols nests
 
@@ -28,6 +30,17 @@ def _depth(obj) -> int:
     return deepest
 
 
+def _constant(name: str):
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"{text} is out of range for a number")
+    return x
+
+
 def loads(data, what: str = "the request", expect: type | None = dict, max_depth: int = MAX_DEPTH):
     """Parsed JSON of ``data`` (str or bytes), at most ``max_depth`` levels deep and, with
     ``expect``, of that top-level type; BadJson otherwise."""
@@ -39,7 +52,7 @@ def loads(data, what: str = "the request", expect: type | None = dict, max_depth
     if not isinstance(data, str) or not data.strip():
         raise BadJson(f"{what} is empty; send a JSON object")
     try:
-        obj = json.loads(data)
+        obj = json.loads(data, parse_constant=_constant, parse_float=_finite)
     except RecursionError:
         raise BadJson(f"{what} nests deeper than {max_depth} levels") from None
     except ValueError as e:

@@ -97,6 +97,11 @@ def _b64(value, what: str, code: str) -> bytes:
 
 def float_pcm(value, what: str, code: str, max_seconds: float | None = None, rate: int = INPUT_RATE) -> np.ndarray:
     """Base64 raw float32 little-endian mono PCM -> samples (no WAV, no integer PCM)."""
+    if max_seconds is not None and isinstance(value, str):
+        # refused by its length alone, before megabytes are decoded and checked
+        samples = (len(value) * 3 // 4 - value[-2:].count("=")) // 4
+        if samples > max_seconds * rate:
+            raise ProtocolError(f"{what} is {samples / rate:.1f} s; the limit is {max_seconds:g} s", "audio_too_long")
     data = _b64(value, what, code)
     if data[:4] in (b"RIFF", b"fLaC", b"OggS"):
         raise ProtocolError(f"{what} must be raw float32 PCM, not a container file", code)

@@ -145,7 +145,12 @@ def parse(body, model_name: str, audio_transcript, formats: tuple[str, ...]) -> 
         )
     _unsupported(body)
     modalities = body.get("modalities") or ["text"]
-    if not isinstance(modalities, list) or not set(modalities) <= {"text", "audio"} or "text" not in modalities:
+    if (
+        not isinstance(modalities, list)
+        or not all(isinstance(m, str) for m in modalities)
+        or not set(modalities) <= {"text", "audio"}
+        or "text" not in modalities
+    ):
         raise bad('\'modalities\' must be ["text"] or ["text", "audio"]', "modalities")
     audio_out = "audio" in modalities
     voice = fmt = None
@@ -257,7 +262,9 @@ def _messages(messages, audio_transcript) -> tuple[list, int]:
         elif role == "assistant":
             text = _text_only(m.get("content"), where) if m.get("content") is not None else ""
             audio = m.get("audio")
-            if isinstance(audio, dict) and audio.get("id"):
+            if audio is not None and not (isinstance(audio, dict) and isinstance(audio.get("id"), str)):
+                raise bad(f"{where}.audio must be {{id}}, the id (a string) of an earlier reply", f"{where}.audio")
+            if audio is not None:
                 said = audio_transcript(audio["id"])
                 if said is None:
                     raise bad(f"{where}.audio.id {audio['id']!r} is unknown or expired", f"{where}.audio.id")
