@@ -7,6 +7,11 @@ windows do not attend to each other and each window's log-mel is normalised on i
 context across a window boundary is lost -- fine for dictation-like input, weaker for a
 question whose meaning spans the boundary.
 
+``padding`` is the front end's rule: ``"100ms"`` (default) zero-pads the samples to a whole
+number of 100 ms before the log-mel, as llama.cpp-omni does, so its embeddings are what
+llama.cpp-omni computes; ``"none"`` encodes them as they are, as the PyTorch reference does
+(docs/fidelity.md). The two differ in the last rows of a clip whose length is off the 100 ms grid.
+
 Live input uses llama.cpp-omni's streaming mode instead: ``encode_chunk`` takes ~1 s pieces,
 each attending over everything fed since ``reset_stream``; past the 30 s position table the
 history restarts (counted in ``stream_resets``) rather than overflowing.
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks
+from . import checks, fidelity
 from ._native import core
 from .backend import resolve_device
 from .constants import INPUT_SAMPLE_RATE
@@ -30,14 +35,21 @@ WINDOW_SECONDS = 30.0
 
 class AudioEncoder:
     def __init__(
-        self, model_dir: str | Path, device: str = "cpu", threads: int = 1, mode: str = "clamp", exact: bool = False
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        threads: int = 1,
+        mode: str = "clamp",
+        exact: bool = False,
+        padding: str = "100ms",
     ):
         checks.choice("mode", mode, ("clamp", "window"))
+        checks.choice("padding", padding, fidelity.AUDIO_PADDINGS)
         threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.APM_FILE
-        self.mode = mode
+        self.mode, self.padding = mode, padding
         self.apm = core.Apm(str(path), resolve_device(device), threads, exact)
 
     def encode(self, audio) -> np.ndarray:
@@ -57,7 +69,7 @@ class AudioEncoder:
     def encode_chunk(self, samples) -> np.ndarray:
         """The next piece (16 kHz samples, 0.1-30 s; 1 s is the model's rhythm) of a live stream."""
         x = load_audio(samples, max_seconds=WINDOW_SECONDS)
-        return self.apm.encode_mel_streaming(self.apm.log_mel(x))
+        return self.apm.encode_mel_streaming(self.apm.log_mel(fidelity.pad_audio(x, self.padding)))
 
     def reset_stream(self) -> None:
         self.apm.reset_stream()
@@ -67,4 +79,4 @@ class AudioEncoder:
         return self.apm.stream_resets
 
     def _encode(self, samples: np.ndarray) -> np.ndarray:
-        return self.apm.encode_mel(self.apm.log_mel(samples))
+        return self.apm.encode_mel(self.apm.log_mel(fidelity.pad_audio(samples, self.padding)))

@@ -50,10 +50,12 @@ class StageBundle:
                 f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, the LLM has {self.llm.n_embd}"
             )
         report(self.STEPS[1])
-        self.placement = self._plan(c.token2wav)
-        self.inputs = InputEncoder(model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames)
+        self.placement = self._plan(c.token2wav_config)
+        self.inputs = InputEncoder(
+            model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames, c.audio_front_end
+        )
         report(self.STEPS[2])
-        self.token2wav = self._token2wav(c.token2wav)
+        self.token2wav = self._token2wav(c.token2wav_config)
         self._other_token2wav: dict[str, Token2Wav] = {}
 
     # -- placement ---------------------------------------------------------------------------
@@ -97,12 +99,12 @@ class StageBundle:
 
     def token2wav_for(self, cache_policy: str) -> Token2Wav:
         """The bundle's Token2Wav, or (made once and kept) one like it with another cache policy."""
-        if self.config.token2wav.cache_policy == cache_policy:
+        if self.config.token2wav_config.cache_policy == cache_policy:
             return self.token2wav
         t2w = self._other_token2wav.get(cache_policy)
         if t2w is None:
             t2w = self._other_token2wav[cache_policy] = self._token2wav(
-                replace(self.config.token2wav, cache_policy=cache_policy)
+                replace(self.config.token2wav_config, cache_policy=cache_policy)
             )
         return t2w
 
@@ -110,9 +112,10 @@ class StageBundle:
         """A new Token2Wav stage (vocoder threads, CPUs, steps) and its placement; the old one is
         kept when building the new one fails."""
         old_plan, old_t2w = self.placement, self.token2wav
-        self.placement = self._plan(config)
+        resolved = replace(self.config, token2wav=config).token2wav_config  # the session's fidelity
+        self.placement = self._plan(resolved)
         try:
-            self.token2wav = self._token2wav(config)
+            self.token2wav = self._token2wav(resolved)
         except BaseException:
             self.placement = old_plan
             raise

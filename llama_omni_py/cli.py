@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import InvalidArgumentError, OmniError
+from .fidelity import FIDELITIES
 
 AUDIO_FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}  # what SpeakResult.save writes
 
@@ -213,7 +214,7 @@ def cmd_speak(args) -> int:
         src = getattr(args, name)
         if src is not None and not Path(src).is_file():
             raise InvalidArgumentError(f"--{name} {src!r}: no such file")
-    options = {"threads": args.threads, "seed": args.seed}
+    options = {"threads": args.threads, "seed": args.seed, "fidelity": args.fidelity}
     if args.max_new_tokens:
         options["max_new_tokens"] = args.max_new_tokens
     cfg = demo_config(**options) if args.model_dir is None else SessionConfig(**options)
@@ -355,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0, help="-1: random")
     sp.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
     sp.add_argument("--max-new-tokens", type=int, default=0, help="LLM tokens (0: 256, 60 with the demo set)")
+    sp.add_argument(
+        "--fidelity",
+        choices=FIDELITIES,
+        default="llama.cpp-omni",
+        help="whose rules where llama.cpp-omni and the PyTorch reference differ (docs/fidelity.md)",
+    )
     sp.set_defaults(func=cmd_speak)
 
     sv = sub.add_parser(

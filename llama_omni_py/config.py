@@ -2,8 +2,9 @@
 error is a :class:`ConfigError` naming the field), and the one reader of environment overrides.
 
     SessionConfig
+      fidelity                  llama.cpp-omni's rules or the reference's where they differ (fidelity.py)
       llm: LlmSampling          the reply's text sampling
-      tts: TtsSampling          speech-code sampling
+      tts: TtsSampling          speech-code sampling (None: the fidelity's)
       token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
       placement and queues      pin, numa_node, tts_queue, audio_queue
       limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed
@@ -19,12 +20,13 @@ scripts/bench-pinned.sh for the benchmark manifest).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
+from .fidelity import AUDIO_PADDINGS, DEFAULTS, FIDELITIES
 
 ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
 ENV_T2W_THREADS = "OMNI_T2W_THREADS"
@@ -184,6 +186,12 @@ class TtsSampling:
     def llama_cpp_omni_duplex(cls) -> TtsSampling:
         return cls(window=16, top_k=25, top_p=0.85)
 
+    @classmethod
+    def reference(cls) -> TtsSampling:
+        """The PyTorch reference's streaming TTS rule: the penalty counts each code's occurrences
+        in the last 16, then top-k 25 and nucleus 0.85 (at least 3 codes kept)."""
+        return cls(window=16, top_k=25, top_p=0.85, count_penalty=True)
+
     def to_native(self, seed: int):
         """The core's TtsSamplerOptions: these fields and the request's seed."""
         return _native_options("TtsSamplerOptions", self, seed=seed)
@@ -199,7 +207,9 @@ class Token2WavConfig:
     cpus: tuple[int, ...] | None = None
     temperature: float = 1.0  # scale of the initial CFM noise
     seed: int = 42  # noise generator seed (llama.cpp-omni: 42)
-    cache_policy: str = "llama.cpp-omni"  # or "reference" (docs/token2wav-streaming.md)
+    # "llama.cpp-omni" or "reference" (docs/token2wav-streaming.md); None: the session's fidelity
+    # (llama.cpp-omni's for a Token2Wav on its own)
+    cache_policy: str | None = None
     # Token2Mel's CPU compute: "native" (our CPU engine), "graph" (ggml graphs), "auto" (native
     # on the CPU, graphs on an accelerator). docs/performance.md.
     engine: str = "auto"
@@ -213,7 +223,8 @@ class Token2WavConfig:
         checks.int_in("steps", self.steps, 1, 100)
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
         checks.int_in("seed", self.seed, 0, checks.SEED_MAX)
-        checks.choice("cache_policy", self.cache_policy, CACHE_POLICIES)
+        if self.cache_policy is not None:
+            checks.choice("cache_policy", self.cache_policy, CACHE_POLICIES)
         checks.choice("engine", self.engine, ENGINES)
         if not isinstance(self.bf16, bool):
             raise ConfigError("bf16", f"must be True or False, got {self.bf16!r}")
@@ -265,7 +276,12 @@ class Token2WavConfig:
         """The core's Token2WavOptions for a stream on ``device``: the resolved thread count and
         CPUs; ``overlap`` is the pipeline's business and stays here."""
         return _native_options(
-            "Token2WavOptions", self, device=device, threads=self.resolved_threads, cpus=list(self.cpus or [])
+            "Token2WavOptions",
+            self,
+            device=device,
+            threads=self.resolved_threads,
+            cpus=list(self.cpus or []),
+            cache_policy=self.cache_policy or DEFAULTS["llama.cpp-omni"].cache_policy,
         )
 
 
@@ -282,14 +298,18 @@ class SessionConfig:
     tts_ctx: int = 4096  # TTS KV positions; longer replies slide (oldest chunks dropped)
     tts_handoff: str = "window"  # 25 codes at a time to Token2Wav; "text_chunk": a text chunk's codes at once
     seed: int = 0  # default per-request seed; -1: random
+    # whose rules where llama.cpp-omni and the reference differ; the fields below that are None
+    # follow it (fidelity.py, docs/fidelity.md)
+    fidelity: str = "llama.cpp-omni"
     llm: LlmSampling = field(default_factory=LlmSampling)
-    tts: TtsSampling = field(default_factory=TtsSampling)
+    tts: TtsSampling | None = None
     token2wav: Token2WavConfig = field(default_factory=Token2WavConfig)
     tts_queue: int | None = None  # LLM -> TTS queue; None: OMNI_TTS_QUEUE, else 16
     audio_queue: int = DEFAULT_QUEUE  # TTS -> Token2Wav -> caller queues
     pin: bool | None = None  # None: pin when the NUMA node has >= 4 usable CPUs; True: always
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
+    audio_padding: str | None = None  # "100ms" (llama.cpp-omni) or "none" (reference)
     stack_frames: int = 1  # video frames per video; more than 1 logs a warning
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
@@ -308,7 +328,12 @@ class SessionConfig:
         checks.choice("tts_handoff", self.tts_handoff, HANDOFFS)
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
+        checks.choice("fidelity", self.fidelity, FIDELITIES)
+        if self.audio_padding is not None:
+            checks.choice("audio_padding", self.audio_padding, AUDIO_PADDINGS)
         for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
+            if name == "tts" and self.tts is None:
+                continue
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, f"must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
         if self.tts_queue is None:
@@ -328,6 +353,25 @@ class SessionConfig:
             raise ConfigError("prompt_cache", f"must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.exact, bool):
             raise ConfigError("exact", f"must be True or False, got {self.exact!r}")
+
+    @property
+    def tts_sampling(self) -> TtsSampling:
+        """The TTS rule in force: the field, else the fidelity's."""
+        if self.tts is not None:
+            return self.tts
+        return TtsSampling.reference() if DEFAULTS[self.fidelity].reference_tts else TtsSampling()
+
+    @property
+    def token2wav_config(self) -> Token2WavConfig:
+        """``token2wav`` with its cache policy resolved (the field, else the fidelity's)."""
+        if self.token2wav.cache_policy is not None:
+            return self.token2wav
+        return replace(self.token2wav, cache_policy=DEFAULTS[self.fidelity].cache_policy)
+
+    @property
+    def audio_front_end(self) -> str:
+        """The audio padding rule in force: the field, else the fidelity's."""
+        return self.audio_padding or DEFAULTS[self.fidelity].audio_padding
 
     @property
     def llm_threads(self) -> int:

@@ -12,7 +12,8 @@ from llama_omni_py.config import LlmSampling, Token2WavConfig, TtsSampling
 PAIRS = [
     (LlmSampling, core.SamplingOptions, set()),
     (TtsSampling, core.TtsSamplerOptions, set()),
-    (Token2WavConfig, core.Token2WavOptions, {"threads", "cpus"}),
+    # cache_policy None is "the session's fidelity"; on its own it resolves to the core's default
+    (Token2WavConfig, core.Token2WavOptions, {"threads", "cpus", "cache_policy"}),
 ]
 
 
@@ -23,6 +24,12 @@ def test_one_set_of_defaults(config, native, resolved):
     assert len(shared) >= 5
     for name in shared:
         assert getattr(theirs, name) == pytest.approx(getattr(ours, name)), name
+
+
+def test_an_unset_cache_policy_is_the_core_default():
+    assert Token2WavConfig().cache_policy is None
+    assert Token2WavConfig().to_native("cpu").cache_policy == core.Token2WavOptions().cache_policy
+    assert Token2WavConfig(cache_policy="reference").to_native("cpu").cache_policy == "reference"
 
 
 def test_to_native_carries_every_field():

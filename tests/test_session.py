@@ -31,7 +31,7 @@ def _sequential(session, text, seed):
 def _reply(session, text, seed):
     c = session.config
     prompt = build_prompt(session.llm.model, Request(text, seed=seed), session.inputs.encode(Request(text)))
-    return stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts, c.tts_handoff)
+    return stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts_sampling, c.tts_handoff)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,9 @@ class WorkerOptions:
     max_message_mb: float = _opt(32.0, "largest WebSocket message", float)
     max_audio_seconds: float = _opt(30.0, "input audio per turn", float)
     idle_timeout: float = _opt(300.0, "seconds without a message before a session closes", float)
+    fidelity: str = _opt(
+        "llama.cpp-omni", "llama.cpp-omni or reference: whose rules where they differ (docs/fidelity.md)", str
+    )
     compat: bool = _opt(False, "/backend also accepts the older message aliases and shapes (docs/server-protocol.md)")
 
     @staticmethod
@@ -60,7 +63,11 @@ class WorkerOptions:
         from ..config import SessionConfig, Token2WavConfig
         from ..demo import demo_config
 
-        options: dict = {"threads": self.threads, "token2wav": Token2WavConfig(threads=self.t2w_threads)}
+        options: dict = {
+            "threads": self.threads,
+            "token2wav": Token2WavConfig(threads=self.t2w_threads),
+            "fidelity": self.fidelity,
+        }
         if self.max_new_tokens:
             options["max_new_tokens"] = self.max_new_tokens
         if self.max_audio_per_chunk:

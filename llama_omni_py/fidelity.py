@@ -1,0 +1,51 @@
+"""Whose rules the engine follows where llama.cpp-omni and the PyTorch reference of MiniCPM-o
+differ (docs/fidelity.md lists every rule with its source).
+
+``SessionConfig(fidelity="llama.cpp-omni")`` (the default) gives what llama.cpp-omni computes for
+the same files, so that users moving from it get the same embeddings, tokens and audio;
+``fidelity="reference"`` gives what the PyTorch reference computes. Each rule also has its own
+field (``None``: the fidelity's choice), which wins over the switch:
+
+    rule             field                            llama.cpp-omni      reference
+    Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
+    audio front end  SessionConfig.audio_padding      "100ms"             "none"
+    TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FIDELITIES = ("llama.cpp-omni", "reference")
+AUDIO_PADDINGS = ("100ms", "none")
+AUDIO_GRID = 1600  # samples: 100 ms at 16 kHz, llama.cpp-omni's padding unit
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The rules of one fidelity (the per-module fields override them)."""
+
+    cache_policy: str
+    audio_padding: str
+    reference_tts: bool  # TtsSampling.reference() instead of TtsSampling()
+
+
+DEFAULTS = {
+    "llama.cpp-omni": Defaults(cache_policy="llama.cpp-omni", audio_padding="100ms", reference_tts=False),
+    "reference": Defaults(cache_policy="reference", audio_padding="none", reference_tts=True),
+}
+
+
+def pad_audio(samples: np.ndarray, padding: str) -> np.ndarray:
+    """16 kHz samples as the audio front end sees them: with ``"100ms"`` zero-padded at the end
+    to a whole number of 100 ms (at least one), as llama.cpp-omni does before its log-mel;
+    unchanged with ``"none"`` (the reference)."""
+    if padding == "none":
+        return samples
+    n = samples.size
+    target = max(AUDIO_GRID, -(-n // AUDIO_GRID) * AUDIO_GRID)
+    if target == n:
+        return samples
+    return np.concatenate([samples, np.zeros(target - n, samples.dtype)])
