@@ -7,10 +7,11 @@ windows do not attend to each other and each window's log-mel is normalised on i
 context across a window boundary is lost -- fine for dictation-like input, weaker for a
 question whose meaning spans the boundary.
 
-``padding`` is the front end's rule: ``"100ms"`` (default) zero-pads the samples to a whole
-number of 100 ms before the log-mel, as llama.cpp-omni does, so its embeddings are what
-llama.cpp-omni computes; ``"none"`` encodes them as they are, as the PyTorch reference does
-(docs/fidelity.md). The two differ in the last rows of a clip whose length is off the 100 ms grid.
+``front_end`` is whose rule the log-mel follows (docs/fidelity.md): ``"llama.cpp-omni"``
+(default) zero-pads the samples to a whole number of 100 ms and lets the last frame's window run
+into zeros, so the embeddings are what llama.cpp-omni computes; ``"reference"`` takes the samples
+as they are and reflects them past the end, as torch.stft does in the PyTorch reference. They
+differ in the last rows of a clip.
 
 Live input uses llama.cpp-omni's streaming mode instead: ``encode_chunk`` takes ~1 s pieces,
 each attending over everything fed since ``reset_stream``; past the 30 s position table the
@@ -41,15 +42,15 @@ class AudioEncoder:
         threads: int = 1,
         mode: str = "clamp",
         exact: bool = False,
-        padding: str = "100ms",
+        front_end: str = "llama.cpp-omni",
     ):
         checks.choice("mode", mode, ("clamp", "window"))
-        checks.choice("padding", padding, fidelity.AUDIO_PADDINGS)
+        checks.choice("front_end", front_end, fidelity.FIDELITIES)
         threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.APM_FILE
-        self.mode, self.padding = mode, padding
+        self.mode, self.front_end = mode, front_end
         self.apm = core.Apm(str(path), resolve_device(device), threads, exact)
 
     def encode(self, audio) -> np.ndarray:
@@ -69,7 +70,7 @@ class AudioEncoder:
     def encode_chunk(self, samples) -> np.ndarray:
         """The next piece (16 kHz samples, 0.1-30 s; 1 s is the model's rhythm) of a live stream."""
         x = load_audio(samples, max_seconds=WINDOW_SECONDS)
-        return self.apm.encode_mel_streaming(self.apm.log_mel(fidelity.pad_audio(x, self.padding)))
+        return self.apm.encode_mel_streaming(self._log_mel(x))
 
     def reset_stream(self) -> None:
         self.apm.reset_stream()
@@ -79,4 +80,8 @@ class AudioEncoder:
         return self.apm.stream_resets
 
     def _encode(self, samples: np.ndarray) -> np.ndarray:
-        return self.apm.encode_mel(self.apm.log_mel(fidelity.pad_audio(samples, self.padding)))
+        return self.apm.encode_mel(self._log_mel(samples))
+
+    def _log_mel(self, samples: np.ndarray) -> np.ndarray:
+        lco = self.front_end == "llama.cpp-omni"
+        return self.apm.log_mel(fidelity.pad_audio(samples, self.front_end), zero_tail=lco)

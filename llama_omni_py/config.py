@@ -26,7 +26,7 @@ from pathlib import Path
 from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
-from .fidelity import AUDIO_PADDINGS, DEFAULTS, FIDELITIES
+from .fidelity import DEFAULTS, FIDELITIES
 
 ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
 ENV_T2W_THREADS = "OMNI_T2W_THREADS"
@@ -309,7 +309,7 @@ class SessionConfig:
     pin: bool | None = None  # None: pin when the NUMA node has >= 4 usable CPUs; True: always
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
-    audio_padding: str | None = None  # "100ms" (llama.cpp-omni) or "none" (reference)
+    audio_front_end: str | None = None  # "llama.cpp-omni" or "reference" (docs/fidelity.md)
     stack_frames: int = 1  # video frames per video; more than 1 logs a warning
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
@@ -329,8 +329,8 @@ class SessionConfig:
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
         checks.choice("fidelity", self.fidelity, FIDELITIES)
-        if self.audio_padding is not None:
-            checks.choice("audio_padding", self.audio_padding, AUDIO_PADDINGS)
+        if self.audio_front_end is not None:
+            checks.choice("audio_front_end", self.audio_front_end, FIDELITIES)
         for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
             if name == "tts" and self.tts is None:
                 continue
@@ -369,9 +369,9 @@ class SessionConfig:
         return replace(self.token2wav, cache_policy=DEFAULTS[self.fidelity].cache_policy)
 
     @property
-    def audio_front_end(self) -> str:
-        """The audio padding rule in force: the field, else the fidelity's."""
-        return self.audio_padding or DEFAULTS[self.fidelity].audio_padding
+    def audio_rule(self) -> str:
+        """The audio front end in force: the field, else the fidelity's."""
+        return self.audio_front_end or DEFAULTS[self.fidelity].audio_front_end
 
     @property
     def llm_threads(self) -> int:

@@ -8,7 +8,7 @@ field (``None``: the fidelity's choice), which wins over the switch:
 
     rule             field                            llama.cpp-omni      reference
     Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
-    audio front end  SessionConfig.audio_padding      "100ms"             "none"
+    audio front end  SessionConfig.audio_front_end    "llama.cpp-omni"    "reference"
     TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
 """
 
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 FIDELITIES = ("llama.cpp-omni", "reference")
-AUDIO_PADDINGS = ("100ms", "none")
 AUDIO_GRID = 1600  # samples: 100 ms at 16 kHz, llama.cpp-omni's padding unit
 
 
@@ -28,21 +27,21 @@ class Defaults:
     """The rules of one fidelity (the per-module fields override them)."""
 
     cache_policy: str
-    audio_padding: str
+    audio_front_end: str
     reference_tts: bool  # TtsSampling.reference() instead of TtsSampling()
 
 
 DEFAULTS = {
-    "llama.cpp-omni": Defaults(cache_policy="llama.cpp-omni", audio_padding="100ms", reference_tts=False),
-    "reference": Defaults(cache_policy="reference", audio_padding="none", reference_tts=True),
+    "llama.cpp-omni": Defaults(cache_policy="llama.cpp-omni", audio_front_end="llama.cpp-omni", reference_tts=False),
+    "reference": Defaults(cache_policy="reference", audio_front_end="reference", reference_tts=True),
 }
 
 
-def pad_audio(samples: np.ndarray, padding: str) -> np.ndarray:
-    """16 kHz samples as the audio front end sees them: with ``"100ms"`` zero-padded at the end
-    to a whole number of 100 ms (at least one), as llama.cpp-omni does before its log-mel;
-    unchanged with ``"none"`` (the reference)."""
-    if padding == "none":
+def pad_audio(samples: np.ndarray, front_end: str) -> np.ndarray:
+    """16 kHz samples as the audio front end sees them: for ``"llama.cpp-omni"`` zero-padded at
+    the end to a whole number of 100 ms (at least one), as it does before its log-mel; unchanged
+    for ``"reference"``."""
+    if front_end == "reference":
         return samples
     n = samples.size
     target = max(AUDIO_GRID, -(-n // AUDIO_GRID) * AUDIO_GRID)

@@ -41,17 +41,18 @@ void register_apm(py::module_ & m) {
         .def_property_readonly("dims", &Apm::dims)
         .def(
             "log_mel",
-            [](const Apm & a, f32array audio) {
+            [](const Apm & a, f32array audio, bool zero_tail) {
                 if (audio.ndim() != 1) throw InvalidArgument("audio must be 1-D 16 kHz samples");
                 std::vector<float> mel;
                 int frames = 0;
                 {
                     py::gil_scoped_release release;
-                    mel = a.log_mel(audio.data(), static_cast<int>(audio.shape(0)), &frames);
+                    mel = a.log_mel(audio.data(), static_cast<int>(audio.shape(0)), &frames, zero_tail);
                 }
                 return to_numpy(mel, {static_cast<py::ssize_t>(a.dims().n_mel), static_cast<py::ssize_t>(frames)});
             },
-            py::arg("audio"))
+            py::arg("audio"), py::arg("zero_tail") = false,
+            "16 kHz samples -> log-mel (n_mel, samples / 160); zero_tail: zeros past the end, not reflection.")
         .def(
             "encode_mel", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel); }, py::arg("mel"),
             "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).")

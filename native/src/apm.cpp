@@ -96,16 +96,19 @@ Apm::Apm(const std::string & path, const std::string & device, int threads, bool
 Apm::~Apm() = default;
 const ApmDims & Apm::dims() const { return impl_->d; }
 
-std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out) const {
+std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out, bool zero_tail) const {
     const ApmDims & d = impl_->d;
     if (n < kNfft / 2 + 1) throw InvalidArgument("audio is too short (need at least 201 samples)");
     const int frames = n / kHop;  // center=True gives n/hop + 1; Whisper drops the last one
     const int bins = kNfft / 2 + 1;
     std::vector<float> window(kNfft);
     for (int i = 0; i < kNfft; ++i) window[i] = 0.5f - 0.5f * std::cos(2.0f * static_cast<float>(M_PI) * i / kNfft);
-    auto at = [&](int i) {  // reflect padding of n_fft/2
+    auto at = [&](int i) {  // reflect padding of n_fft/2 (zeros at the end with zero_tail)
         if (i < 0) i = -i;
-        if (i >= n) i = 2 * (n - 1) - i;
+        if (i >= n) {
+            if (zero_tail) return 0.0f;
+            i = 2 * (n - 1) - i;
+        }
         return x[i];
     };
     std::vector<double> cs(static_cast<size_t>(bins) * kNfft), sn(cs.size());

@@ -27,7 +27,9 @@ public:
     const ApmDims & dims() const;
 
     // Whisper log-mel of 16 kHz audio: (n_mel, frames) with frames = samples / 160.
-    std::vector<float> log_mel(const float * samples, int n, int * frames_out) const;
+    // zero_tail: the last frame's window reaches past the end into zeros (llama.cpp-omni's front
+    // end) instead of the reflected samples of torch.stft's centring (the reference's).
+    std::vector<float> log_mel(const float * samples, int n, int * frames_out, bool zero_tail = false) const;
     // Encodes up to positions*2 mel frames (30 s): (tokens, llm_embd), tokens = frames / 2 / 5.
     std::vector<float> encode_mel(const float * mel, int frames, int * tokens_out);
     // Streaming (llama.cpp-omni's mode, fed 1 s chunks): the chunk attends over every position
