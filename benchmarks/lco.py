@@ -34,7 +34,8 @@ def _libdir(build: Path) -> Path:
 
 
 def build_driver(name: str, src: str | Path, build: str | Path) -> Path:
-    """Compiles lco_drivers/<name>.cpp against the tree and its build (cached by content)."""
+    """Compiles lco_drivers/<name>.cpp against the tree and its build (cached by content). The
+    pipeline driver stands in front of libllama's llama_decode, which needs a shared build."""
     src, build = Path(src).resolve(), Path(build).resolve()
     omni = src / "tools" / "omni"
     if not (omni / "token2wav" / "token2wav-impl.h").exists():
@@ -48,8 +49,9 @@ def build_driver(name: str, src: str | Path, build: str | Path) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     cxx = shutil.which("g++") or shutil.which("c++")
     cmd = [cxx, "-std=c++17", "-O2", str(DRIVERS / f"{name}.cpp"), "-o", str(exe)]
-    cmd += [f"-I{p}" for p in (omni, omni / "token2wav", src / "include", src / "ggml" / "include")]
+    cmd += [f"-I{p}" for p in (omni, omni / "token2wav", src / "include", src / "ggml" / "include", src / "common")]
     cmd += [f"-L{lib}", "-lomni", "-lllama", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}", "-lpthread"]
+    cmd += ["-ldl", "-rdynamic"]
     subprocess.run(cmd, check=True)
     return exe
 
@@ -87,3 +89,12 @@ class Token2Wav:
             self.proc.stdin.write("quit\n")
             self.proc.stdin.flush()
             self.proc.wait(timeout=30)
+
+
+def commit_of(src: str | Path) -> str | None:
+    """The git commit of a llama.cpp-omni tree (short), or None when it is not a checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None

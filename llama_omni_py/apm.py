@@ -7,11 +7,12 @@ windows do not attend to each other and each window's log-mel is normalised on i
 context across a window boundary is lost -- fine for dictation-like input, weaker for a
 question whose meaning spans the boundary.
 
-``front_end`` is whose rule the log-mel follows (docs/fidelity.md): ``"llama.cpp-omni"``
-(default) zero-pads the samples to a whole number of 100 ms and lets the last frame's window run
-into zeros, so the embeddings are what llama.cpp-omni computes; ``"reference"`` takes the samples
-as they are and reflects them past the end, as torch.stft does in the PyTorch reference. They
-differ in the last rows of a clip.
+``fidelity`` is whose rules the encoder follows (docs/fidelity.md). ``"llama.cpp-omni"``
+(default) gives what llama.cpp-omni computes: the samples zero-padded to a whole number of 100 ms,
+the last log-mel frame's window running into zeros, and the tanh-approximated GELU.
+``"reference"`` gives what the PyTorch reference computes: the samples as they are, reflected
+past the end as torch.stft does, and the exact (erf) GELU. The two differ most in the last rows
+of a clip off the 100 ms grid.
 
 Live input uses llama.cpp-omni's streaming mode instead: ``encode_chunk`` takes ~1 s pieces,
 each attending over everything fed since ``reset_stream``; past the 30 s position table the
@@ -24,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks, fidelity
+from . import checks
+from . import fidelity as fidelities
 from ._native import core
 from .backend import resolve_device
 from .constants import INPUT_SAMPLE_RATE
@@ -42,16 +44,17 @@ class AudioEncoder:
         threads: int = 1,
         mode: str = "clamp",
         exact: bool = False,
-        front_end: str = "llama.cpp-omni",
+        fidelity: str = "llama.cpp-omni",
     ):
         checks.choice("mode", mode, ("clamp", "window"))
-        checks.choice("front_end", front_end, fidelity.FIDELITIES)
+        checks.choice("fidelity", fidelity, fidelities.FIDELITIES)
         threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.APM_FILE
-        self.mode, self.front_end = mode, front_end
+        self.mode, self.fidelity = mode, fidelity
         self.apm = core.Apm(str(path), resolve_device(device), threads, exact)
+        self.apm.tanh_gelu = fidelity == "llama.cpp-omni"
 
     def encode(self, audio) -> np.ndarray:
         """Path, bytes or 16 kHz samples -> (n, llm_embd) float32 embeddings."""
@@ -83,5 +86,5 @@ class AudioEncoder:
         return self.apm.encode_mel(self._log_mel(samples))
 
     def _log_mel(self, samples: np.ndarray) -> np.ndarray:
-        lco = self.front_end == "llama.cpp-omni"
-        return self.apm.log_mel(fidelity.pad_audio(samples, self.front_end), zero_tail=lco)
+        lco = self.fidelity == "llama.cpp-omni"
+        return self.apm.log_mel(fidelities.pad_audio(samples, self.fidelity), zero_tail=lco)

@@ -309,7 +309,7 @@ class SessionConfig:
     pin: bool | None = None  # None: pin when the NUMA node has >= 4 usable CPUs; True: always
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
-    audio_front_end: str | None = None  # "llama.cpp-omni" or "reference" (docs/fidelity.md)
+    audio_fidelity: str | None = None  # the audio encoder's rules: "llama.cpp-omni" or "reference"
     stack_frames: int = 1  # video frames per video; more than 1 logs a warning
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
@@ -329,8 +329,8 @@ class SessionConfig:
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
         checks.choice("fidelity", self.fidelity, FIDELITIES)
-        if self.audio_front_end is not None:
-            checks.choice("audio_front_end", self.audio_front_end, FIDELITIES)
+        if self.audio_fidelity is not None:
+            checks.choice("audio_fidelity", self.audio_fidelity, FIDELITIES)
         for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
             if name == "tts" and self.tts is None:
                 continue
@@ -370,8 +370,8 @@ class SessionConfig:
 
     @property
     def audio_rule(self) -> str:
-        """The audio front end in force: the field, else the fidelity's."""
-        return self.audio_front_end or DEFAULTS[self.fidelity].audio_front_end
+        """The audio encoder's rules in force: the field, else the fidelity's."""
+        return self.audio_fidelity or DEFAULTS[self.fidelity].audio
 
     @property
     def llm_threads(self) -> int:

@@ -8,7 +8,7 @@ field (``None``: the fidelity's choice), which wins over the switch:
 
     rule             field                            llama.cpp-omni      reference
     Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
-    audio front end  SessionConfig.audio_front_end    "llama.cpp-omni"    "reference"
+    audio encoder    SessionConfig.audio_fidelity     "llama.cpp-omni"    "reference"
     TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
 """
 
@@ -27,21 +27,21 @@ class Defaults:
     """The rules of one fidelity (the per-module fields override them)."""
 
     cache_policy: str
-    audio_front_end: str
+    audio: str  # the audio encoder's rules (AudioEncoder fidelity)
     reference_tts: bool  # TtsSampling.reference() instead of TtsSampling()
 
 
 DEFAULTS = {
-    "llama.cpp-omni": Defaults(cache_policy="llama.cpp-omni", audio_front_end="llama.cpp-omni", reference_tts=False),
-    "reference": Defaults(cache_policy="reference", audio_front_end="reference", reference_tts=True),
+    "llama.cpp-omni": Defaults(cache_policy="llama.cpp-omni", audio="llama.cpp-omni", reference_tts=False),
+    "reference": Defaults(cache_policy="reference", audio="reference", reference_tts=True),
 }
 
 
-def pad_audio(samples: np.ndarray, front_end: str) -> np.ndarray:
+def pad_audio(samples: np.ndarray, rules: str) -> np.ndarray:
     """16 kHz samples as the audio front end sees them: for ``"llama.cpp-omni"`` zero-padded at
     the end to a whole number of 100 ms (at least one), as it does before its log-mel; unchanged
     for ``"reference"``."""
-    if front_end == "reference":
+    if rules == "reference":
         return samples
     n = samples.size
     target = max(AUDIO_GRID, -(-n // AUDIO_GRID) * AUDIO_GRID)

@@ -72,10 +72,10 @@ class InputEncoder:
     """Encodes a request's media; the encoders load when the first media input arrives."""
 
     def __init__(
-        self, model_dir: Path, device: str, threads: int, audio_mode: str, stack_frames: int, audio_front_end: str
+        self, model_dir: Path, device: str, threads: int, audio_mode: str, stack_frames: int, audio_fidelity: str
     ):
         self._args = (model_dir, device, threads)
-        self._audio_mode, self._stack_frames, self._front_end = audio_mode, stack_frames, audio_front_end
+        self._audio_mode, self._stack_frames, self._audio_fidelity = audio_mode, stack_frames, audio_fidelity
         self._apm: AudioEncoder | None = None
         self._vpm: ImageEncoder | None = None
 
@@ -87,7 +87,7 @@ class InputEncoder:
         """The audio and image encoders (loaded now if they were not yet)."""
         model_dir, device, threads = self._args
         if self._apm is None:
-            self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode, front_end=self._front_end)
+            self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode, fidelity=self._audio_fidelity)
         if self._vpm is None:
             self._vpm = ImageEncoder(model_dir, device, threads)
         return self._apm, self._vpm

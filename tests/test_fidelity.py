@@ -37,7 +37,7 @@ def test_a_module_field_wins_over_the_switch():
     tts = TtsSampling(temperature=0.3)
     c = SessionConfig(
         fidelity="reference",
-        audio_front_end="llama.cpp-omni",
+        audio_fidelity="llama.cpp-omni",
         tts=tts,
         token2wav=Token2WavConfig(cache_policy="llama.cpp-omni"),
     )
@@ -48,10 +48,10 @@ def test_a_module_field_wins_over_the_switch():
     "make, field",
     [
         (lambda: SessionConfig(fidelity="llama.cpp"), "fidelity"),
-        (lambda: SessionConfig(audio_front_end="whisper"), "audio_front_end"),
+        (lambda: SessionConfig(audio_fidelity="whisper"), "audio_fidelity"),
         (lambda: SessionConfig(tts={"temperature": 1}), "tts"),
         (lambda: SessionConfig(token2wav=Token2WavConfig(cache_policy="stepaudio")), "cache_policy"),
-        (lambda: AudioEncoder("unused", front_end="whisper"), "front_end"),
+        (lambda: AudioEncoder("unused", fidelity="whisper"), "fidelity"),
     ],
 )
 def test_bad_rules_name_their_field(make, field):
@@ -84,6 +84,12 @@ def reference_apm(tiny_dir):
     return ref.ReferenceApm(str(tiny_dir / ms.APM_FILE))
 
 
+@pytest.fixture(scope="module")
+def reference_apm_tanh(tiny_dir):
+    """The reference modules with llama.cpp-omni's GELU (the tanh approximation)."""
+    return ref.ReferenceApm(str(tiny_dir / ms.APM_FILE), activation="gelu_pytorch_tanh")
+
+
 def _reference(r, samples: np.ndarray) -> np.ndarray:
     return r.encode(r.log_mel(samples))
 
@@ -102,13 +108,13 @@ def _lco_log_mel(r, x: np.ndarray) -> np.ndarray:
     return ((np.maximum(log, log.max() - 8.0) + 4.0) / 4.0).astype(np.float32)
 
 
-def test_audio_front_end_on_both_sides(tiny_dir, reference_apm):
+def test_audio_encoder_rules_on_both_sides(tiny_dir, reference_apm, reference_apm_tanh):
     x = _speech_like(47987)  # 2.9992 s: off the 100 ms grid
-    lco = AudioEncoder(tiny_dir, threads=2, exact=True, front_end="llama.cpp-omni")
-    reference = AudioEncoder(tiny_dir, threads=2, exact=True, front_end="reference")
+    lco = AudioEncoder(tiny_dir, threads=2, exact=True, fidelity="llama.cpp-omni")
+    reference = AudioEncoder(tiny_dir, threads=2, exact=True, fidelity="reference")
     want_mel = _lco_log_mel(reference_apm, x)
     assert np.abs(lco._log_mel(x) - want_mel).max() <= 1e-4
-    want_lco, want_reference = reference_apm.encode(want_mel), _reference(reference_apm, x)
+    want_lco, want_reference = reference_apm_tanh.encode(want_mel), _reference(reference_apm, x)
     got_lco, got_reference = lco.encode(x), reference.encode(x)
     scale = np.abs(want_reference).max()
     assert got_lco.shape == want_lco.shape == got_reference.shape == want_reference.shape == (30, want_lco.shape[1])
@@ -124,7 +130,7 @@ def test_a_session_follows_its_fidelity(tiny_dir):
     with omni.OmniSession(tiny_dir, "cpu", demo_config(threads=1, fidelity="reference")) as s:
         assert s.stages.token2wav.cache_policy == "reference"
         apm, _ = s.stages.inputs.encoders()
-        assert apm.front_end == "reference"
+        assert apm.fidelity == "reference" and not apm.apm.tanh_gelu
     with omni.OmniSession(tiny_dir, "cpu", demo_config(threads=1)) as s:
         assert s.stages.token2wav.cache_policy == "llama.cpp-omni"
-        assert s.stages.inputs.encoders()[0].front_end == "llama.cpp-omni"
+        assert s.stages.inputs.encoders()[0].apm.tanh_gelu

@@ -39,6 +39,8 @@ void register_apm(py::module_ & m) {
              py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("exact") = false,
              py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("dims", &Apm::dims)
+        .def_property("tanh_gelu", &Apm::tanh_gelu, &Apm::set_tanh_gelu,
+                      "GELU as llama.cpp-omni computes it (tanh approximation) instead of the exact erf one.")
         .def(
             "log_mel",
             [](const Apm & a, f32array audio, bool zero_tail) {

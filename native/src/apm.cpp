@@ -15,6 +15,7 @@ struct Apm::Impl : GraphModule {
     ApmDims d;
     std::vector<float> filters;  // (n_mel, n_fft_bins)
     bool exact = false;
+    bool tanh_gelu = false;
     // Streaming: per-layer K and V of every position encoded since the last reset, resident on
     // the device ([d_model, positions] each; F16 unless exact), as llama.cpp-omni keeps them.
     ggml_context * cache_ctx = nullptr;
@@ -94,6 +95,11 @@ Apm::Apm(const std::string & path, const std::string & device, int threads, bool
 }
 
 Apm::~Apm() = default;
+void Apm::set_tanh_gelu(bool on) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->tanh_gelu = on;
+}
+bool Apm::tanh_gelu() const { return impl_->tanh_gelu; }
 const ApmDims & Apm::dims() const { return impl_->d; }
 
 std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out, bool zero_tail) const {
@@ -180,6 +186,7 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     }
     const int off = streaming ? stream_pos : 0, Tk = off + T;
     const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
+    auto gelu = [this](ggml_context * c, ggml_tensor * t) { return tanh_gelu ? ggml_gelu(c, t) : ggml_gelu_erf(c, t); };
     ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
@@ -187,12 +194,12 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     ggml_tensor * in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.n_mel, frames);  // frames as rows
     ggml_set_input(in);
     // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
-    ggml_tensor * x = ggml_gelu_erf(ctx,
-                                    gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
-                                                   m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
+    ggml_tensor * x = gelu(ctx,
+                           gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
+                                          m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
     ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0),
                                       m.w.taps("encoder.conv2.weight", 3), m.W("encoder.conv2.bias"));
-    x = ggml_gelu_erf(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
+    x = gelu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
     ggml_tensor * pos = m.W("encoder.positional_embedding");
     x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], static_cast<size_t>(off) * pos->nb[1]));
     for (int i = 0; i < d.layers; ++i) {
@@ -221,7 +228,7 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
         ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
         x = ggml_add(ctx, x, m.linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
         h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".mlp_ln.weight"), m.W(b + ".mlp_ln.bias"));
-        x = ggml_add(ctx, x, m.linear(ctx, ggml_gelu_erf(ctx, m.linear(ctx, h, b + ".mlp.0")), b + ".mlp.2"));
+        x = ggml_add(ctx, x, m.linear(ctx, gelu(ctx, m.linear(ctx, h, b + ".mlp.0")), b + ".mlp.2"));
     }
     x = gu::layer_norm(ctx, x, 1e-5f, m.W("encoder.ln_post.weight"), m.W("encoder.ln_post.bias"));
     x = m.linear(ctx, ggml_relu(ctx, m.linear(ctx, x, "audio_projector.linear1")), "audio_projector.linear2");

@@ -11,7 +11,8 @@ from llama_omni_py._native import core
 
 
 class ReferenceApm:
-    def __init__(self, audio_gguf: str):
+    def __init__(self, audio_gguf: str, activation: str = "gelu"):
+        """activation: transformers' name; "gelu_pytorch_tanh" is the approximation llama.cpp-omni uses."""
         from transformers import WhisperConfig
         from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
@@ -24,10 +25,12 @@ class ReferenceApm:
             encoder_ffn_dim=g.value("encoder_ffn_dim"),
             num_mel_bins=g.value("n_mel"),
             max_source_positions=g.find_tensor("encoder.positional_embedding").ne[1],
-            activation_function="gelu",
+            activation_function=activation,
         )
         cfg._attn_implementation = "eager"
         self.enc = WhisperEncoder(cfg).eval()
+        approximate = "tanh" if activation == "gelu_pytorch_tanh" else "none"
+        self.gelu = lambda t: torch.nn.functional.gelu(t, approximate=approximate)  # noqa: E731
         f = lambda n: torch.from_numpy(np.array(g.read_f32(n)))  # noqa: E731
         state = {
             "conv1.weight": f("encoder.conv1.weight"),
@@ -71,8 +74,8 @@ class ReferenceApm:
         e = self.enc
         conv = []
         for mel in mels:
-            x = torch.nn.functional.gelu(e.conv1(torch.from_numpy(mel)[None]))
-            conv.append(torch.nn.functional.gelu(e.conv2(x)).permute(0, 2, 1))
+            x = self.gelu(e.conv1(torch.from_numpy(mel)[None]))
+            conv.append(self.gelu(e.conv2(x)).permute(0, 2, 1))
         sizes = [c.shape[1] for c in conv]
         x = torch.cat(conv, dim=1)
         x = x + e.embed_positions.weight[: x.shape[1]]

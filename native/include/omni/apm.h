@@ -24,6 +24,10 @@ public:
     // exact: widen F16 weights to F32 (exact arithmetic); else they stay F16.
     Apm(const std::string & audio_gguf, const std::string & device, int threads, bool exact = false);
     ~Apm();
+    // The GELU of the conv front end and the MLPs: the exact (erf) one of the reference, or with
+    // tanh_gelu the tanh approximation llama.cpp-omni's audio encoder uses.
+    void set_tanh_gelu(bool on);
+    bool tanh_gelu() const;
     const ApmDims & dims() const;
 
     // Whisper log-mel of 16 kHz audio: (n_mel, frames) with frames = samples / 160.
