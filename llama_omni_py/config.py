@@ -172,6 +172,7 @@ class TtsSampling:
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
     count_penalty: bool = False
+    top_p_first: bool = False  # nucleus over all codes, then top-k (the reference's order)
 
     def __post_init__(self):
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
@@ -179,8 +180,9 @@ class TtsSampling:
         checks.int_in("window", self.window, 0)
         checks.int_in("top_k", self.top_k, 0)
         checks.number_in("top_p", self.top_p, 0.0, 1.0, lo_open=True)
-        if not isinstance(self.count_penalty, bool):
-            raise ConfigError("count_penalty", f"must be True or False, got {self.count_penalty!r}")
+        for name in ("count_penalty", "top_p_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be True or False, got {getattr(self, name)!r}")
 
     @classmethod
     def llama_cpp_omni_duplex(cls) -> TtsSampling:
@@ -189,8 +191,8 @@ class TtsSampling:
     @classmethod
     def reference(cls) -> TtsSampling:
         """The PyTorch reference's streaming TTS rule: the penalty counts each code's occurrences
-        in the last 16, then top-k 25 and nucleus 0.85 (at least 3 codes kept)."""
-        return cls(window=16, top_k=25, top_p=0.85, count_penalty=True)
+        in the last 16, then nucleus 0.85 over all codes and top-k 25 of those (at least 3 kept)."""
+        return cls(window=16, top_k=25, top_p=0.85, count_penalty=True, top_p_first=True)
 
     def to_native(self, seed: int):
         """The core's TtsSamplerOptions: these fields and the request's seed."""

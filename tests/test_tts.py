@@ -115,3 +115,18 @@ def test_duplex_nucleus_keeps_at_least_three():
     # top-k 1 keeps 3 codes anyway (min_keep 3, as llama.cpp-omni's duplex sampler) -> still random
     seen = {s.sample(logits) for _ in range(200)}
     assert seen <= {0, 1, 2} and 1 in seen
+
+
+@pytest.mark.parametrize("top_p_first, kept", [(False, 22), (True, 25)])
+def test_nucleus_order_of_each_rule(top_p_first, kept):
+    """25 (nearly) equally likely codes hold half the mass, 75 others the rest. llama.cpp-omni's chain takes
+    the top-k, then a nucleus of 0.85 of *their* mass: 22 of them. The reference takes a nucleus of
+    0.85 of all the mass (every one of the 25 and more), then its top-k: all 25."""
+    o = core.TtsSamplerOptions()
+    o.temperature, o.repetition_penalty, o.top_k, o.top_p, o.seed = 1.0, 1.0, 25, 0.85, 7
+    o.top_p_first = top_p_first
+    s = core.TtsSampler(o)
+    top = np.log(0.5 / 25) - 1e-3 * np.arange(25)  # a defined order among them
+    logits = np.concatenate([top, np.full(75, np.log(0.5 / 75))]).astype(np.float32)
+    seen = {s.sample(logits) for _ in range(3000)}
+    assert seen == set(range(kept))

@@ -105,6 +105,7 @@ void register_tts(py::module_ & m) {
         .def_readwrite("top_k", &TtsSamplerOptions::top_k)
         .def_readwrite("top_p", &TtsSamplerOptions::top_p)
         .def_readwrite("count_penalty", &TtsSamplerOptions::count_penalty)
+        .def_readwrite("top_p_first", &TtsSamplerOptions::top_p_first)
         .def_readwrite("seed", &TtsSamplerOptions::seed);
     py::class_<TtsSampler>(m, "TtsSampler",
                            "Samples speech codes from TTS logits with a seeded generator and a repetition window.")

@@ -356,14 +356,18 @@ int TtsSampler::sample(std::vector<float> logits) {
         const float mx = *std::max_element(logits.begin(), logits.end());
         std::vector<double> prob(V);
         for (int c = 0; c < V; ++c) prob[c] = std::exp(static_cast<double>((logits[c] - mx) / o_.temperature));
-        if (o_.top_k > 0 || o_.top_p < 1.0f) {  // duplex mode: nucleus over the top-k
+        if (o_.top_k > 0 || o_.top_p < 1.0f) {
             std::sort(idx.begin(), idx.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-            int keep = o_.top_k > 0 ? std::min(V, o_.top_k) : V;
+            int k = o_.top_k > 0 ? std::min(V, o_.top_k) : V;
+            if (o_.top_p_first) k = std::max(k, std::min(V, 3));  // its top-k keeps 3 as well
+            // the nucleus's mass is measured over the top-k (llama.cpp-omni) or over all (reference)
+            const int pool = o_.top_p_first ? V : k;
             double total = 0;
-            for (int i = 0; i < keep; ++i) total += prob[idx[i]];
+            for (int i = 0; i < pool; ++i) total += prob[idx[i]];
             double acc = 0;
             int n = 0;
-            while (n < keep && (n < 3 || acc < o_.top_p * total)) acc += prob[idx[n++]];  // min_keep 3
+            while (n < pool && (n < 3 || acc < o_.top_p * total)) acc += prob[idx[n++]];
+            n = std::min(n, k);
             for (int i = n; i < V; ++i) prob[idx[i]] = 0.0;
         }
         double total = std::accumulate(prob.begin(), prob.end(), 0.0);

@@ -106,9 +106,13 @@ def build_vocab(full_size: bool, n_merges: int = 64) -> Vocab:
     # Merged strings can repeat a byte token only if a merge produced an existing symbol; BPE never does.
     types = [TOKEN_NORMAL] * len(tokens)
     if full_size:
-        filler = SPECIAL_TOKEN_BASE - len(tokens)
-        tokens += [f"[omni_unused_{i}]" for i in range(filler)]
-        types += [TOKEN_UNUSED] * filler
+        # Ordinary words (" w0", " w1", ... in the byte-level spelling) up to the special block:
+        # a random-weight reply then reads as text, as a real one would, in every engine that
+        # detokenizes it; BPE never produces them from input text (no merge leads to them).
+        filler = [f"\u0120w{i}" for i in range(SPECIAL_TOKEN_BASE - len(tokens))]
+        assert not set(filler) & set(tokens)
+        tokens += filler
+        types += [TOKEN_NORMAL] * len(filler)
     base = len(tokens)
     tokens += list(SPECIAL_TOKENS)
     types += [TOKEN_USER_DEFINED if t in _USER_DEFINED else TOKEN_CONTROL for t in SPECIAL_TOKENS]

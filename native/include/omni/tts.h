@@ -73,6 +73,9 @@ struct TtsSamplerOptions {
     int top_k = 0;  // duplex mode: 25
     float top_p = 1.0f;  // duplex mode: 0.85
     bool count_penalty = false;  // penalty^count over the window instead of once per distinct code
+    // Nucleus over the whole distribution, then the top-k of what it kept (the reference's order);
+    // else the nucleus is taken within the top-k (llama.cpp-omni's sampler chain).
+    bool top_p_first = false;
     uint32_t seed = 0;
 };
 
