@@ -170,6 +170,12 @@ def main(argv=None) -> int:
     ap.add_argument("--lco-commit", help="the commit of --lco-src, when it is not a git checkout")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, help="JSON report")
+    ap.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep llama.cpp-omni's outputs here (default: a temporary folder); outputs already "
+        "there are reused, so that ours can be compared again without running it",
+    )
     args = ap.parse_args(argv)
 
     model_dir = args.model_dir
@@ -181,6 +187,8 @@ def main(argv=None) -> int:
             make_models(model_dir, "tiny", seed=4)
     report: dict = {"lco_src": str(args.lco_src), "lco_commit": args.lco_commit or lco.commit_of(args.lco_src)}
     with tempfile.TemporaryDirectory() as tmp:
+        work = args.work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         exe = lco.build_driver("encoders_driver", args.lco_src, args.lco_build)
         enc = Encoders(exe, model_dir, args.threads, Path(tmp))
         try:
@@ -197,7 +205,7 @@ def main(argv=None) -> int:
         if args.pipeline_model_dir is not None:
             import lco_pipeline
 
-            report["pipeline"] = lco_pipeline.compare(args, Path(tmp))
+            report["pipeline"] = lco_pipeline.compare(args, work)
             print(lco_pipeline.render(report["pipeline"]))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))

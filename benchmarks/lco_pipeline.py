@@ -15,6 +15,7 @@ our engine puts them.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -205,9 +206,30 @@ class Ours:
         return out
 
     def codes(self, chunks: list) -> list[list[int]]:
+        """Free-running greedy codes of their chunks, one after the other as a reply."""
         sampler = self.tts.sampler(TtsSampling(temperature=0.0, repetition_penalty=1.0), 0)
         self.tts.start_turn()
         return [self.tts.speak(ids, hidden, sampler, CODE_LIMIT) for ids, hidden, _ in chunks]
+
+    def forced(self, chunks: list) -> dict:
+        """Each of their codes against our argmax after *their* history (teacher forcing): how
+        many agree, and for those that do not, how close our top two logits were (a flip of a
+        near tie is rounding, not a different rule)."""
+        t = self.tts.tts
+        t.clear()
+        agree, total, gaps = 0, 0, []
+        for ids, hidden, codes in chunks:
+            logits = t.forward(self.tts.conditions(ids, hidden))
+            for c in codes:
+                top = int(np.argmax(logits))
+                total += 1
+                if top == c:
+                    agree += 1
+                else:
+                    spread = float(np.std(logits))
+                    gaps.append(float(logits[top] - logits[c]) / spread)
+                logits = t.forward(np.asarray(t.code_embedding(c), np.float32).reshape(1, -1))
+        return {"codes": total, "agree": agree, "max_gap_over_std": max(gaps) if gaps else 0.0}
 
 
 def compare(args, tmp: Path) -> list[dict]:
@@ -216,7 +238,13 @@ def compare(args, tmp: Path) -> list[dict]:
     ours = Ours(model_dir, args.threads)
     rows = []
     for i, req in enumerate(REQUESTS):
-        theirs = run_theirs(exe, model_dir, discover(model_dir).llm, req, tmp / f"pipeline-{i}", args.threads)
+        out = tmp / f"pipeline-{i}"
+        if (out / "prompt.txt").exists() and _finished(out):
+            theirs = _read(out)
+        else:
+            if out.exists():
+                shutil.rmtree(out)
+            theirs = run_theirs(exe, model_dir, discover(model_dir).llm, req, out, args.threads)
         mine = ours.prompt(req)
         a, b = _flat(theirs.segments), _flat(mine.segments)
         at = _first_difference(a, b)
@@ -238,6 +266,7 @@ def compare(args, tmp: Path) -> list[dict]:
         row["codes"] = [
             {"theirs": len(c), "equal_prefix": _common_prefix(g, c)} for g, (_, _, c) in zip(codes, theirs.chunks)
         ]
+        row["codes_forced"] = ours.forced(theirs.chunks)
         rows.append(row)
     return rows
 
@@ -263,7 +292,9 @@ def render(rows: list[dict]) -> str:
         reply = f"{r['reply']['equal_prefix']} of {r['reply']['theirs']}"
         codes = ", ".join(f"{c['equal_prefix']} of {c['theirs']}" for c in r["codes"]) or "-"
         positions = f"{r['prompt_positions'][0]}, {r['prompt_positions'][1]}"
-        out.append(f"| {r['request']} | {positions} | {diff} | {emb} | {reply} | {codes} |")
+        f = r["codes_forced"]
+        forced = f"{f['agree']} of {f['codes']} ({f['max_gap_over_std']:.1e})"
+        out.append(f"| {r['request']} | {positions} | {diff} | {emb} | {reply} | {codes} | {forced} |")
     for r in rows:
         if not r["prompt_equal"]:
             d = r["first_difference"]

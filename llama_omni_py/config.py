@@ -312,6 +312,7 @@ class SessionConfig:
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
     audio_fidelity: str | None = None  # the audio encoder's rules: "llama.cpp-omni" or "reference"
+    prompt_fidelity: str | None = None  # whose prompt layout: "llama.cpp-omni" or "reference"
     stack_frames: int = 1  # video frames per video; more than 1 logs a warning
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
@@ -331,8 +332,9 @@ class SessionConfig:
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
         checks.choice("fidelity", self.fidelity, FIDELITIES)
-        if self.audio_fidelity is not None:
-            checks.choice("audio_fidelity", self.audio_fidelity, FIDELITIES)
+        for name in ("audio_fidelity", "prompt_fidelity"):
+            if getattr(self, name) is not None:
+                checks.choice(name, getattr(self, name), FIDELITIES)
         for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
             if name == "tts" and self.tts is None:
                 continue
@@ -374,6 +376,11 @@ class SessionConfig:
     def audio_rule(self) -> str:
         """The audio encoder's rules in force: the field, else the fidelity's."""
         return self.audio_fidelity or DEFAULTS[self.fidelity].audio
+
+    @property
+    def prompt_rule(self) -> str:
+        """The prompt layout in force: the field, else the fidelity's."""
+        return self.prompt_fidelity or self.fidelity
 
     @property
     def llm_threads(self) -> int:

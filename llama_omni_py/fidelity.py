@@ -10,6 +10,7 @@ field (``None``: the fidelity's choice), which wins over the switch:
     Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
     audio encoder    SessionConfig.audio_fidelity     "llama.cpp-omni"    "reference"
     TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
+    prompt           SessionConfig.prompt_fidelity    "llama.cpp-omni"    "reference"
 """
 
 from __future__ import annotations

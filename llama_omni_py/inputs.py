@@ -124,8 +124,11 @@ class Media:
     stats: MediaStats = field(default_factory=MediaStats)
 
 
-def build_prompt(llm_model, r: Request, media: Media, history: tuple | None = None) -> Prompt:
-    """The LLM prompt of ``r`` with its encoded media (``history`` overrides the request's)."""
+def build_prompt(
+    llm_model, r: Request, media: Media, history: tuple | None = None, style: str = "llama.cpp-omni"
+) -> Prompt:
+    """The LLM prompt of ``r`` with its encoded media (``history`` overrides the request's), laid
+    out in ``style`` (prompt.simplex_speech_prompt)."""
     return simplex_speech_prompt(
         llm_model,
         r.text or "",
@@ -135,4 +138,5 @@ def build_prompt(llm_model, r: Request, media: Media, history: tuple | None = No
         system_prompt=r.system_prompt,
         history=r.history if history is None else history,
         tts_template=r.tts_template,
+        style=style,
     )

@@ -13,13 +13,17 @@ import numpy as np
 
 from .errors import InvalidArgumentError, ModelFileError
 
-SYSTEM_VOICE = "模仿音频样本的音色并生成新的内容。\n"
-SYSTEM_ROLE = (
-    "你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
-    "你是由面壁智能开发的人工智能助手：面壁小钢炮。"
-)
+# The voice-cloning system prompt of MiniCPM-o 4.5's speech assistant (Chinese, as both
+# llama.cpp-omni and the reference use by default): the instruction before the voice sample, the
+# role after it. llama.cpp-omni drops the identity sentence when the session has images.
+VOICE_PREFIX = "模仿音频样本的音色并生成新的内容。"
+ROLE_CHAT = "你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
+ROLE_IDENTITY = "你是由面壁智能开发的人工智能助手：面壁小钢炮。"
+NO_VOICE = "Use the <reserved_53> voice."  # the reference's system text when there is no voice sample
+PROMPT_STYLES = ("llama.cpp-omni", "reference")
 ASSISTANT_TEXT_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 ASSISTANT_SPEECH_PREFIX = ASSISTANT_TEXT_PREFIX + "<|tts_bos|>"
+ASSISTANT_PLAIN_PREFIX = "<|im_end|>\n<|im_start|>assistant\n"  # llama.cpp-omni's without the TTS template
 ROLES = ("user", "assistant")
 
 # Tokens the LLM emits that carry no speech: never handed to the TTS (docs/speech-path.md).
@@ -94,12 +98,20 @@ def simplex_speech_prompt(
     system_prompt: str | None = None,
     history: Sequence[tuple[str, str]] = (),
     tts_template: bool = True,
+    style: str = "llama.cpp-omni",
 ) -> Prompt:
-    """System prompt (voice-clone wording, with the reference-audio slot when given; its role text
-    is `system_prompt` when given), earlier turns of `history` ((role, text), role user or
-    assistant), the user turn (images as <image>..</image>, audio as <|audio_start|>..<|audio_end|>,
-    then text) and the assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`,
-    else the plain one. Embedding blocks must be (n, n_embd) of the LLM."""
+    """System prompt (voice-clone wording with the reference-audio slot; its role text is
+    `system_prompt` when given), earlier turns of `history` ((role, text), role user or
+    assistant), the user turn (images, audio as <|audio_start|>..<|audio_end|>, then text) and the
+    assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`, else the plain one.
+    Embedding blocks must be (n, n_embd) of the LLM.
+
+    `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
+    for token as its simplex pipeline does (the voice slot even without a voice, its second user
+    header, its shorter role text when the turn has an image); "reference" as the reference's chat
+    template and processor do (the parts of a message joined by newlines)."""
+    if style not in PROMPT_STYLES:
+        raise InvalidArgumentError(f"style must be one of {PROMPT_STYLES}, got {style!r}")
     if not isinstance(user_text, str):
         raise InvalidArgumentError("text must be a string")
     if system_prompt is not None and not isinstance(system_prompt, str):
@@ -115,29 +127,41 @@ def simplex_speech_prompt(
 
     n_embd = model.info.n_embd_inp
 
-    def slot(start: str, block, end: str) -> list:
-        emb = np.asarray(block, np.float32)
+    def block(b) -> tuple:
+        emb = np.asarray(b, np.float32)
         if emb.ndim != 2 or emb.shape[1] != n_embd or emb.shape[0] == 0 or not np.isfinite(emb).all():
             raise InvalidArgumentError(f"an embedding block must be finite (n, {n_embd}), got {emb.shape}")
-        return [tok(start), ("embeddings", emb), tok(end)]
+        return ("embeddings", emb)
 
-    seg = [tok("<|im_start|>system\n" + SYSTEM_VOICE)]
-    if reference_audio is not None:
-        seg += slot("<|audio_start|>", reference_audio, "<|audio_end|>")
-    end = "<|im_end|>\n" + ("" if history else "<|im_start|>user\n")
-    if system_prompt is None:
-        seg.append(tok(SYSTEM_ROLE + end))
-    else:  # client text never becomes control tokens
-        seg += [tok(system_prompt, special=False), tok(end)]
+    lco = style == "llama.cpp-omni"
+    # client text never becomes control tokens
+    role = [tok(system_prompt, special=False)] if system_prompt is not None else []
+    if not role:
+        role = [tok(ROLE_CHAT + ("" if lco and user_images else ROLE_IDENTITY))]
+    if lco:  # the voice slot is there even when empty
+        seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>")]
+        seg += [block(reference_audio)] if reference_audio is not None else []
+        seg += [tok("<|audio_end|>"), *role]
+    elif reference_audio is not None:
+        seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>"), block(reference_audio)]
+        seg += [tok("<|audio_end|>\n"), *role]
+    else:
+        seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
+    seg.append(tok("<|im_end|>\n"))
     for who, text in history:  # earlier turns, then the user turn opens
         seg += [tok(f"<|im_start|>{who}\n"), tok(text, special=False), tok("<|im_end|>\n")]
-    if history:
-        seg.append(tok("<|im_start|>user\n"))
-    for block in user_images:
-        seg += slot("<image>", block, "</image>")
-    for block in user_audio:
-        seg += slot("<|audio_start|>", block, "<|audio_end|>")
+    # llama.cpp-omni evaluates the user header twice in a first turn (docs/fidelity.md)
+    seg.append(tok("<|im_start|>user\n<|im_start|>user\n" if lco and not history else "<|im_start|>user\n"))
+    parts = [[tok("<image>"), block(b), tok("</image>")] for b in user_images]
+    parts += [[tok("<|audio_start|>"), block(b), tok("<|audio_end|>")] for b in user_audio]
+    for i, part in enumerate(parts):
+        if i and not lco:  # the reference joins a message's parts with newlines
+            seg.append(tok("\n"))
+        seg += part
     if user_text:
-        seg.append(tok(user_text, special=False))  # user text never becomes control tokens
-    seg.append(tok(ASSISTANT_SPEECH_PREFIX if tts_template else ASSISTANT_TEXT_PREFIX))
+        seg.append(tok(("\n" if parts and not lco else "") + user_text, special=False))
+    if tts_template:
+        seg.append(tok(ASSISTANT_SPEECH_PREFIX))
+    else:  # llama.cpp-omni opens a plain assistant turn, without the empty thinking block
+        seg.append(tok(ASSISTANT_PLAIN_PREFIX if lco else ASSISTANT_TEXT_PREFIX))
     return Prompt(seg)

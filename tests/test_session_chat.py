@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py.prompt import ASSISTANT_SPEECH_PREFIX, ASSISTANT_TEXT_PREFIX, simplex_speech_prompt
+from llama_omni_py.prompt import ASSISTANT_PLAIN_PREFIX, ASSISTANT_SPEECH_PREFIX, simplex_speech_prompt
 
 TEXT = "hello there, how are you today?"
 
@@ -32,7 +32,7 @@ def test_prompt_history_system_and_template(session):
     b, c = _tokens(base), _tokens(chat)
     answer = m.tokenize("first answer", False)
     assert len(c) > len(b) and any(c[i : i + len(answer)] == answer for i in range(len(c)))
-    assert _tokens(plain)[-len(m.tokenize(ASSISTANT_TEXT_PREFIX, True)) :] == m.tokenize(ASSISTANT_TEXT_PREFIX, True)
+    assert _tokens(plain)[-len(m.tokenize(ASSISTANT_PLAIN_PREFIX, True)) :] == m.tokenize(ASSISTANT_PLAIN_PREFIX, True)
     assert b[-len(m.tokenize(ASSISTANT_SPEECH_PREFIX, True)) :] == m.tokenize(ASSISTANT_SPEECH_PREFIX, True)
     assert _tokens(own) != b
     # client text never becomes control tokens
