@@ -1,0 +1,53 @@
+"""How images are prepared for the vision encoder and laid out in the prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import checks
+from ..errors import ConfigError
+from .slicing import MAX_SLICE_NUMS, RULES
+
+# The rules' own defaults: MiniCPM-o's processor slices up to 9 and writes image ids;
+# llama.cpp-omni slices nothing unless asked (max_slice_nums 0) and writes no ids.
+DEFAULT_SLICES = {"reference": MAX_SLICE_NUMS, "llama.cpp-omni": 0}
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """Image preprocessing (docs/media-and-encoders.md#image-slicing).
+
+    ``rules``: "reference" (MiniCPM-o's image processor: its grid arithmetic, PIL's antialiased
+    bicubic, the processor's prompt layout) or "llama.cpp-omni" (its vision.cpp: float32 grid
+    arithmetic, its own bicubic for the overview and bilinear for the slices, no antialiasing).
+    ``max_slice_nums``: at most this many slices besides the overview, 0..9; None: the rules'
+    default -- 9 for the reference (the model is trained and served with slices: fine detail such
+    as text in a photo needs them), 0 for llama.cpp-omni (its default, one overview per image).
+    Slices cost one vision-encoder pass and 64 prompt rows each. ``image_id``: write
+    ``<image_id>N</image_id>`` before each image (reference layout); None: the rules' default
+    (the reference's processor does, llama.cpp-omni does not)."""
+
+    rules: str = "reference"
+    max_slice_nums: int | None = None
+    image_id: bool | None = None
+
+    def __post_init__(self):
+        checks.choice("rules", self.rules, RULES)
+        if self.max_slice_nums is not None:
+            checks.int_in("max_slice_nums", self.max_slice_nums, 0, MAX_SLICE_NUMS)
+        if self.image_id is not None and not isinstance(self.image_id, bool):
+            raise ConfigError("image_id", f"must be None, True or False, got {self.image_id!r}")
+
+    @property
+    def slices(self) -> int:
+        """max_slice_nums, resolved."""
+        return DEFAULT_SLICES[self.rules] if self.max_slice_nums is None else self.max_slice_nums
+
+    @property
+    def use_image_id(self) -> bool:
+        return self.rules == "reference" if self.image_id is None else self.image_id
+
+    @property
+    def layout(self) -> str:
+        """The simplex prompt layout of these rules (vision.placeholder)."""
+        return "reference" if self.rules == "reference" else "llama.cpp-omni"
