@@ -51,7 +51,7 @@ class StageBundle:
             )
         report(self.STEPS[1])
         self.placement = self._plan(c.token2wav)
-        self.inputs = InputEncoder(model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames)
+        self.inputs = InputEncoder(model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames, c.vision)
         report(self.STEPS[2])
         self.token2wav = self._token2wav(c.token2wav)
         self._other_token2wav: dict[str, Token2Wav] = {}

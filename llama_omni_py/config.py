@@ -5,6 +5,7 @@ error is a :class:`ConfigError` naming the field), and the one reader of environ
       llm: LlmSampling          the reply's text sampling
       tts: TtsSampling          speech-code sampling
       token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
+      vision: VisionConfig      image slicing rules and max_slice_nums
       placement and queues      pin, numa_node, tts_queue, audio_queue
       limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
+from .vision.config import VisionConfig
 
 ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
 ENV_T2W_THREADS = "OMNI_T2W_THREADS"
@@ -291,6 +293,7 @@ class SessionConfig:
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
     stack_frames: int = 1  # video frames per video; more than 1 logs a warning
+    vision: VisionConfig = field(default_factory=VisionConfig)  # image slicing: rules, max_slice_nums
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
     def __post_init__(self):
@@ -308,7 +311,12 @@ class SessionConfig:
         checks.choice("tts_handoff", self.tts_handoff, HANDOFFS)
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
-        for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
+        for name, cls in (
+            ("llm", LlmSampling),
+            ("tts", TtsSampling),
+            ("token2wav", Token2WavConfig),
+            ("vision", VisionConfig),
+        ):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, f"must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
         if self.tts_queue is None:

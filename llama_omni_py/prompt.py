@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidArgumentError, ModelFileError
+from .vision.placeholder import placeholder_parts
 
 SYSTEM_VOICE = "模仿音频样本的音色并生成新的内容。\n"
 SYSTEM_ROLE = (
@@ -89,17 +90,23 @@ def simplex_speech_prompt(
     user_text: str,
     reference_audio: np.ndarray | None = None,
     user_audio: Sequence[np.ndarray] = (),
-    user_images: Sequence[np.ndarray] = (),
+    user_images: Sequence = (),
     *,
     system_prompt: str | None = None,
     history: Sequence[tuple[str, str]] = (),
     tts_template: bool = True,
+    image_layout: str = "reference",
+    image_ids: bool = True,
 ) -> Prompt:
     """System prompt (voice-clone wording, with the reference-audio slot when given; its role text
     is `system_prompt` when given), earlier turns of `history` ((role, text), role user or
-    assistant), the user turn (images as <image>..</image>, audio as <|audio_start|>..<|audio_end|>,
-    then text) and the assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`,
-    else the plain one. Embedding blocks must be (n, n_embd) of the LLM."""
+    assistant), the user turn (images, audio as <|audio_start|>..<|audio_end|>, then text) and the
+    assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`, else the plain one.
+
+    An image is an :class:`~llama_omni_py.vpm.EncodedImage` (overview and slices, laid out as
+    `image_layout` says, numbered with <image_id> when `image_ids` and the layout has them) or one
+    (n, n_embd) block (a video frame: <image>..</image>, no id). Embedding blocks must be (n,
+    n_embd) of the LLM."""
     if not isinstance(user_text, str):
         raise InvalidArgumentError("text must be a string")
     if system_prompt is not None and not isinstance(system_prompt, str):
@@ -115,11 +122,14 @@ def simplex_speech_prompt(
 
     n_embd = model.info.n_embd_inp
 
-    def slot(start: str, block, end: str) -> list:
+    def embeddings(block) -> tuple:
         emb = np.asarray(block, np.float32)
         if emb.ndim != 2 or emb.shape[1] != n_embd or emb.shape[0] == 0 or not np.isfinite(emb).all():
             raise InvalidArgumentError(f"an embedding block must be finite (n, {n_embd}), got {emb.shape}")
-        return [tok(start), ("embeddings", emb), tok(end)]
+        return ("embeddings", emb)
+
+    def slot(start: str, block, end: str) -> list:
+        return [tok(start), embeddings(block), tok(end)]
 
     seg = [tok("<|im_start|>system\n" + SYSTEM_VOICE)]
     if reference_audio is not None:
@@ -133,8 +143,14 @@ def simplex_speech_prompt(
         seg += [tok(f"<|im_start|>{who}\n"), tok(text, special=False), tok("<|im_end|>\n")]
     if history:
         seg.append(tok("<|im_start|>user\n"))
-    for block in user_images:
-        seg += slot("<image>", block, "</image>")
+    numbered = 0
+    for image in user_images:
+        if isinstance(image, np.ndarray):
+            seg += slot("<image>", image, "</image>")
+            continue
+        parts = placeholder_parts(image.grid, image_layout, numbered if image_ids else None)
+        numbered += 1
+        seg += [embeddings(image.blocks[p]) if isinstance(p, int) else tok(p) for p in parts]
     for block in user_audio:
         seg += slot("<|audio_start|>", block, "<|audio_end|>")
     if user_text:

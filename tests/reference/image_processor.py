@@ -85,12 +85,17 @@ class ReferenceSlicer:
     @staticmethod
     def pixel_values(image) -> np.ndarray:
         """A PIL slice -> the (3, 14, L * 14) float32 strip the vision model takes."""
+        from transformers.image_transforms import normalize
+
+        x = normalize(np.asarray(image).astype(np.float32) / 255, mean=[0.5] * 3, std=[0.5] * 3)
+        return ReferenceSlicer.strip(np.ascontiguousarray(x.transpose(2, 0, 1)))
+
+    @staticmethod
+    def strip(x: np.ndarray) -> np.ndarray:
+        """(3, H, W) -> (3, 14, L * 14): patch l (raster order) in columns [14 l, 14 l + 14)."""
         import torch
 
-        x = np.asarray(image).astype(np.float32) / 255
-        x = ((x - np.array([0.5, 0.5, 0.5])) / np.array([0.5, 0.5, 0.5])).astype(np.float32).transpose(2, 0, 1)
-        t = torch.from_numpy(np.ascontiguousarray(x))
-        p = torch.nn.functional.unfold(t, (PATCH, PATCH), stride=(PATCH, PATCH))
+        p = torch.nn.functional.unfold(torch.from_numpy(x), (PATCH, PATCH), stride=(PATCH, PATCH))
         return p.reshape(3, PATCH, PATCH, -1).permute(0, 1, 3, 2).reshape(3, PATCH, -1).numpy()
 
 
