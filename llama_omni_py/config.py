@@ -27,6 +27,7 @@ from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
 from .vision.config import VisionConfig
+from .vision.slicing import MAX_SLICE_NUMS
 
 ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
 ENV_T2W_THREADS = "OMNI_T2W_THREADS"
@@ -372,6 +373,9 @@ class DuplexConfig:
     max_context: int | None = None  # LLM positions before whole units are pruned; None: n_ctx - 512
     prune_to: int | None = None  # positions kept after pruning; None: 3/4 of max_context
     audio_queue: int = DEFAULT_QUEUE
+    # slices per frame besides its overview (0..9); None: none, as the reference's duplex (1)
+    # and llama.cpp-omni (0) do by default. A unit's frames may ask otherwise (send()).
+    max_slice_nums: int | None = None
 
     def __post_init__(self):
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
@@ -396,6 +400,8 @@ class DuplexConfig:
         if self.prune_to is not None:
             checks.int_in("prune_to", self.prune_to, 256, (self.max_context or 1 << 20) - 128)
         checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
+        if self.max_slice_nums is not None:
+            checks.int_in("max_slice_nums", self.max_slice_nums, 0, MAX_SLICE_NUMS)
 
     def context_limits(self, n_ctx: int) -> tuple[int, int]:
         """(prune when past, prune down to) for an LLM context of ``n_ctx`` positions."""

@@ -15,7 +15,7 @@ from .config import LlmSampling
 from .errors import InvalidArgumentError
 from .prompt import ROLES, Prompt, simplex_speech_prompt
 from .results import MediaStats
-from .vision import MAX_SLICE_NUMS, VisionConfig
+from .vision import VisionConfig, slice_counts, slices_of
 from .vpm import ImageEncoder
 
 
@@ -64,25 +64,7 @@ class Request:
         for name in ("speech", "tts_template"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        object.__setattr__(self, "max_slice_nums", self._slice_counts())
-
-    def _slice_counts(self):
-        """max_slice_nums as None, an int, or a tuple with one int per image."""
-        n = self.max_slice_nums
-        if n is None or checks.is_int(n):
-            return n if n is None else checks.int_in("max_slice_nums", n, 0, MAX_SLICE_NUMS, config=False)
-        images = len(_items(self.image))
-        if not isinstance(n, (list, tuple)) or len(n) != images:
-            raise InvalidArgumentError(
-                f"max_slice_nums must be an integer in 0..{MAX_SLICE_NUMS} or a list with one per image "
-                f"({images} given), got {n!r}"
-            )
-        return tuple(checks.int_in(f"max_slice_nums[{i}]", v, 0, MAX_SLICE_NUMS, config=False) for i, v in enumerate(n))
-
-    def slices_for(self, index: int) -> int | None:
-        """The max_slice_nums of image ``index`` (None: the session's)."""
-        n = self.max_slice_nums
-        return n[index] if isinstance(n, tuple) else n
+        object.__setattr__(self, "max_slice_nums", slice_counts(self.max_slice_nums, len(_items(self.image))))
 
     @property
     def has_media(self) -> bool:
@@ -131,7 +113,9 @@ class InputEncoder:
         media.audio = [apm.encode(a) for a in _items(r.audio)]
         apm_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
-        media.images = [vpm.encode_sliced(image, r.slices_for(i)) for i, image in enumerate(_items(r.image))]
+        media.images = [
+            vpm.encode_sliced(image, slices_of(r.max_slice_nums, i)) for i, image in enumerate(_items(r.image))
+        ]
         frames = self._stack_frames if r.stack_frames is None else r.stack_frames
         for v in _items(r.video):
             media.images += vpm.encode_video(v, frames)

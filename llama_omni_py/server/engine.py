@@ -128,6 +128,7 @@ class Engine:
                 tts_template=turn.tts_template,
                 stack_frames=turn.stack_frames,
                 seed=turn.seed,
+                max_slice_nums=turn.max_slice_nums,
                 llm=replace(self.session.config.llm, **turn.sampling) if turn.sampling else None,
             ):
                 yield chunk

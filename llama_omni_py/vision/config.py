@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import checks
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidArgumentError
 from .slicing import MAX_SLICE_NUMS, RULES
 
 # The rules' own defaults: MiniCPM-o's processor slices up to 9 and writes image ids;
@@ -51,3 +51,21 @@ class VisionConfig:
     def layout(self) -> str:
         """The simplex prompt layout of these rules (vision.placeholder)."""
         return "reference" if self.rules == "reference" else "llama.cpp-omni"
+
+
+def slice_counts(value, images: int, what: str = "max_slice_nums"):
+    """A request's max_slice_nums: None, an int in 0..9, or a list with one per image (returned
+    as a tuple); InvalidArgumentError otherwise."""
+    if value is None or checks.is_int(value):
+        return value if value is None else checks.int_in(what, value, 0, MAX_SLICE_NUMS, config=False)
+    if not isinstance(value, (list, tuple)) or len(value) != images:
+        raise InvalidArgumentError(
+            f"{what} must be an integer in 0..{MAX_SLICE_NUMS} or a list with one per image ({images} given), "
+            f"got {value!r}"
+        )
+    return tuple(checks.int_in(f"{what}[{i}]", v, 0, MAX_SLICE_NUMS, config=False) for i, v in enumerate(value))
+
+
+def slices_of(counts, index: int) -> int | None:
+    """Image ``index``'s entry of :func:`slice_counts`' result (None: the default)."""
+    return counts[index] if isinstance(counts, tuple) else counts
