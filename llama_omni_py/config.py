@@ -376,6 +376,9 @@ class DuplexConfig:
     # slices per frame besides its overview (0..9); None: none, as the reference's duplex (1)
     # and llama.cpp-omni (0) do by default. A unit's frames may ask otherwise (send()).
     max_slice_nums: int | None = None
+    # Tokens the text sampler never picks, besides <|tts_pad|> and <|chunk_eos|>: the reference
+    # forbids its tokenizer's bad_token_ids (duplex.bad_token_ids(tokenizer_config.json)).
+    forbidden_token_ids: tuple[int, ...] = field(default=(), repr=False)
 
     def __post_init__(self):
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
@@ -402,6 +405,10 @@ class DuplexConfig:
         checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
         if self.max_slice_nums is not None:
             checks.int_in("max_slice_nums", self.max_slice_nums, 0, MAX_SLICE_NUMS)
+        ids = self.forbidden_token_ids
+        if not isinstance(ids, (list, tuple)) or not all(checks.is_int(i) and i >= 0 for i in ids):
+            raise ConfigError("forbidden_token_ids", "must be a list of non-negative token ids")
+        object.__setattr__(self, "forbidden_token_ids", tuple(sorted(set(ids))))
 
     def context_limits(self, n_ctx: int) -> tuple[int, int]:
         """(prune when past, prune down to) for an LLM context of ``n_ctx`` positions."""

@@ -80,6 +80,21 @@ def test_frames_are_sliced_as_asked(session):
         omni.DuplexConfig(max_slice_nums=10)
 
 
+def test_forbidden_tokens_are_never_said(session):
+    # all but eight ordinary tokens forbidden: whatever the random weights want to say, only
+    # those eight (and special tokens) are fed
+    first_added = session.llm.special.first_added
+    allowed = set(range(40, 48))
+    cfg = omni.DuplexConfig(force_listen_count=0, seed=2, forbidden_token_ids=sorted(set(range(first_added)) - allowed))
+    with session.duplex(config=cfg) as d:
+        results = [d.push(TONE) for _ in range(6)]
+        fed = [p for u in d.context.units for p in u.parts if isinstance(p, int) and p < first_added]
+    assert any(not r.is_listen for r in results) and fed, "random weights talk"
+    assert set(fed) <= allowed
+    with pytest.raises(omni.ConfigError, match="vocabulary"):
+        session.duplex(config=omni.DuplexConfig(forbidden_token_ids=[10**7]))
+
+
 def test_barge_in_closes_the_turn(session):
     with session.duplex(config=omni.DuplexConfig(force_listen_count=0, seed=1)) as d:
         first = d.push(TONE)

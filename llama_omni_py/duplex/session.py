@@ -105,7 +105,7 @@ class DuplexSession:
         self.tokens = DuplexTokens.resolve(self.llm.model.find_token)
         self.context = UnitContext(self.llm)
         self._limits = cfg.context_limits(self.llm.n_ctx)
-        self.decoder = UnitDecoder(cfg, self.tokens, self.context, cfg.seed)
+        self.decoder = UnitDecoder(cfg, self.tokens, self.context, cfg.seed, self.llm.model.info.n_vocab)
         self.token2wav = stages.token2wav_for(cfg.cache_policy)
         self._apm, self._vpm = stages.inputs.encoders()
         # the reference's duplex prefill has no image ids and no newlines; llama.cpp-omni's its own

@@ -28,6 +28,11 @@ class WorkerOptions:
     max_audio_seconds: float = _opt(30.0, "input audio per turn", float)
     idle_timeout: float = _opt(300.0, "seconds without a message before a session closes", float)
     compat: bool = _opt(False, "/backend also accepts the older message aliases and shapes (docs/server-protocol.md)")
+    duplex_bad_tokens: str | None = _opt(
+        None,
+        "a MiniCPM-o tokenizer_config.json: full duplex never says its bad_token_ids, as the reference's decoder",
+        str,
+    )
 
     @staticmethod
     def flag(name: str) -> str:
@@ -72,9 +77,11 @@ class WorkerOptions:
     def server_config(self, host: str, port: int, device: str, numa_node: int | None = None, secret: str | None = None):
         """The worker's ServerConfig on host:port with its engine on ``device``; ``secret``: the
         gateway's (every route but /health then needs it)."""
+        from ..duplex import bad_token_ids
         from .config import ServerConfig
 
         session = self.session_config(numa_node)
+        forbidden = bad_token_ids(self.duplex_bad_tokens) if self.duplex_bad_tokens else ()
         return ServerConfig(
             host=host,
             port=port,
@@ -87,4 +94,5 @@ class WorkerOptions:
             idle_timeout_s=self.idle_timeout,
             compat=self.compat,
             secret=secret,
+            duplex_forbidden_token_ids=forbidden,
         )
