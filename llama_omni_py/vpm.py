@@ -87,9 +87,10 @@ class ImageEncoder:
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """(h, w, 3) uint8 RGB -> the normalised (3, H, W) float32 overview (no slices)."""
-        return self._normalize(slice_image(image, 0, self.vision.rules, self.vpm.dims.max_side).overview)
+        return self.normalize(slice_image(image, 0, self.vision.rules, self.vpm.dims.max_side).overview)
 
-    def _normalize(self, image: np.ndarray) -> np.ndarray:
+    def normalize(self, image: np.ndarray) -> np.ndarray:
+        """(h, w, 3) uint8 -> (3, h, w) float32 with the file's mean and std."""
         return normalize(image, self.vpm.dims.mean, self.vpm.dims.std)
 
     def encode_pixels(self, images: list[np.ndarray]) -> list[np.ndarray]:
@@ -119,7 +120,7 @@ class ImageEncoder:
         """An image's overview and slices -> their embedding blocks (``max_slice_nums`` None: the
         configured one; 0 or 1: the overview only, see VisionConfig)."""
         s = self.slice(image, max_slice_nums)
-        blocks = self.encode_pixels([self._normalize(x) for x in (s.overview, *s.slices)])
+        blocks = self.encode_pixels([self.normalize(x) for x in (s.overview, *s.slices)])
         return EncodedImage(tuple(blocks), s.plan.grid)
 
     def encode_video(self, video, stack_frames: int = 1, at: float = FRAME_TIME) -> list[np.ndarray]:

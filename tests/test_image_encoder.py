@@ -84,7 +84,7 @@ def test_sliced_image_blocks(encoder):
     # the six slices went through the encoder in one evaluation: same as one at a time
     sliced = encoder.slice(image)
     for block, pixels in zip(got.slices, sliced.slices):
-        one = encoder.vpm.encode(encoder._normalize(pixels))
+        one = encoder.vpm.encode(encoder.normalize(pixels))
         assert np.abs(block - one).max() <= 1e-4 * np.abs(one).max()
     assert len(encoder.encode_sliced(image, 1).blocks) == 1 and encoder.encode_sliced(image, 1).grid is None
     assert encoder.encode_sliced(image, 4).grid == (2, 2)

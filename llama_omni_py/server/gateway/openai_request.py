@@ -347,7 +347,7 @@ def _user_content(content, where: str) -> tuple[list, int, list]:
                     "no remote URLs",
                     f"{at}.image_url.url",
                 )
-            detail = part["image_url"].get("detail", "auto")
+            detail = part["image_url"].get("detail") or "auto"  # SDKs send null for "not given"
             if detail not in IMAGE_DETAIL:
                 raise bad(f"{at}.image_url.detail must be low, high or auto, got {detail!r}", f"{at}.image_url.detail")
             slices.append(IMAGE_DETAIL[detail])
