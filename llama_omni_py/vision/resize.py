@@ -54,8 +54,11 @@ def _fixed_point_pass(image: np.ndarray, n_out: int, axis: int) -> np.ndarray:
     """One separable pass over ``axis`` (0 rows, 1 columns) of (h, w, 3) uint8."""
     n_in = image.shape[axis]
     first, coeffs = _fixed_point_taps(n_in, n_out)
-    src = np.moveaxis(image, axis, 0).astype(np.int64)
-    acc = np.full((n_out, *src.shape[1:]), 1 << (PRECISION_BITS - 1), np.int64)
+    # int32 sums as Pillow's (255 x the coefficients' absolute sum stays below 2^31); uint8 rows
+    # gathered from a contiguous copy: a few times faster than int64 on a strided view
+    src = np.ascontiguousarray(np.moveaxis(np.asarray(image, np.uint8), axis, 0))
+    coeffs = coeffs.astype(np.int32)
+    acc = np.full((n_out, *src.shape[1:]), 1 << (PRECISION_BITS - 1), np.int32)
     for t in range(coeffs.shape[1]):
         index = np.minimum(first + t, n_in - 1)  # taps past the window weigh 0
         acc += src[index] * coeffs[:, t].reshape(-1, *[1] * (src.ndim - 1))
