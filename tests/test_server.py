@@ -94,6 +94,20 @@ def test_audio_and_image_input(server, tmp_path):
     assert m["kv_cache_length"] == m["prompt_tokens"] + m["n_tokens"]
 
 
+@pytest.mark.parametrize("value", [0, 10, True, "9", 2.0, [3], [3, 0], [3, None], {"n": 3}])
+def test_max_slice_nums_out_of_the_protocols_range(value):
+    # 1..9 or one per image (two here); anything else is invalid_input naming the field
+    from llama_omni_py.errors import ProtocolError
+    from llama_omni_py.server.protocol import check_max_slice_nums
+
+    assert check_max_slice_nums(None, 2, "image.max_slice_nums") is None
+    assert check_max_slice_nums(9, 2, "image.max_slice_nums") == 9
+    assert check_max_slice_nums([1, 9], 2, "image.max_slice_nums") == (1, 9)
+    with pytest.raises(ProtocolError, match=r"image\.max_slice_nums") as e:
+        check_max_slice_nums(value, 2, "image.max_slice_nums")
+    assert e.value.code == "invalid_input"
+
+
 def test_images_are_sliced_as_asked(server, tmp_path):
     # a 1344x1008 JPEG: the overview and 3 x 2 slices by default (the reference's 9), fewer when
     # image.max_slice_nums says so (an int, or one per image); out of 1..9 the session ends
