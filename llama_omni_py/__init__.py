@@ -22,7 +22,8 @@ from .modelset.layout import ModelSet, discover, validate  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
 from .session import OmniSession  # noqa: E402
 from .token2wav import Token2Wav  # noqa: E402
-from .vpm import ImageEncoder  # noqa: E402
+from .vision import VisionConfig  # noqa: E402
+from .vpm import EncodedImage, ImageEncoder  # noqa: E402
 
 __all__ = [
     *_errors_all,
@@ -33,6 +34,7 @@ __all__ = [
     "TtsSampling",
     "Token2WavConfig",
     "DuplexConfig",
+    "VisionConfig",
     "DuplexSession",
     "DuplexResult",
     "SpeakResult",
@@ -41,6 +43,7 @@ __all__ = [
     "Token2Wav",
     "AudioEncoder",
     "ImageEncoder",
+    "EncodedImage",
     "Device",
     "backends",
     "compiled_backends",

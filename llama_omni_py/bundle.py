@@ -52,7 +52,7 @@ class StageBundle:
         report(self.STEPS[1])
         self.placement = self._plan(c.token2wav_config)
         self.inputs = InputEncoder(
-            model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames, c.audio_rule
+            model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames, c.audio_rule, c.vision_config
         )
         report(self.STEPS[2])
         self.token2wav = self._token2wav(c.token2wav_config)

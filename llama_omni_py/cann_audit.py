@@ -287,6 +287,8 @@ def record_model_graphs(
         )
         image = ImageEncoder(models.root, "cpu", threads, flash_attn_dims=fused)
         image.encode(rng.integers(0, 255, (2 * d.patch, 3 * d.patch, 3), dtype=np.uint8))
+        # an image's slices go through one batched graph (the resampler's queries repeated per slice)
+        image.vpm.encode(rng.standard_normal((2, 3, 2 * d.patch, 3 * d.patch)).astype(np.float32))
         del probe
 
         llm_model = core.LlmModel(str(models.llm), "cpu")

@@ -206,6 +206,7 @@ def cmd_speak(args) -> int:
     from .config import SessionConfig
     from .demo import demo_config
     from .session import OmniSession
+    from .vision import VisionConfig
 
     if args.text is None and not (args.audio or args.image or args.video):
         raise InvalidArgumentError("give text, --audio, --image or --video")
@@ -214,7 +215,12 @@ def cmd_speak(args) -> int:
         src = getattr(args, name)
         if src is not None and not Path(src).is_file():
             raise InvalidArgumentError(f"--{name} {src!r}: no such file")
-    options = {"threads": args.threads, "seed": args.seed, "fidelity": args.fidelity}
+    options = {
+        "threads": args.threads,
+        "seed": args.seed,
+        "fidelity": args.fidelity,
+        "vision": VisionConfig(rules=args.image_rules, max_slice_nums=args.max_slice_nums),
+    }
     if args.max_new_tokens:
         options["max_new_tokens"] = args.max_new_tokens
     cfg = demo_config(**options) if args.model_dir is None else SessionConfig(**options)
@@ -233,6 +239,8 @@ def cmd_speak(args) -> int:
         f"{output}: {t.audio_s:.2f} s of audio in {t.wall_s:.2f} s (wall RTF {rtf}, first audio {ttfa}; "
         f"llm {t.llm_ms:.0f} ms, tts {t.tts_ms:.0f} ms, token2wav {t.token2wav_ms:.0f} ms)"
     )
+    if t.vision_slices:
+        print(f"vision: {t.vision_slices} encoder inputs (overviews and slices), {t.vpm_ms:.0f} ms")
     if result.text:
         print(f"text: {result.text}")
     return 0
@@ -351,6 +359,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--audio", help="spoken question (any format ffmpeg reads)")
     sp.add_argument("--image", help="an image to ask about")
     sp.add_argument("--video", help="a video (one frame is used)")
+    sp.add_argument(
+        "--max-slice-nums",
+        type=int,
+        default=None,
+        help="image slices besides the overview, 0-9 (default: 9 with the reference rules, 0 with llama.cpp-omni's)",
+    )
+    sp.add_argument(
+        "--image-rules",
+        choices=["reference", "llama.cpp-omni"],
+        default=None,
+        help="image preprocessing: MiniCPM-o's processor or llama.cpp-omni's (default: --fidelity's)",
+    )
     sp.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
     sp.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
     sp.add_argument("--seed", type=int, default=0, help="-1: random")

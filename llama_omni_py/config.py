@@ -6,6 +6,7 @@ error is a :class:`ConfigError` naming the field), and the one reader of environ
       llm: LlmSampling          the reply's text sampling
       tts: TtsSampling          speech-code sampling (None: the fidelity's)
       token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
+      vision: VisionConfig      image slicing rules and max_slice_nums
       placement and queues      pin, numa_node, tts_queue, audio_queue
       limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed
 
@@ -27,6 +28,8 @@ from . import checks
 from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
 from .fidelity import DEFAULTS, FIDELITIES
+from .vision.config import VisionConfig
+from .vision.slicing import MAX_SLICE_NUMS
 
 ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
 ENV_T2W_THREADS = "OMNI_T2W_THREADS"
@@ -314,6 +317,8 @@ class SessionConfig:
     audio_fidelity: str | None = None  # the audio encoder's rules: "llama.cpp-omni" or "reference"
     prompt_fidelity: str | None = None  # whose prompt layout: "llama.cpp-omni" or "reference"
     stack_frames: int = 1  # video frames per video; more than 1 logs a warning
+    # image slicing: rules (None: the fidelity's) and max_slice_nums (None: the rules' default)
+    vision: VisionConfig = field(default_factory=VisionConfig)
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
 
     def __post_init__(self):
@@ -335,7 +340,12 @@ class SessionConfig:
         for name in ("audio_fidelity", "prompt_fidelity"):
             if getattr(self, name) is not None:
                 checks.choice(name, getattr(self, name), FIDELITIES)
-        for name, cls in (("llm", LlmSampling), ("tts", TtsSampling), ("token2wav", Token2WavConfig)):
+        for name, cls in (
+            ("llm", LlmSampling),
+            ("tts", TtsSampling),
+            ("token2wav", Token2WavConfig),
+            ("vision", VisionConfig),
+        ):
             if name == "tts" and self.tts is None:
                 continue
             if not isinstance(getattr(self, name), cls):
@@ -378,6 +388,11 @@ class SessionConfig:
         return self.audio_fidelity or DEFAULTS[self.fidelity].audio
 
     @property
+    def vision_config(self) -> VisionConfig:
+        """The image rules in force: ``vision`` with its rules resolved by the fidelity."""
+        return self.vision.resolved(self.fidelity)
+
+    @property
     def prompt_rule(self) -> str:
         """The prompt layout in force: the field, else the fidelity's."""
         return self.prompt_fidelity or self.fidelity
@@ -417,6 +432,12 @@ class DuplexConfig:
     max_context: int | None = None  # LLM positions before whole units are pruned; None: n_ctx - 512
     prune_to: int | None = None  # positions kept after pruning; None: 3/4 of max_context
     audio_queue: int = DEFAULT_QUEUE
+    # slices per frame besides its overview (0..9); None: none, as the reference's duplex (1)
+    # and llama.cpp-omni (0) do by default. A unit's frames may ask otherwise (send()).
+    max_slice_nums: int | None = None
+    # Tokens the text sampler never picks, besides <|tts_pad|> and <|chunk_eos|>: the reference
+    # forbids its tokenizer's bad_token_ids (duplex.bad_token_ids(tokenizer_config.json)).
+    forbidden_token_ids: tuple[int, ...] = field(default=(), repr=False)
 
     def __post_init__(self):
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
@@ -441,6 +462,12 @@ class DuplexConfig:
         if self.prune_to is not None:
             checks.int_in("prune_to", self.prune_to, 256, (self.max_context or 1 << 20) - 128)
         checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
+        if self.max_slice_nums is not None:
+            checks.int_in("max_slice_nums", self.max_slice_nums, 0, MAX_SLICE_NUMS)
+        ids = self.forbidden_token_ids
+        if not isinstance(ids, (list, tuple)) or not all(checks.is_int(i) and i >= 0 for i in ids):
+            raise ConfigError("forbidden_token_ids", "must be a list of non-negative token ids")
+        object.__setattr__(self, "forbidden_token_ids", tuple(sorted(set(ids))))
 
     def context_limits(self, n_ctx: int) -> tuple[int, int]:
         """(prune when past, prune down to) for an LLM context of ``n_ctx`` positions."""

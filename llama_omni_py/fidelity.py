@@ -11,6 +11,7 @@ field (``None``: the fidelity's choice), which wins over the switch:
     audio encoder    SessionConfig.audio_fidelity     "llama.cpp-omni"    "reference"
     TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
     prompt           SessionConfig.prompt_fidelity    "llama.cpp-omni"    "reference"
+    images           VisionConfig.rules               "llama.cpp-omni"    "reference"
 """
 
 from __future__ import annotations

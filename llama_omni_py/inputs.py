@@ -15,6 +15,7 @@ from .config import LlmSampling
 from .errors import InvalidArgumentError
 from .prompt import ROLES, Prompt, simplex_speech_prompt
 from .results import MediaStats
+from .vision import VisionConfig, slice_counts, slices_of
 from .vpm import ImageEncoder
 
 
@@ -40,6 +41,7 @@ class Request:
     tts_template: bool = True
     stack_frames: int | None = None
     llm: LlmSampling | None = None  # this reply's LLM sampling (None: the session's)
+    max_slice_nums: object = None  # int, or one int per image; None: the session's VisionConfig
 
     def __post_init__(self):
         if self.text is not None:
@@ -62,6 +64,7 @@ class Request:
         for name in ("speech", "tts_template"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        object.__setattr__(self, "max_slice_nums", slice_counts(self.max_slice_nums, len(_items(self.image))))
 
     @property
     def has_media(self) -> bool:
@@ -72,10 +75,18 @@ class InputEncoder:
     """Encodes a request's media; the encoders load when the first media input arrives."""
 
     def __init__(
-        self, model_dir: Path, device: str, threads: int, audio_mode: str, stack_frames: int, audio_fidelity: str
+        self,
+        model_dir: Path,
+        device: str,
+        threads: int,
+        audio_mode: str,
+        stack_frames: int,
+        audio_fidelity: str = "llama.cpp-omni",
+        vision: VisionConfig | None = None,
     ):
         self._args = (model_dir, device, threads)
         self._audio_mode, self._stack_frames, self._audio_fidelity = audio_mode, stack_frames, audio_fidelity
+        self.vision = vision or VisionConfig()
         self._apm: AudioEncoder | None = None
         self._vpm: ImageEncoder | None = None
 
@@ -89,7 +100,7 @@ class InputEncoder:
         if self._apm is None:
             self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode, fidelity=self._audio_fidelity)
         if self._vpm is None:
-            self._vpm = ImageEncoder(model_dir, device, threads)
+            self._vpm = ImageEncoder(model_dir, device, threads, vision=self.vision)
         return self._apm, self._vpm
 
     def encode(self, r: Request) -> Media:
@@ -103,25 +114,31 @@ class InputEncoder:
         media.audio = [apm.encode(a) for a in _items(r.audio)]
         apm_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
-        media.images = [vpm.encode(i) for i in _items(r.image)]
+        media.images = [
+            vpm.encode_sliced(image, slices_of(r.max_slice_nums, i)) for i, image in enumerate(_items(r.image))
+        ]
         frames = self._stack_frames if r.stack_frames is None else r.stack_frames
         for v in _items(r.video):
             media.images += vpm.encode_video(v, frames)
         vpm_ms = (time.perf_counter() - t0) * 1000
-        # one slice per image or video frame (no llava-uhd slicing); tokens are the resampler's rows
-        tokens = sum(int(block.shape[0]) for block in media.images)
-        media.stats = MediaStats(apm_ms, vpm_ms, len(media.images), tokens)
+        # an image's overview and slices, or a video frame: one encoder input, 64 rows each
+        blocks = [b for item in media.images for b in ((item,) if isinstance(item, np.ndarray) else item.blocks)]
+        media.stats = MediaStats(apm_ms, vpm_ms, len(blocks), sum(int(b.shape[0]) for b in blocks))
+        media.image_layout, media.image_ids = self.vision.layout, self.vision.use_image_id
         return media
 
 
 @dataclass
 class Media:
-    """A request's media, encoded: the voice, user audio and image blocks (n, n_embd)."""
+    """A request's media, encoded: the voice, user audio, images (EncodedImage: overview and
+    slices) and video frames (one (64, n_embd) block each), and how the prompt lays images out."""
 
     voice: np.ndarray | None = None
     audio: list = field(default_factory=list)
     images: list = field(default_factory=list)
     stats: MediaStats = field(default_factory=MediaStats)
+    image_layout: str = "reference"
+    image_ids: bool = True
 
 
 def build_prompt(
@@ -139,4 +156,6 @@ def build_prompt(
         history=r.history if history is None else history,
         tts_template=r.tts_template,
         style=style,
+        image_layout=media.image_layout,
+        image_ids=media.image_ids,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidArgumentError, ModelFileError
+from .vision.placeholder import placeholder_parts
 
 # The voice-cloning system prompt of MiniCPM-o 4.5's speech assistant (Chinese, as both
 # llama.cpp-omni and the reference use by default): the instruction before the voice sample, the
@@ -93,12 +94,14 @@ def simplex_speech_prompt(
     user_text: str,
     reference_audio: np.ndarray | None = None,
     user_audio: Sequence[np.ndarray] = (),
-    user_images: Sequence[np.ndarray] = (),
+    user_images: Sequence = (),
     *,
     system_prompt: str | None = None,
     history: Sequence[tuple[str, str]] = (),
     tts_template: bool = True,
     style: str = "llama.cpp-omni",
+    image_layout: str | None = None,
+    image_ids: bool = True,
 ) -> Prompt:
     """System prompt (voice-clone wording with the reference-audio slot; its role text is
     `system_prompt` when given), earlier turns of `history` ((role, text), role user or
@@ -109,7 +112,11 @@ def simplex_speech_prompt(
     `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
     for token as its simplex pipeline does (the voice slot even without a voice, its second user
     header, its shorter role text when the turn has an image); "reference" as the reference's chat
-    template and processor do (the parts of a message joined by newlines)."""
+    template and processor do (the parts of a message joined by newlines).
+
+    An image is an :class:`~llama_omni_py.vpm.EncodedImage` (overview and slices, laid out as
+    `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
+    layout has them) or one (n, n_embd) block (a video frame: <image>..</image>, no id)."""
     if style not in PROMPT_STYLES:
         raise InvalidArgumentError(f"style must be one of {PROMPT_STYLES}, got {style!r}")
     if not isinstance(user_text, str):
@@ -152,7 +159,14 @@ def simplex_speech_prompt(
         seg += [tok(f"<|im_start|>{who}\n"), tok(text, special=False), tok("<|im_end|>\n")]
     # llama.cpp-omni evaluates the user header twice in a first turn (docs/fidelity.md)
     seg.append(tok("<|im_start|>user\n<|im_start|>user\n" if lco and not history else "<|im_start|>user\n"))
-    parts = [[tok("<image>"), block(b), tok("</image>")] for b in user_images]
+    parts, numbered = [], 0
+    for image in user_images:
+        if isinstance(image, np.ndarray):  # a video frame
+            parts.append([tok("<image>"), block(image), tok("</image>")])
+            continue
+        layout = placeholder_parts(image.grid, image_layout or style, numbered if image_ids else None)
+        numbered += 1
+        parts.append([block(image.blocks[p]) if isinstance(p, int) else tok(p) for p in layout])
     parts += [[tok("<|audio_start|>"), block(b), tok("<|audio_end|>")] for b in user_audio]
     for i, part in enumerate(parts):
         if i and not lco:  # the reference joins a message's parts with newlines

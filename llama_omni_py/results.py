@@ -38,8 +38,8 @@ class MediaStats:
 
     apm_ms: float = 0.0
     vpm_ms: float = 0.0
-    vision_slices: int = 0  # images and video frames encoded (one slice each: no image slicing)
-    vision_tokens: int = 0  # LLM embedding rows they gave (64 per slice)
+    vision_slices: int = 0  # vision encoder inputs: each image's overview and slices, each video frame
+    vision_tokens: int = 0  # LLM embedding rows they gave (64 per input)
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ class Timings:
     n_tts_tokens: int = 0  # speech codes generated
     history_dropped: int = 0  # earlier messages left out so the prompt fits the LLM context
     tts_slides: int = 0  # times the TTS context dropped its oldest chunks
-    vision_slices: int = 0  # images and video frames encoded (one slice each: no image slicing)
-    vision_tokens: int = 0  # LLM embedding rows they gave (64 per slice)
+    vision_slices: int = 0  # vision encoder inputs: each image's overview and slices, each video frame
+    vision_tokens: int = 0  # LLM embedding rows they gave (64 per input)
     audio_s: float = 0.0
     wall_rtf: float | None = None
     compute_rtf: float | None = None

@@ -98,6 +98,7 @@ class OmniSession:
         tts_template: bool | None = None,
         stack_frames: int | None = None,
         llm: LlmSampling | None = None,
+        max_slice_nums=None,
     ) -> Iterator[SpeechChunk]:
         """Yields SpeechChunks as audio becomes ready; the last has ``is_final`` and ``timings``.
 
@@ -107,7 +108,9 @@ class OmniSession:
         replaces the assistant role text; history: earlier (role, text) turns, role "user" or
         "assistant"; speech=False gives a text-only reply; tts_template (default: speech) ends the
         prompt with the speech prefix; stack_frames: video frames per video; llm: this reply's
-        LLM sampling (temperature, top_p, ...) instead of ``config.llm``."""
+        LLM sampling (temperature, top_p, ...) instead of ``config.llm``; max_slice_nums: slices
+        per image besides its overview, 0..9 (0 or 1: the overview only), or a list with one per
+        image; None: ``config.vision`` (9 under the reference rules)."""
         request = Request(
             text,
             audio,
@@ -122,6 +125,7 @@ class OmniSession:
             speech if tts_template is None else tts_template,
             stack_frames,
             llm,
+            max_slice_nums,
         )
         return self._stream(request)
 

@@ -1,21 +1,19 @@
-"""Image or video frame -> 64 LLM embeddings with the VPM (docs/model-files.md).
+"""Image or video frame -> LLM embeddings with the VPM (docs/model-files.md): an overview and up to
+``max_slice_nums`` slices, 64 embeddings each (llama_omni_py.vision cuts them; the rules and the
+default are :class:`~llama_omni_py.vision.VisionConfig`'s, docs/media-and-encoders.md#image-slicing).
+Blocks of one size -- the slices of an image, the overview too when it has their size, a
+video's frames -- go through the encoder together, in one graph evaluation.
 
-Preprocessing follows MiniCPM-V's overview path without slicing (llama.cpp-omni's default,
-``max_slice_nums = 0``): resize to the area of a 448 x 448 image at the original aspect ratio,
-sides rounded to multiples of 14 (upscaling allowed, so a 1 x 1 image becomes 448 x 448), bicubic
-with antialiasing as PIL does it, then normalise with the file's mean/std. One deviation, for
-very thin images: the position tables cover 70 patches per side, so the long side is capped at
-980 px (the reference would interpolate new position embeddings instead).
-
-Video gives one frame by default. ``stack_frames > 1`` encodes that many frames one second apart
-as separate 64-embedding blocks, with a warning: several frames are known to drive MiniCPM-o into
-repetition collapse (docs/ascend.md).
+Video gives one frame by default, each frame one overview (frames are not sliced).
+``stack_frames > 1`` encodes that many frames one second apart as separate 64-embedding blocks,
+with a warning: several frames are known to drive MiniCPM-o into repetition collapse
+(docs/ascend.md).
 """
 
 from __future__ import annotations
 
 import logging
-import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,55 +24,34 @@ from .backend import resolve_device
 from .errors import ConfigError
 from .media import FRAME_TIME, load_frame
 from .modelset import spec as ms
+from .vision import MAX_SLICE_NUMS, SlicedImage, VisionConfig, normalize, slice_image
 
 log = logging.getLogger(__name__)
 
-SCALE_RESOLUTION = 448
 FRAME_SPACING = 1.0  # seconds between stacked video frames
+BATCH = 16  # images per graph evaluation at most (the reference's vision_batch_size)
 
 
-def overview_size(
-    width: int, height: int, patch: int = 14, grid: int = 70, scale: int = SCALE_RESOLUTION
-) -> tuple[int, int]:
-    """(width, height) of the resized overview: area about scale², multiples of `patch`, at most
-    `grid` patches per side."""
+@dataclass(frozen=True)
+class EncodedImage:
+    """One image's embedding blocks, each (64, llm_embd): the overview, then its slices row by
+    row; ``grid`` is (columns, rows), None without slices."""
 
-    def to_patches(n: float) -> int:
-        return max(round(n / patch) * patch, patch)
+    blocks: tuple
+    grid: tuple[int, int] | None = None
 
-    ratio = width / height
-    h = int(scale / math.sqrt(ratio))
-    w = int(h * ratio)
-    longest = max(w, h)
-    if longest > patch * grid:  # keep within the 70 x 70 position tables
-        w, h = w * patch * grid / longest, h * patch * grid / longest
-    return min(to_patches(w), patch * grid), min(to_patches(h), patch * grid)
+    @property
+    def overview(self) -> np.ndarray:
+        return self.blocks[0]
 
+    @property
+    def slices(self) -> tuple:
+        return self.blocks[1:]
 
-def _cubic(t: np.ndarray, a: float = -0.5) -> np.ndarray:
-    t = np.abs(t)
-    near = ((a + 2) * t - (a + 3)) * t * t + 1
-    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return np.where(t < 1, near, np.where(t < 2, far, 0.0))
-
-
-def _resample_matrix(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) bicubic weights; the kernel widens by the scale when shrinking (antialias)."""
-    scale = n_in / n_out
-    stretch = max(scale, 1.0)
-    centres = (np.arange(n_out) + 0.5) * scale
-    w = _cubic((np.arange(n_in)[None, :] + 0.5 - centres[:, None]) / stretch)
-    return w / w.sum(axis=1, keepdims=True)
-
-
-def resize_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """(h, w, 3) uint8 -> (height, width, 3) uint8."""
-    h, w = image.shape[:2]
-    rows = _resample_matrix(h, height).astype(np.float32)
-    cols = _resample_matrix(w, width).astype(np.float32)
-    x = (rows @ image.astype(np.float32).reshape(h, w * 3)).reshape(height, w, 3)  # BLAS, not einsum
-    x = cols @ x  # batched over output rows: (width, w) @ (w, 3)
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    @property
+    def rows(self) -> int:
+        """LLM embedding rows of all blocks."""
+        return sum(int(b.shape[0]) for b in self.blocks)
 
 
 class ImageEncoder:
@@ -85,25 +62,66 @@ class ImageEncoder:
         threads: int = 1,
         exact: bool = False,
         flash_attn_dims: list[int] | None = None,
+        vision: VisionConfig | None = None,
     ):
-        """flash_attn_dims: head sizes that use fused attention (None: those the device supports)."""
+        """flash_attn_dims: head sizes that use fused attention (None: those the device supports);
+        vision: the slicing rules and default (None: ``VisionConfig()``)."""
         threads = checks.threads("threads", threads) or 1
+        if vision is not None and not isinstance(vision, VisionConfig):
+            raise ConfigError("vision", f"must be a VisionConfig, got {type(vision).__name__}")
+        self.vision = vision or VisionConfig()
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.VPM_FILE
         self.vpm = core.Vpm(str(path), resolve_device(device), threads, exact, flash_attn_dims)
 
+    def slice(self, image, max_slice_nums: int | None = None) -> SlicedImage:
+        """The uint8 overview and slices of an image (path, bytes or (h, w, 3) uint8 array);
+        ``max_slice_nums`` None: the configured one."""
+        n = (
+            self.vision.slices
+            if max_slice_nums is None
+            else checks.int_in("max_slice_nums", max_slice_nums, 0, MAX_SLICE_NUMS, config=False)
+        )
+        return slice_image(load_frame(image), n, self.vision.rule, self.vpm.dims.max_side)
+
     def preprocess(self, image: np.ndarray) -> np.ndarray:
-        """(h, w, 3) uint8 RGB -> normalised (3, H, W) float32 overview."""
-        d = self.vpm.dims
-        w, h = overview_size(image.shape[1], image.shape[0], d.patch, d.grid)
-        x = resize_bicubic(image, w, h).astype(np.float32) / 255.0
-        x = (x - np.asarray(d.mean, np.float32)) / np.asarray(d.std, np.float32)
-        return np.ascontiguousarray(x.transpose(2, 0, 1))
+        """(h, w, 3) uint8 RGB -> the normalised (3, H, W) float32 overview (no slices)."""
+        return self.normalize(slice_image(image, 0, self.vision.rule, self.vpm.dims.max_side).overview)
+
+    def normalize(self, image: np.ndarray) -> np.ndarray:
+        """(h, w, 3) uint8 -> (3, h, w) float32 with the file's mean and std."""
+        return normalize(image, self.vpm.dims.mean, self.vpm.dims.std)
+
+    def encode_pixels(self, images: list[np.ndarray]) -> list[np.ndarray]:
+        """Normalised (3, H, W) images -> their (64, llm_embd) blocks, in order; images of one size
+        are encoded together (at most ``BATCH`` per evaluation)."""
+        out: list = [None] * len(images)
+        by_shape: dict[tuple, list[int]] = {}
+        for i, x in enumerate(images):
+            by_shape.setdefault(x.shape, []).append(i)
+        for idx in by_shape.values():
+            for start in range(0, len(idx), BATCH):
+                part = idx[start : start + BATCH]
+                if len(part) == 1:
+                    out[part[0]] = self.vpm.encode(images[part[0]])
+                    continue
+                blocks = self.vpm.encode(np.stack([images[i] for i in part]))
+                for i, block in zip(part, blocks):
+                    out[i] = block
+        return out
 
     def encode(self, image) -> np.ndarray:
-        """Path, bytes or (h, w, 3) uint8 array of an image (or a video's frame) -> (64, llm_embd)."""
+        """Path, bytes or (h, w, 3) uint8 array of an image (or a video's frame) -> the overview's
+        (64, llm_embd) embeddings, without slices."""
         return self.vpm.encode(self.preprocess(load_frame(image)))
+
+    def encode_sliced(self, image, max_slice_nums: int | None = None) -> EncodedImage:
+        """An image's overview and slices -> their embedding blocks (``max_slice_nums`` None: the
+        configured one; 0 or 1: the overview only, see VisionConfig)."""
+        s = self.slice(image, max_slice_nums)
+        blocks = self.encode_pixels([self.normalize(x) for x in (s.overview, *s.slices)])
+        return EncodedImage(tuple(blocks), s.plan.grid)
 
     def encode_video(self, video, stack_frames: int = 1, at: float = FRAME_TIME) -> list[np.ndarray]:
         """One (64, llm_embd) block per frame; one frame unless asked otherwise."""
@@ -115,6 +133,5 @@ class ImageEncoder:
                 "1 is the safe default",
                 stack_frames,
             )
-        return [
-            self.vpm.encode(self.preprocess(load_frame(video, at=at + i * FRAME_SPACING))) for i in range(stack_frames)
-        ]
+        frames = [load_frame(video, at=at + i * FRAME_SPACING) for i in range(stack_frames)]
+        return self.encode_pixels([self.preprocess(f) for f in frames])

@@ -165,11 +165,28 @@ def test_forced_queue_wait_and_dropped_chunk_fail_their_gates():
     assert exit_status([run]) == 1 and exit_status([run], allow_realtime_miss=True) == 0
 
 
+def test_page_prompt_is_sliced_and_recorded(tiny_dir, bench_runs):
+    import llama_omni_py as omni
+    from llama_omni_py.bench.runner import measure
+
+    cfg = omni.SessionConfig(threads=1, max_new_tokens=12, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        rec = measure(s, prompts.PROMPTS["page"], seed=0)
+        plain = measure(s, prompts.PROMPTS["image"], seed=0)
+    assert rec["vision"] == {"slices": 7, "tokens": 7 * 64} and plain["vision"] == {"slices": 1, "tokens": 64}
+    assert rec["stage_ms"]["vpm_ms"] > 0
+    run = json.loads(json.dumps(bench_runs[1][0]))
+    run["requests"][0] = {**rec, "round": 1}
+    validate_run(run)  # the record fits the schema
+
+
 def test_prompt_inputs_are_deterministic():
     a, b = prompts.chirp(), prompts.chirp()
     assert a.dtype == np.float32 and a.size == 32000 and np.array_equal(a, b) and np.abs(a).max() <= 0.3
     img = prompts.PROMPTS["image"].inputs()["image"]
     assert img.shape == (448, 448, 3) and img.dtype == np.uint8 and len(np.unique(img[..., 2])) == 2
+    page = prompts.PROMPTS["page"].inputs()["image"]
+    assert page.shape == (1008, 1344, 3) and np.array_equal(page, prompts.PROMPTS["page"].inputs()["image"])
     with pytest.raises(ConfigError, match="prompts"):
         prompts.select(["story", "nope"])
 

@@ -54,6 +54,12 @@ def test_the_dit_graph_is_the_cfg_batch(tiny_dir, table):
     assert any(n["dst"]["ne"][2] == 2 or n["dst"]["ne"][3] == 2 for n in mat)  # conditional + unconditional rows
 
 
+def test_the_vpm_graphs_include_a_batch_of_slices(tiny_dir, table):
+    # an image's same-size slices run as one graph: its output holds one 64-row block per slice
+    vpm = [g for g in ca.record_model_graphs(tiny_dir, table) if g["module"] == "vpm"]
+    assert sorted(g["nodes"][-1]["dst"]["ne"][2] for g in vpm) == [1, 2]
+
+
 def _node(op, dst_type="f32", src=(), params=(), desc=None, slots=None):
     words = list(params) + [0] * (16 - len(params))
     return {

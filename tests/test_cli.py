@@ -4,6 +4,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import numpy as np
+
 from llama_omni_py import cli
 from llama_omni_py.modelset import spec as ms
 
@@ -69,6 +71,27 @@ def test_speak_writes_a_wav(tiny_dir, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "wall RTF" in captured.out and "3/3 Token2Wav" in captured.err and "done in" in captured.err
     assert main(["speak", "--model-dir", str(tiny_dir)]) == 2  # nothing to answer: a clear error, exit 2
+
+
+def test_speak_slices_an_image(tiny_dir, tmp_path, capsys):
+    from PIL import Image
+
+    from llama_omni_py.cli import main
+
+    photo = tmp_path / "page.png"
+    Image.fromarray((np.random.default_rng(0).random((1008, 1344, 3)) * 255).astype(np.uint8)).save(photo)
+    base = ["speak", "--image", str(photo), "-o", str(tmp_path / "r.wav"), "--model-dir", str(tiny_dir)]
+    base += ["--device", "cpu", "--max-new-tokens", "4"]
+    assert main(base) == 0  # llama.cpp-omni's rules (the default fidelity): no slices
+    assert "vision: 1 encoder inputs" in capsys.readouterr().out
+    assert main([*base, "--fidelity", "reference"]) == 0
+    assert "vision: 7 encoder inputs" in capsys.readouterr().out  # the overview and 3 x 2 slices
+    assert main([*base, "--image-rules", "reference"]) == 0
+    assert "vision: 7 encoder inputs" in capsys.readouterr().out
+    assert main([*base, "--fidelity", "reference", "--max-slice-nums", "1"]) == 0
+    assert "vision: 1 encoder inputs" in capsys.readouterr().out
+    assert main([*base, "--max-slice-nums", "10"]) == 2
+    assert "max_slice_nums" in capsys.readouterr().err
 
 
 def test_readme_main_job_on_a_fresh_cache(tmp_path, monkeypatch):

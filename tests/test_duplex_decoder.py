@@ -117,6 +117,57 @@ def test_two_stage_draw_takes_chunk_eos_only_untempered():
     assert T.tts_pad not in draws and draws <= {5, T.chunk_eos}
 
 
+def test_forbidden_tokens_are_masked_after_the_untempered_draw():
+    # as the reference's StreamDecoder: the chunk_eos pre-check sees the raw logits, the draw that
+    # picks what is said never sees <|tts_pad|>, <|chunk_eos|> or the forbidden ids
+    d, llm = decoder([], forbidden_token_ids=[7, 9])
+    x = np.full(V, -30.0)
+    x[7], x[9], x[3] = 30.0, 29.0, 5.0  # the forbidden ids lead; 3 is the best allowed token
+    assert d.sampler.sample(x.copy()) == 3
+    x[T.chunk_eos] = 40.0  # the untempered first draw still ends the unit on <|chunk_eos|>
+    assert d.sampler.sample(x.copy()) == T.chunk_eos
+    s = _sampler(temperature=1.0, forbidden_token_ids=(7, 9))
+    x = np.zeros(V)
+    x[7] = x[9] = 8.0
+    draws = {s.sample(x.copy()) for _ in range(300)}
+    assert not draws & {7, 9, T.tts_pad, T.chunk_eos} and len(draws) > 10
+    # in a whole unit: the forbidden token is never fed, the next best is
+    script = [T.speak, 7, T.chunk_eos]
+    d, llm = decoder(script, forbidden_token_ids=[7])
+    logits = llm.logits()  # speak
+    r = d.decode(logits)
+    assert 7 not in llm.fed and 7 not in r.tokens
+
+
+def test_forbidden_ids_are_checked():
+    assert DuplexConfig(forbidden_token_ids=[9, 3, 9]).forbidden_token_ids == (3, 9)
+    for bad in ([-1], ["7"], 7, [True]):
+        with pytest.raises(ConfigError) as e:
+            DuplexConfig(forbidden_token_ids=bad)
+        assert e.value.field == "forbidden_token_ids"
+    with pytest.raises(ConfigError, match="vocabulary"):
+        TextSampler(DuplexConfig(forbidden_token_ids=[V]), T, lambda t: False, 0, vocab=V)
+
+
+def test_bad_token_ids_from_a_tokenizer_config(tmp_path):
+    import json
+
+    import llama_omni_py as omni
+    from llama_omni_py.duplex import bad_token_ids
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bad_token_ids": [198, 7, 271, 7], "x": 1}))
+    assert bad_token_ids(tmp_path / "tokenizer_config.json") == (7, 198, 271)
+    assert bad_token_ids(tmp_path) == (7, 198, 271)  # the directory holding it
+    cases = {"missing": None, "nojson": "{", "nokey": "{}", "notints": '{"bad_token_ids": ["a"]}'}
+    for name, text in cases.items():
+        path = tmp_path / f"{name}.json"
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(omni.ModelFileError) as e:
+            bad_token_ids(path)
+        assert e.value.path == str(path)
+
+
 def test_penalties_and_listen_scale():
     s = _sampler(repetition_penalty=2.0, length_penalty=2.0, listen_prob_scale=3.0, greedy=True)
     s.history.extend([5, T.speak])  # a special in the history is not penalised

@@ -13,7 +13,9 @@ TONE = (0.3 * np.sin(2 * np.pi * 330 * np.arange(16000) / 16000)).astype(np.floa
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    # the reference's image rules: frames laid out as the reference's duplex prefill
+    vision = omni.VisionConfig(rules="reference")
+    cfg = omni.SessionConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1), vision=vision)
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s
 
@@ -53,6 +55,46 @@ def test_streaming_form_pause_and_bad_input(session, tiny_dir):
             session.duplex()
     with pytest.raises(omni.ConfigError, match="max_context"):
         session.duplex(config=omni.DuplexConfig(max_context=100_000))
+
+
+def test_frames_are_sliced_as_asked(session):
+    # a 960x540 frame: the overview alone by default (the reference's duplex uses 1), overview +
+    # 2 x 1 slices when the config or the unit asks for 2; the context grows by what was fed
+    frame = (np.random.default_rng(1).random((540, 960, 3)) * 255).astype(np.uint8)
+    with session.duplex(config=omni.DuplexConfig(max_slice_nums=2)) as d:
+        sliced = d.push(TONE, frame)
+        # <unit> <image> 64 </image> <slice> 64 </slice> <slice> 64 </slice>, then the audio: no ids
+        # or newlines, as the reference's duplex prefill
+        find = session.llm.model.find_token
+        unit, image, image_end = find("<unit>"), find("<image>"), find("</image>")
+        s, e = find("<slice>"), find("</slice>")
+        parts = [p if isinstance(p, int) else len(p) for p in d.context.units[0].parts][:11]
+        assert parts[:10] == [unit, image, 64, image_end, s, 64, e, s, 64, e]
+        one = d.push(TONE, frame, max_slice_nums=1)
+        per_frame = d.push(TONE, [frame, frame], max_slice_nums=[2, 0])
+        with pytest.raises(omni.InvalidArgumentError, match="max_slice_nums"):
+            d.push(TONE, [frame, frame], max_slice_nums=[2])
+    assert (sliced.timings.vision_slices, sliced.timings.vision_tokens) == (3, 192)
+    assert (one.timings.vision_slices, per_frame.timings.vision_slices) == (1, 4)
+    with session.duplex() as d:
+        assert d.push(TONE, frame).timings.vision_slices == 1
+    with pytest.raises(omni.ConfigError, match="max_slice_nums"):
+        omni.DuplexConfig(max_slice_nums=10)
+
+
+def test_forbidden_tokens_are_never_said(session):
+    # all but eight ordinary tokens forbidden: whatever the random weights want to say, only
+    # those eight (and special tokens) are fed
+    first_added = session.llm.special.first_added
+    allowed = set(range(40, 48))
+    cfg = omni.DuplexConfig(force_listen_count=0, seed=2, forbidden_token_ids=sorted(set(range(first_added)) - allowed))
+    with session.duplex(config=cfg) as d:
+        results = [d.push(TONE) for _ in range(6)]
+        fed = [p for u in d.context.units for p in u.parts if isinstance(p, int) and p < first_added]
+    assert any(not r.is_listen for r in results) and fed, "random weights talk"
+    assert set(fed) <= allowed
+    with pytest.raises(omni.ConfigError, match="vocabulary"):
+        session.duplex(config=omni.DuplexConfig(forbidden_token_ids=[10**7]))
 
 
 def test_barge_in_closes_the_turn(session):

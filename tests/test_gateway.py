@@ -128,6 +128,32 @@ def test_api_chat_answers_in_one_json(gw):
     all_free(gw)
 
 
+def test_demo_chat_slices_images_as_the_demo_does(gw, tmp_path):
+    import base64
+
+    from server_client import ffmpeg_bytes
+
+    from llama_omni_py.server.gateway.chat_api import demo_input
+
+    # the demo's chat passes image.max_slice_nums, else its processor's 9, whatever the worker's default
+    assert demo_input({"messages": []})["image"] == {"max_slice_nums": 9}
+    assert demo_input({"image": {"max_slice_nums": 2}})["image"] == {"max_slice_nums": 2}
+    assert demo_input({"image": {"max_slice_nums": None}})["image"] == {"max_slice_nums": 9}
+    assert demo_input({"image": "x"})["image"] == "x"  # the worker refuses it
+    photo = ffmpeg_bytes(tmp_path, "p.jpg", "-f", "lavfi", "-i", "testsrc=size=1344x1008", "-frames:v", "1")
+    content = [{"type": "image", "data": base64.b64encode(photo).decode()}, {"type": "text", "text": "?"}]
+    req = {"messages": [{"role": "user", "content": content}], "generation": {"max_new_tokens": 2}}
+    inputs = []
+    for image in (None, {"max_slice_nums": 1}):
+        status, r = http(gw.url + "/api/chat", "POST", json.dumps(dict(req, image=image)).encode())
+        assert status == 200, r
+        inputs.append(r["token_stats"]["input_tokens"])
+    assert inputs[0] - inputs[1] == 6 * (64 + 2) + 1  # 3 x 2 slices: <slice> 64 rows </slice>, one row break
+    status, r = http(gw.url + "/api/chat", "POST", json.dumps(dict(req, image={"max_slice_nums": 0})).encode())
+    assert status == 400 and r["error"] == "invalid_input"
+    all_free(gw)
+
+
 def test_bad_ws_requests_get_an_error_and_take_no_worker(gw):
     assert run(ws_chat(gw.url, "{nope"))[0]["type"] == "error"
     msgs = run(ws_chat(gw.url, {"messages": [{"role": "user", "content": [{"type": "smell"}]}]}))

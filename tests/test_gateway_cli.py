@@ -2,6 +2,7 @@
 concurrent turns to different workers, and SIGTERM stops the gateway and its workers."""
 
 import asyncio
+import json
 import signal
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 
 import psutil
+import pytest
 from server_client import chat_request, http, ws_chat
 
 
@@ -64,6 +66,39 @@ def test_worker_options_round_trip_through_flags():
     cfg = o.server_config("127.0.0.1", 0, "cpu", numa_node=None)
     assert cfg.max_message_bytes == 8 * 2**20 and cfg.compat and cfg.session.token2wav.threads == 2
     assert cfg.session.max_new_tokens == 40 and cfg.session.threads == 1
+
+
+def test_duplex_bad_tokens_reach_every_duplex_session(tmp_path):
+    """`--duplex-bad-tokens tokenizer_config.json`: its bad_token_ids are forbidden in every duplex
+    session whose config names none of its own."""
+    import argparse
+
+    import llama_omni_py as omni
+    from llama_omni_py.config import DuplexConfig
+    from llama_omni_py.server.duplex_protocol import DuplexStart
+    from llama_omni_py.server.engine import Engine
+    from llama_omni_py.server.worker_options import WorkerOptions
+
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({"bad_token_ids": [271, 198]}))
+    o = WorkerOptions(duplex_bad_tokens=str(path))
+    p = argparse.ArgumentParser()
+    WorkerOptions.add_arguments(p)
+    assert WorkerOptions.from_args(p.parse_args(o.to_argv())) == o
+    cfg = o.server_config("127.0.0.1", 0, "cpu")
+    assert cfg.duplex_forbidden_token_ids == (198, 271)
+
+    class Session:
+        def duplex(self, system_prompt, voice, config):
+            return config
+
+    engine = Engine(cfg)
+    engine.session = Session()
+    assert asyncio.run(engine.open_duplex(DuplexStart())).forbidden_token_ids == (198, 271)
+    own = DuplexStart(config=DuplexConfig(forbidden_token_ids=[5]))
+    assert asyncio.run(engine.open_duplex(own)).forbidden_token_ids == (5,)
+    with pytest.raises(omni.ModelFileError):
+        WorkerOptions(duplex_bad_tokens=str(tmp_path / "none.json")).server_config("127.0.0.1", 0, "cpu")
 
 
 def test_max_new_tokens_is_the_servers_cap(tiny_dir):

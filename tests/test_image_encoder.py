@@ -1,5 +1,6 @@
-"""Image/video frame preprocessing (overview size, bicubic resize) and the ImageEncoder wrapper
-on the tiny set with real ffmpeg-decoded inputs."""
+"""The ImageEncoder on the tiny set with real ffmpeg-decoded inputs: overviews, sliced images
+(blocks, batching, thin images past the position tables), video frames, bad input. Slicing
+itself: test_image_slicing.py."""
 
 import logging
 import subprocess
@@ -9,37 +10,13 @@ import pytest
 
 import llama_omni_py as omni
 from llama_omni_py import media
-from llama_omni_py.vpm import ImageEncoder, overview_size, resize_bicubic
-
-
-@pytest.mark.parametrize("w,h", [(1, 1), (640, 480), (480, 640), (1920, 1080), (448, 448), (1200, 300)])
-def test_overview_keeps_area_and_aspect(w, h):
-    ow, oh = overview_size(w, h)
-    assert ow % 14 == 0 and oh % 14 == 0 and 14 <= min(ow, oh) and max(ow, oh) <= 980
-    assert abs(ow * oh - 448 * 448) <= 0.12 * 448 * 448
-    assert abs(ow / oh - w / h) <= 14 / min(ow, oh) * (w / h) + 1e-9
-
-
-def test_thin_images_fit_the_position_tables():
-    assert overview_size(1, 1000) == (14, 980)
-    ow, oh = overview_size(3000, 200)  # would be 1736 x 112 uncapped
-    assert ow == 980 and abs(oh - 980 * 200 / 3000) <= 14
-
-
-def test_resize_keeps_constants_and_averages_when_shrinking():
-    flat = np.full((37, 53, 3), 91, np.uint8)
-    assert (resize_bicubic(flat, 448, 448) == 91).all()
-    checker = (np.indices((64, 64)).sum(axis=0) % 2 * 255).astype(np.uint8)[..., None].repeat(3, axis=2)
-    small = resize_bicubic(checker, 16, 16)  # antialiased: the 1-px pattern averages out
-    assert np.abs(small.astype(int) - 128).max() <= 2
-    ramp = np.tile(np.linspace(0, 255, 32), (8, 1)).astype(np.uint8)[..., None].repeat(3, axis=2)
-    up = resize_bicubic(ramp, 128, 8)[4, 8:-8, 0].astype(int)
-    assert (np.diff(up) >= 0).all()  # a ramp stays monotonic
+from llama_omni_py.vision import VisionConfig
+from llama_omni_py.vpm import ImageEncoder
 
 
 @pytest.fixture(scope="module")
 def encoder(tiny_dir):
-    return ImageEncoder(tiny_dir, threads=2)
+    return ImageEncoder(tiny_dir, threads=2, vision=VisionConfig(rules="reference"))
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +72,41 @@ def test_empty_image_is_a_media_error(encoder):
         encoder.encode(np.zeros((0, 5, 3), np.uint8))
     with pytest.raises(omni.MediaError):
         encoder.encode(b"")
+
+
+def test_sliced_image_blocks(encoder):
+    image = (np.random.default_rng(2).random((1008, 1344, 3)) * 255).astype(np.uint8)
+    got = encoder.encode_sliced(image)
+    d = encoder.vpm.dims
+    assert got.grid == (3, 2) and len(got.blocks) == 7 and got.rows == 7 * d.queries
+    assert all(b.shape == (d.queries, d.llm_embd) and np.isfinite(b).all() for b in got.blocks)
+    assert np.array_equal(got.overview, encoder.encode(image))  # the overview is the unsliced encoding
+    # the six slices went through the encoder in one evaluation: same as one at a time
+    sliced = encoder.slice(image)
+    for block, pixels in zip(got.slices, sliced.slices):
+        one = encoder.vpm.encode(encoder.normalize(pixels))
+        assert np.abs(block - one).max() <= 1e-4 * np.abs(one).max()
+    assert len(encoder.encode_sliced(image, 1).blocks) == 1 and encoder.encode_sliced(image, 1).grid is None
+    assert encoder.encode_sliced(image, 4).grid == (2, 2)
+
+
+def test_max_slice_nums_is_checked(encoder):
+    image = np.zeros((20, 20, 3), np.uint8)
+    for bad in (10, -1, 2.0, True):
+        with pytest.raises(omni.InvalidArgumentError, match="max_slice_nums"):
+            encoder.encode_sliced(image, bad)
+
+
+def test_thin_image_past_the_position_tables(encoder):
+    image = (np.random.default_rng(4).random((300, 4000, 3)) * 255).astype(np.uint8)
+    got = encoder.encode_sliced(image)
+    assert got.grid == (7, 1) and all(np.isfinite(b).all() for b in got.blocks)  # overview 116 x 9 patches
+
+
+def test_llama_cpp_omni_rules_encode_no_slices_by_default(tiny_dir):
+    lco = ImageEncoder(tiny_dir, threads=2, vision=VisionConfig(rules="llama.cpp-omni"))
+    image = (np.random.default_rng(5).random((540, 960, 3)) * 255).astype(np.uint8)
+    assert len(lco.encode_sliced(image).blocks) == 1
+    assert lco.encode_sliced(image, 2).grid == (2, 1)
+    with pytest.raises(omni.ConfigError, match="vision"):
+        ImageEncoder(tiny_dir, vision="reference")

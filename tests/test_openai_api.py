@@ -175,10 +175,42 @@ def test_audio_and_image_in(client, tmp_path, gw):
     assert r.usage.prompt_tokens_details.audio_tokens == 10 and r.usage.prompt_tokens_details.image_tokens == 128
 
 
+def test_image_detail_chooses_the_slices(client, tmp_path):
+    # a 1344x1008 photo: "low" is the overview alone, "high" and "auto" (the default) the
+    # processor's slicing (overview + 3 x 2 slices); a null detail is "not given"
+    photo = ffmpeg_bytes(tmp_path, "p.jpg", "-f", "lavfi", "-i", "testsrc=size=1344x1008", "-frames:v", "1")
+    url = "data:image/jpeg;base64," + base64.b64encode(photo).decode()
+    tokens = []
+    for detail in ("low", "high", "absent", None):
+        image = {"url": url} if detail == "absent" else {"url": url, "detail": detail}
+        r = client.chat.completions.create(
+            model=MODEL,
+            messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": image}, {"type": "text", "text": "?"}]}
+            ],
+            max_tokens=4,
+        )
+        tokens.append(r.usage.prompt_tokens_details.image_tokens)
+    assert tokens == [64, 7 * 64, 7 * 64, 7 * 64]
+
+
 @pytest.mark.parametrize(
     "change, param",
     [
         ({"model": "gpt-4o"}, "model"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "max"}}
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].image_url.detail",
+        ),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "assistant", "content": "x"}]}, "messages[0].role"),

@@ -94,6 +94,47 @@ def test_audio_and_image_input(server, tmp_path):
     assert m["kv_cache_length"] == m["prompt_tokens"] + m["n_tokens"]
 
 
+@pytest.mark.parametrize("value", [0, 10, True, "9", 2.0, [3], [3, 0], [3, None], {"n": 3}])
+def test_max_slice_nums_out_of_the_protocols_range(value):
+    # 1..9 or one per image (two here); anything else is invalid_input naming the field
+    from llama_omni_py.errors import ProtocolError
+    from llama_omni_py.server.protocol import check_max_slice_nums
+
+    assert check_max_slice_nums(None, 2, "image.max_slice_nums") is None
+    assert check_max_slice_nums(9, 2, "image.max_slice_nums") == 9
+    assert check_max_slice_nums([1, 9], 2, "image.max_slice_nums") == (1, 9)
+    with pytest.raises(ProtocolError, match=r"image\.max_slice_nums") as e:
+        check_max_slice_nums(value, 2, "image.max_slice_nums")
+    assert e.value.code == "invalid_input"
+
+
+def test_images_are_sliced_as_asked(server, tmp_path):
+    # a 1344x1008 JPEG: the overview and 3 x 2 slices by default (the reference's 9), fewer when
+    # image.max_slice_nums says so (an int, or one per image); out of 1..9 the session ends
+    photo = base64.b64encode(
+        ffmpeg_bytes(tmp_path, "p.jpg", "-f", "lavfi", "-i", "testsrc=size=1344x1008:rate=1", "-frames:v", "1")
+    ).decode()
+    item = {"type": "image", "data": photo}
+
+    async def go():
+        async with Client.open(server.url) as c:
+            await c.init()
+            counts = []
+            for image in (None, {"max_slice_nums": 1}, {"max_slice_nums": [4, 1]}):
+                extra = {"generation": {"max_new_tokens": 4}, "tts": {"enabled": False}}
+                if image is not None:
+                    extra["image"] = image
+                items = [item, item] if isinstance(image and image["max_slice_nums"], list) else [item]
+                done = (await c.turn([user(*items, text="read it")], **extra))[-1]["metrics"]
+                counts.append((done["vision_slices"], done["vision_tokens"]))
+            await c.send(push([user(item, text="x")], image={"max_slice_nums": 10}))
+            return counts, await c.closed()
+
+    counts, closed = run(go())
+    assert counts == [(7, 448), (1, 64), (5 + 1, 6 * 64)]
+    assert closed["reason"] == "invalid_input" and "max_slice_nums" in closed["diagnostic"]["message"]
+
+
 async def _media_turn(server, items, text="what is this?"):
     async with Client.open(server.url) as c:
         await c.init()

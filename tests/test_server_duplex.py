@@ -8,7 +8,18 @@ import json
 
 import numpy as np
 import pytest
-from server_client import TIMEOUT, Client, http, jpeg, pcm, running_gateway, running_server, tone, wait_until
+from server_client import (
+    TIMEOUT,
+    Client,
+    ffmpeg_bytes,
+    http,
+    jpeg,
+    pcm,
+    running_gateway,
+    running_server,
+    tone,
+    wait_until,
+)
 from websockets.asyncio.client import connect
 
 
@@ -68,9 +79,10 @@ def test_backend_full_duplex_units(server):
         ({"messages": [{"role": "user", "content": "hi"}]}, "mode_mismatch"),
         ({}, "missing_audio"),
         ({"audio": b64(tone(1.0)), "video_frames": [base64.b64encode(b"\x89PNG\r\n").decode()]}, "invalid_media"),
-        # max_slice_nums: a positive int, or one per frame (as turn_based has it)
+        # max_slice_nums: an int in 1..9, or one per frame (as turn_based has it)
         ({"audio": b64(tone(1.0)), "max_slice_nums": "x"}, "invalid_input"),
         ({"audio": b64(tone(1.0)), "max_slice_nums": 0}, "invalid_input"),
+        ({"audio": b64(tone(1.0)), "max_slice_nums": 10}, "invalid_input"),
         ({"audio": b64(tone(1.0)), "max_slice_nums": -1}, "invalid_input"),
         ({"audio": b64(tone(1.0)), "max_slice_nums": [1, 2]}, "invalid_input"),  # no frames
     ],
@@ -84,6 +96,33 @@ def test_backend_full_duplex_fails_fast(server, inp, reason):
             return await c.closed()
 
     assert run(go())["reason"] == reason
+    wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
+
+
+def test_duplex_frames_are_sliced_as_asked(server, tmp_path):
+    # a 960x540 frame: 2 x 1 slices with max_slice_nums 2; the duplex default is none (the
+    # reference's 1); prepare sets the session's, a chunk its own
+    big = base64.b64encode(
+        ffmpeg_bytes(tmp_path, "f.jpg", "-f", "lavfi", "-i", "testsrc=size=960x540:rate=1", "-frames:v", "1")
+    ).decode()
+    plain = [({"type": "prepare"}, 1), (chunk(frame_base64_list=[big]), 1)]
+    sliced = [({"type": "prepare", "max_slice_nums": 2}, 1), (chunk(frame_base64_list=[big]), 1)]
+    sliced += [
+        (chunk(frame_base64_list=[big], max_slice_nums=1), 1),
+        (chunk(frame_base64_list=[big], max_slice_nums=[2]), 1),
+    ]
+    sliced += [(chunk(frame_base64_list=[big], max_slice_nums=12), 1), ({"type": "stop"}, 1)]
+    r = run(demo_session(server.url, "/ws/duplex?session_id=adx_slices", plain + sliced))
+    results = [m for m in r if m["type"] == "result"]
+    assert [m["vision_slices"] for m in results] == [1, 3, 1, 3]
+    assert [m["vision_tokens"] for m in results] == [64, 192, 64, 192]
+    assert [m["error"] for m in r if m["type"] == "error"] == [
+        "max_slice_nums must be an integer in 1..9 or a list with one per image (1), got 12"
+    ]
+    bad = run(
+        demo_session(server.url, "/ws/duplex?session_id=adx_bad", [({"type": "prepare", "max_slice_nums": 0}, 1)])
+    )
+    assert bad[0]["type"] == "error" and "max_slice_nums" in bad[0]["error"]
     wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
 
 

@@ -114,11 +114,30 @@ def test_audio_and_image_input(session):
     assert r.audio.size > 0 and r.timings.apm_ms > 0 and r.timings.vpm_ms > 0
 
 
+def test_sliced_image_counts_and_max_slice_nums(session):
+    page = (np.random.default_rng(0).random((1008, 1344, 3)) * 255).astype(np.uint8)
+    # llama.cpp-omni's rules (the default fidelity) slice nothing unless asked
+    one = session.speak("read it", image=page, seed=3, max_new_tokens=4, speech=False)
+    assert (one.timings.vision_slices, one.timings.vision_tokens) == (1, 64)
+    r = session.speak("read it", image=page, seed=3, max_new_tokens=4, speech=False, max_slice_nums=9)
+    assert (r.timings.vision_slices, r.timings.vision_tokens) == (7, 7 * 64)  # overview + 3 x 2 slices
+    assert r.timings.prompt_tokens - one.timings.prompt_tokens >= 6 * 64  # the slices' rows are in the prompt
+    two = session.speak("both", image=[page, page], seed=3, max_new_tokens=4, speech=False, max_slice_nums=[4, 0])
+    assert two.timings.vision_slices == 5 + 1
+    for bad in (10, -1, [4], "9", 2.5):
+        with pytest.raises(omni.InvalidArgumentError, match="max_slice_nums"):
+            session.speak("x", image=[page, page], max_slice_nums=bad)
+
+
 def test_bad_requests_and_config():
     with pytest.raises(omni.ConfigError, match="tts_queue"):
         omni.SessionConfig(tts_queue=0)
     with pytest.raises(omni.ConfigError, match="audio_mode"):
         omni.SessionConfig(audio_mode="all")
+    with pytest.raises(omni.ConfigError, match="vision"):
+        omni.SessionConfig(vision="reference")
+    with pytest.raises(omni.ConfigError, match="max_slice_nums"):
+        omni.SessionConfig(vision=omni.VisionConfig(max_slice_nums=12))
     with pytest.raises(omni.ConfigError) as err:
         omni.SessionConfig(token2wav=omni.Token2WavConfig(cache_policy="pytorch"))
     assert err.value.field == "cache_policy"

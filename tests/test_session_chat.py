@@ -78,15 +78,15 @@ def test_lists_of_inputs_and_stack_frames(session, monkeypatch):
 
 def test_cancel_while_inputs_encode(session, monkeypatch):
     _, vpm = session.inputs.encoders()
-    real = vpm.encode
+    real = vpm.encode_sliced  # a request's images go through it (overview and slices)
 
-    def slow(img):
+    def slow(img, max_slice_nums=None):
         session.cancel()  # arrives while the inputs are being encoded
-        return real(img)
+        return real(img, max_slice_nums)
 
-    monkeypatch.setattr(vpm, "encode", slow)
+    monkeypatch.setattr(vpm, "encode_sliced", slow)
     assert list(session.stream(TEXT, image=np.full((32, 48, 3), 90, np.uint8))) == []
-    monkeypatch.setattr(vpm, "encode", real)
+    monkeypatch.setattr(vpm, "encode_sliced", real)
     assert session.speak(TEXT, seed=1).audio.size > 0  # the flag does not leak into the next request
 
 

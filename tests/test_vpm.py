@@ -29,6 +29,50 @@ def test_encoder_matches_reference(pair, height, width):
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
 
 
+def test_sliced_image_matches_the_batched_reference(tiny_dir, pair):
+    # MiniCPM-o encodes an image's overview and slices as one padded, masked batch; ours encodes
+    # the slices together unpadded and the overview apart: the same 7 x 64 embeddings.
+    from llama_omni_py.vision import VisionConfig
+    from llama_omni_py.vpm import ImageEncoder
+
+    encoder = ImageEncoder(tiny_dir, threads=2, exact=True, vision=VisionConfig(rules="reference"))
+    image = (np.random.default_rng(6).random((1008, 1344, 3)) * 255).astype(np.uint8)
+    got = encoder.encode_sliced(image)
+    sliced = encoder.slice(image)
+    want = pair[0].encode_batch([encoder.normalize(x) for x in (sliced.overview, *sliced.slices)])
+    assert got.grid == (3, 2) and len(got.blocks) == len(want) == 7
+    for mine, theirs in zip(got.blocks, want):
+        assert np.abs(mine - theirs).max() <= 1e-3 * np.abs(theirs).max()
+
+
+def test_batch_is_the_same_as_one_at_a_time(pair):
+    v = pair[1]
+    pixels = np.random.default_rng(7).standard_normal((3, 3, 42, 56)).astype(np.float32)
+    batch = v.encode(pixels)
+    assert batch.shape == (3, v.dims.queries, v.dims.llm_embd)
+    for i in range(3):
+        one = v.encode(pixels[i])
+        assert np.abs(batch[i] - one).max() <= 1e-5 * np.abs(one).max()
+
+
+def test_past_the_position_tables_matches_the_reference(pair):
+    # 116 patches wide (a 4000 x 300 image's overview): stretched SigLIP buckets and sin-cos
+    # resampler keys computed for columns the file's 70 x 70 table does not hold
+    r, v = pair
+    pixels = np.random.default_rng(8).standard_normal((3, 126, 1624)).astype(np.float32)
+    got, want = v.encode(pixels), r.encode(pixels)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
+def test_resampler_positions_are_the_files_table(vpm_path):
+    g = core.GgufFile(vpm_path)
+    table = np.array(g.read_f32("resampler.pos_embed_k"))
+    e, grid = table.shape[1], int(round(table.shape[0] ** 0.5))
+    ours = core.resampler_positions(grid, grid, e)
+    assert np.abs(ours - table).max() <= 1e-5
+    assert np.abs(ours - ref.sincos_positions(grid, grid, e).numpy()).max() <= 1e-5
+
+
 def test_f16_weights_stay_close(vpm_path, pair):
     pixels = np.random.default_rng(1).standard_normal((3, 56, 70)).astype(np.float32)
     exact = pair[1].encode(pixels)
@@ -51,7 +95,9 @@ def test_position_buckets_match_navit_up_to_float_ties():
             assert all(abs(a - b) <= 1 and (a == b or tie) for a, b, tie in zip(dr, dc, ties)), (rows, cols, i, j)
 
 
-@pytest.mark.parametrize("shape", [(3, 0, 14), (3, 15, 14), (3, 14 * 71, 14), (1, 14, 14), (3, 14)])
+@pytest.mark.parametrize(
+    "shape", [(3, 0, 14), (3, 15, 14), (3, 14 * 281, 14), (1, 14, 14), (3, 14), (0, 3, 14, 14), (2, 1, 14, 14)]
+)
 def test_bad_pixels_raise_typed_errors(pair, shape):
     with pytest.raises(omni.InvalidArgumentError):
         pair[1].encode(np.zeros(shape, np.float32))

@@ -101,6 +101,11 @@ def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, medi
         if name.endswith((".wait", ".blocked"))
     }
     g = gates(chunks, d, t2w_q, media)
+    vision = (
+        {"vision": {"slices": timings["vision_slices"], "tokens": timings.get("vision_tokens", 0)}}
+        if timings.get("vision_slices")
+        else {}
+    )
     return {
         "prompt": prompt,
         "audio_s": timings.get("audio_s", 0.0),
@@ -124,4 +129,5 @@ def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, medi
         "gates": g,
         "data_valid": all(g[k]["ok"] for k in DATA_GATES),
         "realtime_eligible": all(g[k]["ok"] for k in REALTIME_GATES),
+        **vision,  # the vision encoder's inputs (overviews and slices) and their rows
     }

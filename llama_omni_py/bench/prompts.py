@@ -1,5 +1,7 @@
 """The fixed benchmark prompt set. Audio and image inputs are generated, not downloaded, so the
-same bytes reach the encoders on every host (a linear chirp and a gradient/checker image)."""
+same bytes reach the encoders on every host (a linear chirp and gradient/checker images: 448x448,
+one overview; 1344x1008, a page-sized photo the reference slices into an overview and 3 x 2
+slices)."""
 
 from __future__ import annotations
 
@@ -24,13 +26,15 @@ def chirp(seconds: float = 2.0, f0: float = 200.0, f1: float = 2000.0, amplitude
     return x.astype(np.float32)
 
 
-def pattern_image(size: int = 448) -> np.ndarray:
-    """RGB uint8: horizontal and vertical gradients in R and G, a 56-px checkerboard in B."""
-    i = np.arange(size)
-    r = np.broadcast_to(i[None, :] * 255 // (size - 1), (size, size))
-    g = np.broadcast_to(i[:, None] * 255 // (size - 1), (size, size))
-    b = ((i[:, None] // 56 + i[None, :] // 56) % 2) * 255
-    return np.stack([r, g, np.broadcast_to(b, (size, size))], axis=-1).astype(np.uint8)
+def pattern_image(width: int = 448, height: int | None = None) -> np.ndarray:
+    """RGB uint8 (height, width, 3; square by default): horizontal and vertical gradients in R
+    and G, a 56-px checkerboard in B."""
+    height = width if height is None else height
+    x, y = np.arange(width), np.arange(height)
+    r = np.broadcast_to(x[None, :] * 255 // (width - 1), (height, width))
+    g = np.broadcast_to(y[:, None] * 255 // (height - 1), (height, width))
+    b = ((y[:, None] // 56 + x[None, :] // 56) % 2) * 255
+    return np.stack([r, g, np.broadcast_to(b, (height, width))], axis=-1).astype(np.uint8)
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,14 @@ class BenchPrompt:
     name: str
     text: str | None
     kind: str  # "text", "audio" or "image": which input it exercises
+    image_size: tuple[int, int] = (448, 448)  # (width, height) of an image prompt's picture
 
     def inputs(self) -> dict:
         """Keyword arguments for ``OmniSession.stream``."""
         if self.kind == "audio":
             return {"text": self.text, "audio": chirp()}
         if self.kind == "image":
-            return {"text": self.text, "image": pattern_image()}
+            return {"text": self.text, "image": pattern_image(*self.image_size)}
         return {"text": self.text}
 
 
@@ -53,6 +58,8 @@ PROMPTS = {
     "weather": BenchPrompt("weather", "What should I wear today if it is cold and raining?", "text"),
     "audio": BenchPrompt("audio", None, "audio"),  # a spoken question: the 2 s chirp alone
     "image": BenchPrompt("image", "What is in this picture?", "image"),
+    # sliced as the model's processor does: 7 vision encoder passes (--prompts page)
+    "page": BenchPrompt("page", "What does this page show?", "image", (1344, 1008)),
 }
 DEFAULT_PROMPTS = ("story", "audio", "image")
 

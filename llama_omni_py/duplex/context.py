@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..llm import LanguageModel
+from ..vision.placeholder import placeholder_parts
 
 
 @dataclass
@@ -94,16 +95,18 @@ class UnitContext:
         self.prefix.append(list(suffix_tokens))
         self.n_keep = self.llm.n_past
 
-    def prefill_unit(self, unit_token: int, images: list[np.ndarray], audio: np.ndarray) -> np.ndarray:
-        """``<unit>``, each image as ``<image>`` 64 rows ``</image>``, then the audio rows; returns
-        the logits after the last input."""
+    def prefill_unit(self, unit_token: int, images: list, audio: np.ndarray, layout: str = "duplex") -> np.ndarray:
+        """``<unit>``, each image (an EncodedImage: ``<image>`` overview ``</image>``, then its
+        slices, laid out as ``layout`` says), then the audio rows; returns the logits after the
+        last input."""
         self.units.append(UnitSpan(self.llm.n_past))
         logits = self.feed_tokens([unit_token])
-        find = self.lm.model.find_token
-        for rows in images:
-            self.feed_tokens([find("<image>")])
-            self.feed_rows(rows)
-            logits = self.feed_tokens([find("</image>")])
+        for image in images:
+            for part in placeholder_parts(image.grid, layout):
+                if isinstance(part, int):
+                    logits = self.feed_rows(image.blocks[part])
+                else:
+                    logits = self.feed_tokens(list(self.lm.model.tokenize(part, True)))
         if len(audio):
             logits = self.feed_rows(audio)
         return logits

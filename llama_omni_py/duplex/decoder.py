@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import DuplexConfig
+from ..errors import ConfigError
 from ..text_stream import TextStream
 
 
@@ -93,14 +94,21 @@ class UnitDecision:
 
 
 class TextSampler:
-    """The demo's duplex text sampler: an untempered draw first (it ends the unit if it picks
-    <|chunk_eos|>), else penalties, temperature and top-k/top-p on what may be said."""
+    """The demo's duplex text sampler: an untempered draw first over everything (it ends the unit
+    if it picks <|chunk_eos|>), else the forbidden tokens masked (<|tts_pad|>, <|chunk_eos|> and
+    ``cfg.forbidden_token_ids``), penalties, temperature and top-k/top-p on what may be said."""
 
-    def __init__(self, cfg: DuplexConfig, tokens: DuplexTokens, is_special, seed: int):
+    def __init__(self, cfg: DuplexConfig, tokens: DuplexTokens, is_special, seed: int, vocab: int | None = None):
+        """``vocab``: the vocabulary size, to refuse forbidden ids past it (None: not checked)."""
         self.cfg, self.tokens, self.is_special = cfg, tokens, is_special
         self.rng = np.random.default_rng(seed)
         self.history: deque = deque(maxlen=max(cfg.repetition_window, 1))
-        self.forbidden = np.array([tokens.tts_pad, tokens.chunk_eos])
+        extra = cfg.forbidden_token_ids
+        if vocab is not None and extra and extra[-1] >= vocab:
+            raise ConfigError(
+                "forbidden_token_ids", f"holds id {extra[-1]}, past this LLM's vocabulary ({vocab} tokens)"
+            )
+        self.forbidden = np.array(sorted({tokens.tts_pad, tokens.chunk_eos, *extra}))
 
     def _draw(self, probs: np.ndarray) -> int:
         if self.cfg.greedy:
@@ -160,9 +168,9 @@ def _top_k_top_p(x: np.ndarray, k: int, p: float) -> np.ndarray:
 class UnitDecoder:
     """The decode loop of one unit (after its inputs were prefilled)."""
 
-    def __init__(self, cfg: DuplexConfig, tokens: DuplexTokens, llm: LlmFeed, seed: int):
+    def __init__(self, cfg: DuplexConfig, tokens: DuplexTokens, llm: LlmFeed, seed: int, vocab: int | None = None):
         self.cfg, self.tokens, self.llm = cfg, tokens, llm
-        self.sampler = TextSampler(cfg, tokens, llm.is_special, seed)
+        self.sampler = TextSampler(cfg, tokens, llm.is_special, seed, vocab)
         self.text = TextStream(llm.detokenize_bytes)  # a character may span two units
         self.units = 0
         self.turn_open = False  # a reply has started and <|turn_eos|> has not closed it

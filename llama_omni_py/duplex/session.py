@@ -27,6 +27,7 @@ from ..constants import OUTPUT_SAMPLE_RATE
 from ..errors import InvalidArgumentError
 from ..media import load_audio
 from ..pipeline import Channel, Pipeline
+from ..vision import slice_counts, slices_of
 from .context import UnitContext
 from .decoder import DuplexTokens, UnitDecision, UnitDecoder
 
@@ -50,7 +51,7 @@ class DuplexTimings:
     wall_ms: float = 0.0  # from send() to the result
     n_tokens: int = 0  # text tokens the unit said
     n_tts_tokens: int = 0  # speech codes
-    vision_slices: int = 0  # frames encoded
+    vision_slices: int = 0  # vision encoder inputs: each frame's overview and slices
     vision_tokens: int = 0  # their LLM embedding rows
     kv_cache_length: int = 0  # LLM positions after the unit
 
@@ -79,6 +80,7 @@ class _Unit:
     frames: list
     force_listen: bool
     received: float
+    max_slice_nums: object = None  # int, or one per frame; None: the config's
 
 
 @dataclass
@@ -103,9 +105,11 @@ class DuplexSession:
         self.tokens = DuplexTokens.resolve(self.llm.model.find_token)
         self.context = UnitContext(self.llm)
         self._limits = cfg.context_limits(self.llm.n_ctx)
-        self.decoder = UnitDecoder(cfg, self.tokens, self.context, cfg.seed)
+        self.decoder = UnitDecoder(cfg, self.tokens, self.context, cfg.seed, self.llm.model.info.n_vocab)
         self.token2wav = stages.token2wav_for(cfg.cache_policy)
         self._apm, self._vpm = stages.inputs.encoders()
+        # the reference's duplex prefill has no image ids and no newlines; llama.cpp-omni's its own
+        self._image_layout = "duplex" if self._vpm.vision.rule == "reference" else "llama.cpp-omni"
         self._apm.reset_stream()
         self._tts_sampler = self.tts.sampler(cfg.tts, cfg.seed)
         self._tts_turn_codes = 0
@@ -136,20 +140,23 @@ class DuplexSession:
         self.token2wav.reset()
 
     # -- the caller's side ---------------------------------------------------------------------
-    def send(self, audio, frame=None, force_listen: bool = False) -> None:
+    def send(self, audio, frame=None, force_listen: bool = False, max_slice_nums=None) -> None:
         """Queues the next unit: about 1 s of 16 kHz audio (path, bytes or samples) and optionally
-        one image or video frame; ``force_listen`` makes this unit listen (a barge-in)."""
+        one image or video frame (or a list); ``force_listen`` makes this unit listen (a barge-in);
+        ``max_slice_nums``: slices per frame besides its overview (0..9, or one per frame; None:
+        ``config.max_slice_nums``)."""
         if self._closed:
             raise InvalidArgumentError("the duplex session is closed")
         if self._paused:
             raise InvalidArgumentError("the duplex session is paused")
         samples = load_audio(audio, max_seconds=30.0)
         frames = [] if frame is None else list(frame) if isinstance(frame, (list, tuple)) else [frame]
+        slices = slice_counts(max_slice_nums, len(frames))
         with self._lock:
             force = bool(force_listen) or self._force_next
             self._force_next = False
             self._count += 1
-            unit = _Unit(self._count, samples, frames, force, time.perf_counter())
+            unit = _Unit(self._count, samples, frames, force, time.perf_counter(), slices)
         if not self._units_in.put(unit):
             raise InvalidArgumentError("the duplex session is closed")
 
@@ -163,9 +170,9 @@ class DuplexSession:
                 return
             yield result
 
-    def push(self, audio, frame=None, force_listen: bool = False) -> DuplexResult:
+    def push(self, audio, frame=None, force_listen: bool = False, max_slice_nums=None) -> DuplexResult:
         """Sends one unit and waits for its result (use send()/results() to overlap units)."""
-        self.send(audio, frame, force_listen)
+        self.send(audio, frame, force_listen, max_slice_nums)
         try:
             return next(self._results)
         except StopIteration:
@@ -221,9 +228,10 @@ class DuplexSession:
             t0 = time.perf_counter()
             audio = self._apm.encode_chunk(self._unit_audio(unit))
             ta = time.perf_counter()
-            images = [self._vpm.encode(f) for f in unit.frames]
+            asked = self.config.max_slice_nums or 0 if unit.max_slice_nums is None else unit.max_slice_nums
+            images = [self._vpm.encode_sliced(f, slices_of(asked, i)) for i, f in enumerate(unit.frames)]
             t1 = time.perf_counter()
-            logits = self.context.prefill_unit(self.tokens.unit, images, audio)
+            logits = self.context.prefill_unit(self.tokens.unit, images, audio, self._image_layout)
             t2 = time.perf_counter()
             decision = self.decoder.decode(logits, force_listen=unit.force_listen)
             t3 = time.perf_counter()
@@ -233,8 +241,8 @@ class DuplexSession:
                 "cost_prefill_ms": (t2 - t1) * 1000,
                 "cost_llm_ms": (t3 - t1) * 1000,
                 "n_tokens": len(decision.tokens),
-                "vision_slices": len(images),
-                "vision_tokens": sum(int(block.shape[0]) for block in images),
+                "vision_slices": sum(len(image.blocks) for image in images),
+                "vision_tokens": sum(image.rows for image in images),
             }
             if not emit(_Spoken(unit, decision, costs)):
                 return

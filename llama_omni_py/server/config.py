@@ -29,6 +29,9 @@ class ServerConfig:
     # Set: every route but /health needs "Authorization: Bearer <secret>" (the gateway's), so the
     # worker serves only its gateway. None: open (a worker on a trusted host, or for tests).
     secret: str | None = field(default=None, repr=False)
+    # full duplex sessions never say these (unless their config names its own): the reference's
+    # bad_token_ids, read from a tokenizer_config.json (--duplex-bad-tokens)
+    duplex_forbidden_token_ids: tuple = field(default=(), repr=False)
 
     def __post_init__(self):
         check = checks.that
@@ -50,6 +53,12 @@ class ServerConfig:
             "secret",
             self.secret is None or (isinstance(self.secret, str) and len(self.secret) >= 16),
             "must be a string of >= 16 characters",
+        )
+        ids = self.duplex_forbidden_token_ids
+        check(
+            "duplex_forbidden_token_ids",
+            isinstance(ids, (list, tuple)) and all(checks.is_int(i) and i >= 0 for i in ids),
+            "must be a list of non-negative token ids",
         )
         for name in ("idle_timeout_s", "init_timeout_s", "send_timeout_s"):
             check(name, getattr(self, name) > 0, "must be > 0")

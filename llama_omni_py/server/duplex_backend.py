@@ -20,7 +20,9 @@ class BackendDuplex:
 
     async def unit(self, unit: D.UnitInput) -> list[dict]:
         """Runs one unit; returns its events."""
-        r = await asyncio.to_thread(self.session.push, unit.audio, unit.frames or None, unit.force_listen)
+        r = await asyncio.to_thread(
+            self.session.push, unit.audio, unit.frames or None, unit.force_listen, unit.max_slice_nums
+        )
         return self.events(r)
 
     def _metrics(self, r: DuplexResult) -> dict:

@@ -89,7 +89,9 @@ class DemoDuplexConnection:
             if self.duplex is None:
                 raise ProtocolError("send prepare first", "not_prepared")
             unit = D.parse_audio_chunk(msg)
-            result = await asyncio.to_thread(self.duplex.push, unit.audio, unit.frames or None, unit.force_listen)
+            result = await asyncio.to_thread(
+                self.duplex.push, unit.audio, unit.frames or None, unit.force_listen, unit.max_slice_nums
+            )
             await self.send(D.result_event(result))
         elif kind == "pause":
             timeout = msg.get("timeout", PAUSE_TIMEOUT_S)

@@ -20,6 +20,7 @@ import numpy as np
 from ..config import DuplexConfig
 from ..duplex import DuplexResult
 from ..errors import ConfigError, ProtocolError
+from ..vision import MAX_SLICE_NUMS
 from .protocol import MAX_VOICE_SECONDS, check_max_slice_nums, float_pcm, pcm_b64
 
 MAX_UNIT_SECONDS = 5.0  # one push is about a second; more is a client out of step
@@ -36,6 +37,7 @@ CONFIG_FIELDS = {
     "force_listen_count": "force_listen_count",
     "max_new_speak_tokens_per_chunk": "max_tokens_per_unit",
     "seed": "seed",
+    "max_slice_nums": "max_slice_nums",
 }
 
 
@@ -55,6 +57,7 @@ class UnitInput:
     audio: np.ndarray
     frames: list[bytes] = field(default_factory=list)
     force_listen: bool = False
+    max_slice_nums: object = None  # int, or a tuple with one per frame; None: the session's
 
 
 # The demo schema's bounds of every config field it defines (inclusive; None: open). A value out
@@ -71,8 +74,15 @@ CONFIG_RANGES = {
     "listen_prob_scale": (0.0, None),
     "tts_temperature": (0.0, 2.0),
     "chunk_ms": (100, None),
+    "max_slice_nums": (1, MAX_SLICE_NUMS),
 }
-INTEGER_FIELDS = {"force_listen_count", "max_new_speak_tokens_per_chunk", "top_k", "text_repetition_window_size"}
+INTEGER_FIELDS = {
+    "force_listen_count",
+    "max_new_speak_tokens_per_chunk",
+    "top_k",
+    "text_repetition_window_size",
+    "max_slice_nums",
+}
 
 
 def _check_ranges(cfg: dict, code: str) -> None:
@@ -117,14 +127,16 @@ def _voice(d: dict, *keys: str, code: str) -> np.ndarray | None:
 
 
 def parse_prepare(msg: dict) -> DuplexStart:
-    """The demo's ``prepare``: system_prompt, ref_audio_base64 (the LLM's voice slot), config.
+    """The demo's ``prepare``: system_prompt, ref_audio_base64 (the LLM's voice slot), config,
+    max_slice_nums (the session's slices per frame; else config.max_slice_nums).
     ``tts_ref_audio_base64`` is accepted: the spoken voice is the model set's prompt cache."""
     sp = msg.get("system_prompt")
     if sp is not None and not isinstance(sp, str):
         raise ProtocolError("system_prompt must be a string", "invalid_input")
-    return DuplexStart(
-        sp, _voice(msg, "ref_audio_base64", code="voice_audio_decode_failed"), duplex_config(msg.get("config"))
-    )
+    cfg, slices = msg.get("config"), msg.get("max_slice_nums")
+    if slices is not None and (cfg is None or isinstance(cfg, dict)):  # another config is refused below
+        cfg = {**(cfg or {}), "max_slice_nums": slices}
+    return DuplexStart(sp, _voice(msg, "ref_audio_base64", code="voice_audio_decode_failed"), duplex_config(cfg))
 
 
 def parse_backend_start(payload: dict) -> DuplexStart:
@@ -157,11 +169,14 @@ def _frames(value, what: str) -> list[bytes]:
 
 
 def parse_audio_chunk(msg: dict) -> UnitInput:
-    """The demo's ``audio_chunk``: audio_base64 (float32 16 kHz), frame_base64_list, force_listen."""
+    """The demo's ``audio_chunk``: audio_base64 (float32 16 kHz), frame_base64_list, force_listen,
+    max_slice_nums (this unit's, else the session's)."""
     if msg.get("audio_base64") is None:
         raise ProtocolError("Missing audio_base64", "missing_audio")
     audio = float_pcm(msg["audio_base64"], "audio_base64", "invalid_audio", MAX_UNIT_SECONDS)
-    return UnitInput(audio, _frames(msg.get("frame_base64_list"), "frame_base64_list"), bool(msg.get("force_listen")))
+    frames = _frames(msg.get("frame_base64_list"), "frame_base64_list")
+    slices = check_max_slice_nums(msg.get("max_slice_nums"), len(frames), "max_slice_nums")
+    return UnitInput(audio, frames, bool(msg.get("force_listen")), slices)
 
 
 def parse_backend_unit(msg: dict) -> UnitInput:
@@ -175,8 +190,8 @@ def parse_backend_unit(msg: dict) -> UnitInput:
         raise ProtocolError("a full_duplex input needs `audio` (1 s of float32 16 kHz PCM)", "missing_audio")
     audio = float_pcm(inp["audio"], "input.audio", "invalid_audio", MAX_UNIT_SECONDS)
     frames = _frames(inp.get("video_frames"), "input.video_frames")
-    check_max_slice_nums(inp.get("max_slice_nums"), len(frames), "input.max_slice_nums")
-    return UnitInput(audio, frames, bool(inp.get("force_listen")))
+    slices = check_max_slice_nums(inp.get("max_slice_nums"), len(frames), "input.max_slice_nums")
+    return UnitInput(audio, frames, bool(inp.get("force_listen")), slices)
 
 
 def unit_metrics(r: DuplexResult) -> dict:

@@ -128,6 +128,7 @@ class Engine:
                 tts_template=turn.tts_template,
                 stack_frames=turn.stack_frames,
                 seed=turn.seed,
+                max_slice_nums=turn.max_slice_nums,
                 llm=replace(self.session.config.llm, **turn.sampling) if turn.sampling else None,
             ):
                 yield chunk
@@ -136,9 +137,12 @@ class Engine:
             self.busy = False
 
     async def open_duplex(self, start):
-        """A full-duplex session (``duplex_protocol.DuplexStart``) on the engine; the caller holds
-        the engine (claim) and closes the session."""
-        return await asyncio.to_thread(self.session.duplex, start.system_prompt, start.voice, start.config)
+        """A full-duplex session (``duplex_protocol.DuplexStart``) on the engine, forbidding the
+        server's duplex tokens; the caller holds the engine (claim) and closes the session."""
+        cfg = start.config
+        if self.config.duplex_forbidden_token_ids and not cfg.forbidden_token_ids:
+            cfg = replace(cfg, forbidden_token_ids=self.config.duplex_forbidden_token_ids)
+        return await asyncio.to_thread(self.session.duplex, start.system_prompt, start.voice, cfg)
 
     async def close(self) -> None:
         if self.session is not None:

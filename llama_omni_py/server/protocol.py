@@ -19,6 +19,7 @@ from .. import checks
 from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ProtocolError
 from ..results import Timings
+from ..vision import MAX_SLICE_NUMS
 from . import jsonio
 
 INIT_TYPES = ("session.init",)
@@ -62,6 +63,7 @@ class Turn:
     voice: np.ndarray | None = None
     sampling: dict = field(default_factory=dict)  # LLM sampling overrides (temperature, top_p, top_k)
     seed: int | None = None  # None: the session's seed
+    max_slice_nums: object = None  # int, or a tuple with one per image; None: the session's
 
 
 def decode(raw) -> dict:
@@ -265,18 +267,28 @@ def parse_turn(
         turn.voice = float_pcm(
             tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS
         )
-    check_max_slice_nums(_obj(inp, "image").get("max_slice_nums"), len(turn.images), "image.max_slice_nums")
+    turn.max_slice_nums = check_max_slice_nums(
+        _obj(inp, "image").get("max_slice_nums"), len(turn.images), "image.max_slice_nums"
+    )
     return turn
 
 
-def check_max_slice_nums(value, n_images: int, what: str) -> None:
-    """max_slice_nums is a positive int, or one positive int per image (the backend protocol's
-    rule for both modes); ProtocolError otherwise."""
+def check_max_slice_nums(value, n_images: int, what: str):
+    """max_slice_nums is an int in 1..9 (1: the overview only), or a list with one per image (the
+    backend protocol's rule for both modes): returned as an int or a tuple, None when absent;
+    ProtocolError otherwise."""
     if value is None:
-        return
-    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1  # noqa: E731
-    if not (ok(value) or (isinstance(value, list) and len(value) == n_images and all(map(ok, value)))):
-        raise ProtocolError(f"{what} must be a positive int or one positive int per image", "invalid_input")
+        return None
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SLICE_NUMS  # noqa: E731
+    if ok(value):
+        return value
+    if isinstance(value, list) and len(value) == n_images and all(map(ok, value)):
+        return tuple(value)
+    raise ProtocolError(
+        f"{what} must be an integer in 1..{MAX_SLICE_NUMS} or a list with one per image ({n_images}), got "
+        f"{json.dumps(value)[:40]}",
+        "invalid_input",
+    )
 
 
 def _sampling(turn: Turn, gen: dict) -> None:

@@ -31,6 +31,11 @@ class WorkerOptions:
         "llama.cpp-omni", "llama.cpp-omni or reference: whose rules where they differ (docs/fidelity.md)", str
     )
     compat: bool = _opt(False, "/backend also accepts the older message aliases and shapes (docs/server-protocol.md)")
+    duplex_bad_tokens: str | None = _opt(
+        None,
+        "a MiniCPM-o tokenizer_config.json: full duplex never says its bad_token_ids, as the reference's decoder",
+        str,
+    )
 
     @staticmethod
     def flag(name: str) -> str:
@@ -79,9 +84,11 @@ class WorkerOptions:
     def server_config(self, host: str, port: int, device: str, numa_node: int | None = None, secret: str | None = None):
         """The worker's ServerConfig on host:port with its engine on ``device``; ``secret``: the
         gateway's (every route but /health then needs it)."""
+        from ..duplex import bad_token_ids
         from .config import ServerConfig
 
         session = self.session_config(numa_node)
+        forbidden = bad_token_ids(self.duplex_bad_tokens) if self.duplex_bad_tokens else ()
         return ServerConfig(
             host=host,
             port=port,
@@ -94,4 +101,5 @@ class WorkerOptions:
             idle_timeout_s=self.idle_timeout,
             compat=self.compat,
             secret=secret,
+            duplex_forbidden_token_ids=forbidden,
         )

@@ -100,49 +100,81 @@ Vpm::Vpm(const std::string & path, const std::string & device, int threads, bool
 Vpm::~Vpm() = default;
 const VpmDims & Vpm::dims() const { return impl_->d; }
 
-std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
+std::vector<float> resampler_positions(int rows, int cols, int dim) {
+    // MiniCPM-V's resampler keys: the first dim/2 channels encode the column, the last dim/2 the
+    // row, each half [sin(p w_k), cos(p w_k)] with w_k = 10000^(-k / (dim/4)); row-major.
+    const int quarter = dim / 4;
+    std::vector<float> out(static_cast<size_t>(rows) * cols * dim);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {
+            float * o = out.data() + (static_cast<size_t>(r) * cols + c) * dim;
+            for (int k = 0; k < quarter; ++k) {
+                const double w = 1.0 / std::pow(10000.0, static_cast<double>(k) / quarter);
+                o[k] = static_cast<float>(std::sin(c * w));
+                o[quarter + k] = static_cast<float>(std::cos(c * w));
+                o[2 * quarter + k] = static_cast<float>(std::sin(r * w));
+                o[3 * quarter + k] = static_cast<float>(std::cos(r * w));
+            }
+        }
+    return out;
+}
+
+std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) { return encode_batch(pixels, 1, H, Wd); }
+
+std::vector<float> Vpm::encode_batch(const float * pixels, int B, int H, int Wd) {
     Impl & m = *impl_;
     const VpmDims & d = m.d;
     const int P = d.patch;
+    if (B < 1) throw InvalidArgument("a batch needs at least one image");
     if (H < P || Wd < P || H % P || Wd % P)
         throw InvalidArgument("image sides must be positive multiples of the patch size");
     const int rows = H / P, cols = Wd / P, N = rows * cols;
-    if (rows > d.grid || cols > d.grid) {
-        throw InvalidArgument("the image has more patches per side than the position table (" + std::to_string(d.grid) +
-                              ")");
+    if (rows > d.max_side() || cols > d.max_side()) {
+        throw InvalidArgument("the image has more than " + std::to_string(d.max_side()) +
+                              " patches per side (4x the position table)");
     }
-    const int h = d.hidden, E = d.llm_embd, hd = h / d.heads;
+    const bool table_positions = rows <= d.grid && cols <= d.grid;  // else computed here
+    const int h = d.hidden, E = d.llm_embd;
     std::lock_guard<std::mutex> lock(m.mutex);
     ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
-    ggml_tensor * patches = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, P * P * 3, N);
+    ggml_tensor * patches = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, P * P * 3, N, B);
     ggml_tensor * pos_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);
     ggml_tensor * grid_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);
-    for (ggml_tensor * t : {patches, pos_ids, grid_ids}) ggml_set_input(t);
+    ggml_tensor * key_pos = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, E, N);
+    for (ggml_tensor * t : {patches, pos_ids, table_positions ? grid_ids : key_pos}) ggml_set_input(t);
 
-    auto attention = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int heads) {  // q [C, Tq], k/v [C, Tk]
+    // q [C, Tq, 1 or B], k/v [C, Tk, B]: heads and images share the batch dimension of the
+    // matmuls (and of fused attention), so every backend sees the 3-D shapes of one image.
+    auto attention = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int heads) {
         const int C = static_cast<int>(q->ne[0]), dh = C / heads, Tq = static_cast<int>(q->ne[1]),
                   Tk = static_cast<int>(k->ne[1]);
         const float scale = 1.0f / std::sqrt(float(dh));
-        auto split = [&](ggml_tensor * t, int T) {
-            return ggml_permute(ctx, ggml_reshape_3d(ctx, t, dh, heads, T), 0, 2, 1, 3);
+        if (q->ne[2] != B) q = ggml_repeat(ctx, q, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, Tq, B));
+        auto split = [&](ggml_tensor * t, int T) {  // [C, T, B] -> [dh, T, heads * B]
+            ggml_tensor * s = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, t, dh, heads, T, B), 0, 2, 1, 3));
+            return ggml_reshape_3d(ctx, s, dh, T, heads * B);
         };
+        ggml_tensor * o;
         if (m.use_flash_attn(dh)) {  // fused attention with F16 K/V, as upstream's clip graph runs it
             ggml_tensor * K = ggml_cast(ctx, split(k, Tk), GGML_TYPE_F16);
             ggml_tensor * V = ggml_cast(ctx, split(v, Tk), GGML_TYPE_F16);
-            ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_cont(ctx, split(q, Tq)), K, V, nullptr, scale, 0.0f, 0.0f);
-            return ggml_reshape_2d(ctx, o, C, Tq);  // the result is already [dh, heads, Tq]
+            o = ggml_flash_attn_ext(ctx, split(q, Tq), K, V, nullptr, scale, 0.0f, 0.0f);  // [dh, heads*B, Tq]
+            if (B == 1) return ggml_reshape_3d(ctx, o, C, Tq, 1);
+            o = ggml_permute(ctx, ggml_reshape_4d(ctx, o, dh, heads, B, Tq), 0, 1, 3, 2);
+        } else {
+            ggml_tensor * VT = ggml_reshape_3d(
+                ctx, ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, v, dh, heads, Tk, B), 1, 2, 0, 3)), Tk, dh,
+                heads * B);
+            ggml_tensor * att =
+                ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, split(k, Tk), split(q, Tq)), nullptr, scale, 0.0f);
+            o = ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, VT, att), dh, Tq, heads, B), 0, 2, 1, 3);
         }
-        ggml_tensor * Q = ggml_cont(ctx, split(q, Tq));
-        ggml_tensor * K = ggml_cont(ctx, split(k, Tk));
-        ggml_tensor * VT = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, dh, heads, Tk), 1, 2, 0, 3));
-        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), nullptr, scale, 0.0f);
-        ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, VT, att), 0, 2, 1, 3));
-        return ggml_reshape_2d(ctx, o, C, Tq);
+        return ggml_reshape_3d(ctx, ggml_cont(ctx, o), C, Tq, B);
     };
     auto gelu = [&](ggml_tensor * t) { return m.exact ? gu::gelu_tanh(ctx, t) : ggml_gelu(ctx, t); };
-    ggml_tensor * x = m.linear(ctx, patches, "v.patch_embd");  // [h, N]
+    ggml_tensor * x = m.linear(ctx, patches, "v.patch_embd");  // [h, N, B]
     x = ggml_add(ctx, x, ggml_get_rows(ctx, m.W("v.position_embd.weight"), pos_ids));
     for (int i = 0; i < d.layers; ++i) {
         const std::string b = "v.blk." + std::to_string(i);
@@ -158,7 +190,8 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     // Resampler: learned queries attend over the patches (keys carry 2-D sin-cos positions).
     ggml_tensor * kv = gu::layer_norm(ctx, ggml_mul_mat(ctx, m.W("resampler.kv.weight"), x), 1e-6f,
                                       m.W("resampler.ln_kv.weight"), m.W("resampler.ln_kv.bias"));
-    ggml_tensor * keys = ggml_add(ctx, kv, ggml_get_rows(ctx, m.W("resampler.pos_embed_k"), grid_ids));
+    ggml_tensor * positions = table_positions ? ggml_get_rows(ctx, m.W("resampler.pos_embed_k"), grid_ids) : key_pos;
+    ggml_tensor * keys = ggml_add(ctx, kv, positions);
     ggml_tensor * q =
         gu::layer_norm(ctx, m.W("resampler.query"), 1e-6f, m.W("resampler.ln_q.weight"), m.W("resampler.ln_q.bias"));
     ggml_tensor * o = attention(m.linear(ctx, q, "resampler.attn.q"), m.linear(ctx, keys, "resampler.attn.k"),
@@ -172,24 +205,33 @@ std::vector<float> Vpm::encode(const float * pixels, int H, int Wd) {
     if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the vision graph");
 
     // Patches flattened as the conv weight is: channel, then row, then column within the patch.
-    std::vector<float> pt(static_cast<size_t>(P) * P * 3 * N);
-    for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) {
-            float * dst = pt.data() + (static_cast<size_t>(r) * cols + c) * P * P * 3;
-            for (int ch = 0; ch < 3; ++ch)
-                for (int y = 0; y < P; ++y)
-                    std::memcpy(dst + (static_cast<size_t>(ch) * P + y) * P,
-                                pixels + (static_cast<size_t>(ch) * H + r * P + y) * Wd + c * P, P * sizeof(float));
-        }
+    const size_t image_floats = static_cast<size_t>(3) * H * Wd, patch_floats = static_cast<size_t>(P) * P * 3;
+    std::vector<float> pt(patch_floats * N * B);
+    for (int n = 0; n < B; ++n)
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < cols; ++c) {
+                const float * img = pixels + n * image_floats;
+                float * dst =
+                    pt.data() + ((static_cast<size_t>(n) * N) + static_cast<size_t>(r) * cols + c) * patch_floats;
+                for (int ch = 0; ch < 3; ++ch)
+                    for (int y = 0; y < P; ++y)
+                        std::memcpy(dst + (static_cast<size_t>(ch) * P + y) * P,
+                                    img + (static_cast<size_t>(ch) * H + r * P + y) * Wd + c * P, P * sizeof(float));
+            }
     ggml_backend_tensor_set(patches, pt.data(), 0, ggml_nbytes(patches));
     const auto ids = bucketed_position_ids(rows, cols, d.grid);
     ggml_backend_tensor_set(pos_ids, ids.data(), 0, ggml_nbytes(pos_ids));
-    std::vector<int32_t> gi(N);
-    for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) gi[static_cast<size_t>(r) * cols + c] = r * d.grid + c;
-    ggml_backend_tensor_set(grid_ids, gi.data(), 0, ggml_nbytes(grid_ids));
+    if (table_positions) {
+        std::vector<int32_t> gi(N);
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < cols; ++c) gi[static_cast<size_t>(r) * cols + c] = r * d.grid + c;
+        ggml_backend_tensor_set(grid_ids, gi.data(), 0, ggml_nbytes(grid_ids));
+    } else {
+        const auto kp = resampler_positions(rows, cols, E);
+        ggml_backend_tensor_set(key_pos, kp.data(), 0, ggml_nbytes(key_pos));
+    }
     m.compute(gf, "encode");
-    std::vector<float> out(static_cast<size_t>(E) * d.queries);
+    std::vector<float> out(static_cast<size_t>(E) * d.queries * B);
     ggml_backend_tensor_get(o, out.data(), 0, ggml_nbytes(o));
     return out;
 }

@@ -1,6 +1,9 @@
 """Reference vision encoder: transformers 4.52 SigLIP encoder layers built from our vision GGUF,
 the NaViT bucketed position ids with torch.bucketize, and the MiniCPM-V resampler with
-torch.nn.MultiheadAttention."""
+torch.nn.MultiheadAttention. :meth:`ReferenceVpm.encode_batch` runs several images (an image's
+overview and slices) the way MiniCPM-o's ``get_vision_embedding`` does: 14-pixel-high patch
+strips padded to the longest with zeros, a patch attention mask in the encoder and a key padding
+mask in the resampler."""
 
 from __future__ import annotations
 
@@ -23,6 +26,21 @@ def exact_position_ids(rows: int, cols: int, grid: int) -> torch.Tensor:
     h = torch.div(grid * torch.arange(rows), rows, rounding_mode="floor")
     w = torch.div(grid * torch.arange(cols), cols, rounding_mode="floor")
     return (h[:, None] * grid + w).flatten()
+
+
+def sincos_positions(rows: int, cols: int, dim: int) -> torch.Tensor:
+    """The resampler's 2-D sin-cos table as MiniCPM-o computes it (float32 numpy), (rows * cols, dim):
+    the first half of the channels from the column, the second from the row."""
+    omega = np.arange(dim // 4, dtype=np.float32)
+    omega /= dim / 4.0
+    omega = 1.0 / 10000**omega
+    gw, gh = np.meshgrid(np.arange(cols, dtype=np.float32), np.arange(rows, dtype=np.float32))
+
+    def one(pos):
+        out = np.einsum("hw,d->hwd", pos, omega)
+        return np.concatenate([np.sin(out), np.cos(out)], axis=-1)
+
+    return torch.from_numpy(np.concatenate([one(gw), one(gh)], axis=-1).reshape(rows * cols, dim)).float()
 
 
 class ReferenceVpm:
@@ -89,6 +107,48 @@ class ReferenceVpm:
         self.proj = f("resampler.proj.weight").T  # the converter stored proj transposed
         self.pos_k = f("resampler.pos_embed_k")
 
+    def _key_positions(self, rows: int, cols: int) -> torch.Tensor:
+        e = self.query.shape[1]
+        if rows <= self.grid and cols <= self.grid:  # the file's table, cropped
+            return self.pos_k.reshape(self.grid, self.grid, e)[:rows, :cols].reshape(-1, e)
+        return sincos_positions(rows, cols, e)  # the reference enlarges its table
+
+    @torch.inference_mode()
+    def encode_batch(self, images: list[np.ndarray]) -> np.ndarray:
+        """Normalised (3, H, W) images of any sizes -> (n, 64, E), batched with padding and masks."""
+        from transformers.modeling_attn_mask_utils import _prepare_4d_attention_mask
+
+        from reference.image_processor import ReferenceSlicer
+
+        p, ln = self.patch, torch.nn.functional.layer_norm
+        sizes = [(x.shape[1] // p, x.shape[2] // p) for x in images]
+        strips = [torch.from_numpy(ReferenceSlicer.strip(x)) for x in images]  # (3, 14, L * 14)
+        flat = [s.flatten(end_dim=1).permute(1, 0) for s in strips]  # (L * 14, 42)
+        padded = torch.nn.utils.rnn.pad_sequence(flat, batch_first=True, padding_value=0.0)
+        n, longest = len(images), max(r * c for r, c in sizes)
+        pixels = padded.permute(0, 2, 1).reshape(n, 3, p, -1)
+        mask = torch.zeros((n, longest), dtype=torch.bool)
+        pos = torch.zeros((n, longest), dtype=torch.long)
+        for i, (r, c) in enumerate(sizes):
+            mask[i, : r * c] = True
+            pos[i, : r * c] = exact_position_ids(r, c, self.grid)
+        x = torch.nn.functional.conv2d(pixels, self.conv_w, self.conv_b, stride=p).flatten(2).transpose(1, 2)
+        x = x + self.pos[pos]
+        att = None if bool(mask.all()) else _prepare_4d_attention_mask(mask, x.dtype)
+        for layer in self.layers:
+            x = layer(x, att)[0]
+        x = ln(x, x.shape[-1:], *self.post_ln, eps=self.eps)
+        e = self.query.shape[1]
+        kv = ln(x @ self.kv.T, (e,), *self.ln["ln_kv"], eps=1e-6)
+        keys_pos = torch.nn.utils.rnn.pad_sequence(
+            [self._key_positions(r, c) for r, c in sizes], batch_first=True, padding_value=0.0
+        )
+        q = ln(self.query, (e,), *self.ln["ln_q"], eps=1e-6)[:, None].repeat(1, n, 1)
+        out = self.attn(
+            q, (kv + keys_pos).permute(1, 0, 2), kv.permute(1, 0, 2), key_padding_mask=~mask, need_weights=False
+        )[0]
+        return (ln(out.permute(1, 0, 2), (e,), *self.ln["ln_post"], eps=1e-6) @ self.proj).numpy()
+
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> np.ndarray:
         ln = torch.nn.functional.layer_norm
@@ -102,6 +162,6 @@ class ReferenceVpm:
         e = self.query.shape[1]
         kv = ln(x @ self.kv.T, (e,), *self.ln["ln_kv"], eps=1e-6)
         q = ln(self.query, (e,), *self.ln["ln_q"], eps=1e-6)
-        grid_pos = self.pos_k.reshape(self.grid, self.grid, e)[:rows, :cols].reshape(-1, e)
-        out = self.attn(q[:, None], (kv + grid_pos)[:, None], kv[:, None], need_weights=False)[0][:, 0]
+        out = self.attn(q[:, None], (kv + self._key_positions(rows, cols))[:, None], kv[:, None], need_weights=False)
+        out = out[0][:, 0]
         return (ln(out, (e,), *self.ln["ln_post"], eps=1e-6) @ self.proj).numpy()

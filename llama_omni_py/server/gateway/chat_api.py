@@ -32,15 +32,26 @@ def _request_error(body) -> str | None:
     return None
 
 
+DEMO_MAX_SLICE_NUMS = 9  # the demo passes image.max_slice_nums, else its processor's 9
+
+
 def demo_input(body: dict) -> dict:
     """The worker's turn input for a demo chat request. Speech is off unless the request turns it
     on (``tts.enabled``), as the demo's code has it (its TTSConfig.enabled defaults to False, and
-    its page leaves ``tts`` out when speech is off); the backend protocol itself speaks by default."""
+    its page leaves ``tts`` out when speech is off); the backend protocol itself speaks by default.
+    Images are sliced up to ``image.max_slice_nums``, else 9, as the demo's chat does (whatever
+    the worker's own default)."""
     inp = dict(body)
     tts = inp.get("tts")
     tts = dict(tts) if isinstance(tts, dict) else {}
     tts.setdefault("enabled", False)
     inp["tts"] = tts
+    image = inp.get("image")
+    if image is None or isinstance(image, dict):  # anything else is the worker's to refuse
+        image = dict(image or {})
+        if image.get("max_slice_nums") is None:
+            image["max_slice_nums"] = DEMO_MAX_SLICE_NUMS
+        inp["image"] = image
     return inp
 
 

@@ -67,6 +67,9 @@ KNOWN = {
     "stop",
 } | IGNORED
 MAX_STOPS = 4
+# image_url.detail -> max_slice_nums: "low" is the overview alone (64 rows), "high" and "auto"
+# the model's full slicing (up to 9 slices besides the overview, as its processor does).
+IMAGE_DETAIL = {"low": 1, "high": 9, "auto": 9}
 _DATA_URL = re.compile(r"data:(image/[A-Za-z0-9.+-]+)?(;[A-Za-z0-9=.+-]+)*;base64,(.*)", re.S)
 
 
@@ -192,8 +195,10 @@ def parse(body, model_name: str, audio_transcript, formats: tuple[str, ...]) -> 
     if seed is not None:
         generation["seed"] = seed % 2**32  # the engine's seeds are 32-bit
     stops = _stops(body.get("stop"))
-    messages, audio_tokens = _messages(body.get("messages"), audio_transcript)
+    messages, audio_tokens, slices = _messages(body.get("messages"), audio_transcript)
     inp = {"messages": messages, "streaming": True, "tts": {"enabled": audio_out}, "generation": generation}
+    if slices:
+        inp["image"] = {"max_slice_nums": slices}
     return ChatCompletion(model, inp, stream, bool(include_usage), audio_out, voice, fmt, stops, audio_tokens)
 
 
@@ -243,12 +248,12 @@ def _unsupported(body: dict) -> None:
             refuse(key, f"{what} is not supported by this model server")
 
 
-def _messages(messages, audio_transcript) -> tuple[list, int]:
-    """The backend's messages and the LLM rows of the last user message's audio (the turn's
-    input: earlier messages count only with their text)."""
+def _messages(messages, audio_transcript) -> tuple[list, int, list]:
+    """The backend's messages, the LLM rows of the last user message's audio and the slices of
+    its images (the turn's input: earlier messages count only with their text)."""
     if not isinstance(messages, list) or not messages:
         raise bad("'messages' must be a non-empty array", "messages", "missing_required_parameter")
-    out, audio_rows = [], 0
+    out, audio_rows, slices = [], 0, []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -257,7 +262,7 @@ def _messages(messages, audio_transcript) -> tuple[list, int]:
         if role in ("system", "developer"):
             out.append({"role": "system", "content": _text_only(m.get("content"), where)})
         elif role == "user":
-            content, audio_rows = _user_content(m.get("content"), where)
+            content, audio_rows, slices = _user_content(m.get("content"), where)
             out.append({"role": "user", "content": content})
         elif role == "assistant":
             text = _text_only(m.get("content"), where) if m.get("content") is not None else ""
@@ -274,7 +279,7 @@ def _messages(messages, audio_transcript) -> tuple[list, int]:
             raise bad(f"{where}.role must be system, developer, user or assistant, got {role!r}", f"{where}.role")
     if out[-1]["role"] != "user":
         raise bad("the last message must be the user's", f"messages[{len(out) - 1}].role")
-    return out, audio_rows
+    return out, audio_rows, slices
 
 
 def _text_only(content, where: str) -> str:
@@ -301,13 +306,13 @@ def audio_rows(samples: int) -> int:
     return (frames + 1) // 2 // 5
 
 
-def _user_content(content, where: str) -> tuple[list, int]:
-    """The backend's items and the LLM rows of their audio."""
+def _user_content(content, where: str) -> tuple[list, int, list]:
+    """The backend's items, the LLM rows of their audio and each image's max_slice_nums."""
     if isinstance(content, str):
-        return [{"type": "text", "text": content}], 0
+        return [{"type": "text", "text": content}], 0, []
     if not isinstance(content, list) or not content:
         raise bad(f"{where}.content must be a string or a non-empty array of parts", f"{where}.content")
-    items, audio_s, rows = [], 0.0, 0
+    items, audio_s, rows, slices = [], 0.0, 0, []
     for j, part in enumerate(content):
         at = f"{where}.content[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
@@ -342,6 +347,10 @@ def _user_content(content, where: str) -> tuple[list, int]:
                     "no remote URLs",
                     f"{at}.image_url.url",
                 )
+            detail = part["image_url"].get("detail") or "auto"  # SDKs send null for "not given"
+            if detail not in IMAGE_DETAIL:
+                raise bad(f"{at}.image_url.detail must be low, high or auto, got {detail!r}", f"{at}.image_url.detail")
+            slices.append(IMAGE_DETAIL[detail])
             data = _b64(m.group(3), f"{at}.image_url.url")
             try:
                 jpeg = audio_codec.to_jpeg(data)
@@ -350,4 +359,4 @@ def _user_content(content, where: str) -> tuple[list, int]:
             items.append({"type": "image", "data": base64.b64encode(jpeg).decode("ascii")})
         else:
             raise bad(f"{at} must be a text, input_audio or image_url part", f"{at}.type")
-    return items, rows
+    return items, rows, slices

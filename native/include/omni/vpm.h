@@ -15,6 +15,9 @@ struct VpmDims {
     int hidden = 0, layers = 0, heads = 0, ff = 0, patch = 14, grid = 70, llm_embd = 0, queries = 64, res_heads = 0;
     float eps = 1e-6f;
     float mean[3] = {0.5f, 0.5f, 0.5f}, std[3] = {0.5f, 0.5f, 0.5f};
+    // Patches per side an image may have: past the position tables (grid) the SigLIP buckets
+    // stretch and the resampler's sin-cos keys are computed, up to 4x the table.
+    int max_side() const { return 4 * grid; }
 };
 
 class Vpm {
@@ -27,6 +30,8 @@ public:
     const VpmDims & dims() const;
     // pixels: normalised image (3, h, w), h and w multiples of the patch size -> (queries, llm_embd).
     std::vector<float> encode(const float * pixels, int height, int width);
+    // `batch` images of one size (batch, 3, h, w) in one graph evaluation -> (batch, queries, llm_embd).
+    std::vector<float> encode_batch(const float * pixels, int batch, int height, int width);
 
 private:
     struct Impl;
@@ -36,5 +41,9 @@ private:
 // Position ids of a (rows x cols) patch grid bucketed onto a grid x grid table, as the NaViT
 // SigLIP embedding computes them.
 std::vector<int32_t> bucketed_position_ids(int rows, int cols, int grid);
+
+// The resampler's 2-D sin-cos key positions of a (rows x cols) patch grid, (rows * cols, dim)
+// row-major: what the file's table holds for grids that fit it.
+std::vector<float> resampler_positions(int rows, int cols, int dim);
 
 }  // namespace omni
