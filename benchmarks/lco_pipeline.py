@@ -283,9 +283,10 @@ def _common_prefix(a: list, b: list) -> int:
 def render(rows: list[dict]) -> str:
     out = ["Pipeline (greedy), ours beside llama.cpp-omni:\n"]
     out.append(
-        "| request | prompt positions (theirs, ours) | prompt | embeddings max/RMS | reply tokens equal | codes equal |"
+        "| request | prompt positions (theirs, ours) | prompt | embeddings max/RMS | reply tokens equal "
+        "| codes equal, free-running (per chunk) | codes equal after their history (largest miss / std) |"
     )
-    out.append("|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|")
     for r in rows:
         diff = "equal" if r["prompt_equal"] else f"differ at {r['first_difference']['at']}"
         emb = ", ".join("shape differs" if d is None else f"{d:.1e}" for d in r["embeddings"]) or "-"

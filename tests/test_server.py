@@ -102,15 +102,16 @@ def test_max_slice_nums_out_of_the_protocols_range(value):
 
     assert check_max_slice_nums(None, 2, "image.max_slice_nums") is None
     assert check_max_slice_nums(9, 2, "image.max_slice_nums") == 9
-    assert check_max_slice_nums([1, 9], 2, "image.max_slice_nums") == (1, 9)
+    assert check_max_slice_nums([1, 9], 2, "image.max_slice_nums") == (0, 9)  # 1: the overview alone
     with pytest.raises(ProtocolError, match=r"image\.max_slice_nums") as e:
         check_max_slice_nums(value, 2, "image.max_slice_nums")
     assert e.value.code == "invalid_input"
 
 
 def test_images_are_sliced_as_asked(server, tmp_path):
-    # a 1344x1008 JPEG: the overview and 3 x 2 slices by default (the reference's 9), fewer when
-    # image.max_slice_nums says so (an int, or one per image); out of 1..9 the session ends
+    # a 1344x1008 JPEG: the overview alone by default (the worker's fidelity, llama.cpp-omni's
+    # rules), slices when image.max_slice_nums asks (an int, or one per image; 1 is the overview
+    # alone); out of 1..9 the session ends
     photo = base64.b64encode(
         ffmpeg_bytes(tmp_path, "p.jpg", "-f", "lavfi", "-i", "testsrc=size=1344x1008:rate=1", "-frames:v", "1")
     ).decode()
@@ -120,7 +121,7 @@ def test_images_are_sliced_as_asked(server, tmp_path):
         async with Client.open(server.url) as c:
             await c.init()
             counts = []
-            for image in (None, {"max_slice_nums": 1}, {"max_slice_nums": [4, 1]}):
+            for image in (None, {"max_slice_nums": 1}, {"max_slice_nums": [4, 1]}, {"max_slice_nums": 9}):
                 extra = {"generation": {"max_new_tokens": 4}, "tts": {"enabled": False}}
                 if image is not None:
                     extra["image"] = image
@@ -131,7 +132,7 @@ def test_images_are_sliced_as_asked(server, tmp_path):
             return counts, await c.closed()
 
     counts, closed = run(go())
-    assert counts == [(7, 448), (1, 64), (5 + 1, 6 * 64)]
+    assert counts == [(1, 64), (1, 64), (5 + 1, 6 * 64), (7, 448)]
     assert closed["reason"] == "invalid_input" and "max_slice_nums" in closed["diagnostic"]["message"]
 
 

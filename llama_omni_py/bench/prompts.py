@@ -43,13 +43,15 @@ class BenchPrompt:
     text: str | None
     kind: str  # "text", "audio" or "image": which input it exercises
     image_size: tuple[int, int] = (448, 448)  # (width, height) of an image prompt's picture
+    max_slice_nums: int | None = None  # slices asked for (None: the session's default)
 
     def inputs(self) -> dict:
         """Keyword arguments for ``OmniSession.stream``."""
         if self.kind == "audio":
             return {"text": self.text, "audio": chirp()}
         if self.kind == "image":
-            return {"text": self.text, "image": pattern_image(*self.image_size)}
+            sliced = {} if self.max_slice_nums is None else {"max_slice_nums": self.max_slice_nums}
+            return {"text": self.text, "image": pattern_image(*self.image_size), **sliced}
         return {"text": self.text}
 
 
@@ -58,8 +60,9 @@ PROMPTS = {
     "weather": BenchPrompt("weather", "What should I wear today if it is cold and raining?", "text"),
     "audio": BenchPrompt("audio", None, "audio"),  # a spoken question: the 2 s chirp alone
     "image": BenchPrompt("image", "What is in this picture?", "image"),
-    # sliced as the model's processor does: 7 vision encoder passes (--prompts page)
-    "page": BenchPrompt("page", "What does this page show?", "image", (1344, 1008)),
+    # up to 9 slices, as the model's processor: an overview and 3 x 2 slices, 7 vision encoder
+    # passes under either image rule set (--prompts page)
+    "page": BenchPrompt("page", "What does this page show?", "image", (1344, 1008), max_slice_nums=9),
 }
 DEFAULT_PROMPTS = ("story", "audio", "image")
 

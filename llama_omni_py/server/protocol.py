@@ -276,14 +276,16 @@ def parse_turn(
 def check_max_slice_nums(value, n_images: int, what: str):
     """max_slice_nums is an int in 1..9 (1: the overview only), or a list with one per image (the
     backend protocol's rule for both modes): returned as an int or a tuple, None when absent;
-    ProtocolError otherwise."""
+    ProtocolError otherwise. The wire's 1 becomes 0, the overview alone under both image rule
+    sets (llama.cpp-omni's own rules would cut one whole-image slice for 1)."""
     if value is None:
         return None
     ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SLICE_NUMS  # noqa: E731
+    engine = lambda v: 0 if v == 1 else v  # noqa: E731
     if ok(value):
-        return value
+        return engine(value)
     if isinstance(value, list) and len(value) == n_images and all(map(ok, value)):
-        return tuple(value)
+        return tuple(map(engine, value))
     raise ProtocolError(
         f"{what} must be an integer in 1..{MAX_SLICE_NUMS} or a list with one per image ({n_images}), got "
         f"{json.dumps(value)[:40]}",
