@@ -2,7 +2,8 @@
 worker for their whole life. The queue part is the demo's (``queued``, ``queue_update`` every few
 seconds, always ``queue_done``); what runs on the worker is a handler registered for the
 session type by the engine that serves it (``register``). Until a worker advertises the
-capability, these routes answer with an error and close (1013). See docs/serving.md."""
+capability, these routes answer with an error and close (1013). See docs/serving.md.
+``POST /api/half_duplex/stop`` cuts the running reply of a half-duplex session."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 import logging
 import re
 
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from .. import jsonio
@@ -77,6 +79,20 @@ async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
 async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) -> None:
     """The full-duplex handler: relays messages verbatim between the client and the worker's
     ``/ws/duplex`` until either side ends; ``pause``/``resume`` also set the worker's state."""
+    await _relay(websocket, channel, lease, "/ws/duplex")
+
+
+async def relay_half_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) -> None:
+    """The half-duplex handler: relays messages verbatim to and from the worker's
+    ``/ws/half_duplex``."""
+    await _relay(websocket, channel, lease, "/ws/half_duplex")
+
+
+def worker_ws_url(worker, path: str, session_id: str | None) -> str:
+    return worker.url.replace("http://", "ws://", 1) + f"{path}?session_id={session_id or ''}"
+
+
+async def _relay(websocket: WebSocket, channel: ClientChannel, lease, path: str) -> None:
     import json
 
     from starlette.websockets import WebSocketDisconnect
@@ -84,7 +100,7 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
     from websockets.exceptions import ConnectionClosed
 
     worker = lease.worker
-    url = worker.url.replace("http://", "ws://", 1) + f"/ws/duplex?session_id={lease.ticket.session_id or ''}"
+    url = worker_ws_url(worker, path, lease.ticket.session_id)
     headers = authorization_header(worker.secret)
     async with connect(url, max_size=None, open_timeout=10, ping_interval=None, additional_headers=headers) as upstream:
 
@@ -125,5 +141,34 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def half_duplex_stop(request) -> JSONResponse:
+    """``POST /api/half_duplex/stop {"session_id"}``: cuts the running reply of that session (the
+    session goes on listening), as the demo's stop button does."""
+    from .backend_client import WorkerUnavailable, http_json
+
+    try:
+        body = jsonio.loads(await request.body(), "the body")
+    except jsonio.BadJson as e:
+        return JSONResponse({"success": False, "message": str(e)}, 400)
+    sid = body.get("session_id")
+    if not isinstance(sid, str) or not sid:
+        return JSONResponse({"success": False, "message": "session_id (a string) is required"}, 400)
+    sid = _clean(sid)
+    pool = request.app.state.gateway.pool
+    worker = next(
+        (w for w in pool.workers.values() if w.session_id == sid and w.request_type == "half_duplex_audio"), None
+    )
+    if worker is None:
+        return JSONResponse({"success": False, "message": f"no half-duplex session {sid} is running"}, 404)
+    try:
+        status, answer = await asyncio.to_thread(
+            http_json, f"{worker.url}/half_duplex/stop?session_id={sid}", "POST", None, 5.0, worker.secret
+        )
+    except WorkerUnavailable as e:
+        return JSONResponse({"success": False, "message": str(e)}, 502)
+    return JSONResponse(answer, 200 if status == 200 else 404)
+
+
 register("audio_duplex", relay_duplex)
 register("omni_duplex", relay_duplex)
+register("half_duplex_audio", relay_half_duplex)
