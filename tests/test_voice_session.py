@@ -93,12 +93,27 @@ def test_a_new_utterance_during_a_reply_cuts_it(session, talk):
     voice.close()
 
 
+def test_text_turns_and_added_messages_join_the_conversation(session):
+    voice = session.voice(max_new_tokens=10)
+    voice.add("user", "My name is Ada.")
+    voice.add("assistant", "Nice to meet you, Ada.")
+    chunks = list(voice.respond("What is my name?", speech=False))
+    assert chunks[-1].is_final and all(c.audio.size == 0 for c in chunks)  # text only, as asked
+    assert [r for r, _ in voice.history] == ["user", "assistant", "user", "assistant"]
+    assert voice.history[2] == ("user", "What is my name?") and voice.turns[0].speech is None
+    again = list(voice.respond("And again?", speech=False))
+    # the earlier messages and the first text turn are re-used from the KV cache
+    assert voice.turns[1].prompt_cached >= chunks[-1].timings.prompt_tokens - 8 and again[-1].is_final
+    with pytest.raises(InvalidArgumentError):
+        voice.add("system", "no")
+
+
 def test_bad_use_is_refused(session):
     with pytest.raises(InvalidArgumentError):
         session.voice(vad={"threshold": 0.5})
     voice = session.voice()
     with pytest.raises(InvalidArgumentError):
-        list(voice.respond("hello"))
+        list(voice.respond(42))
     with pytest.raises(InvalidArgumentError):
         voice.push(np.zeros((3, 3)))
     voice.close()

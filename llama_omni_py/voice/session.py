@@ -45,7 +45,7 @@ class TurnRecord:
     index: int
     text: str
     interrupted: bool
-    speech: SpeechStopped
+    speech: SpeechStopped | None  # None: the turn was text or audio given as such
     encode_ms: float
     first_audio_s: float | None = None  # after respond() started
     prompt_cached: int = 0
@@ -120,29 +120,49 @@ class VoiceSession:
     def encode(self, utterance: SpeechStopped) -> EncodedAudio:
         return self.session.encode_audio(utterance.audio)
 
-    def respond(self, utterance: SpeechStopped, encoded: EncodedAudio | None = None) -> Iterator[SpeechChunk]:
-        """The spoken reply to an utterance, streamed; afterwards the turn is in ``history`` and
-        ``turns`` (its text cut to what was delivered when speech interrupted it)."""
-        if not isinstance(utterance, SpeechStopped):
-            raise InvalidArgumentError(f"respond() takes a SpeechStopped event, got {type(utterance).__name__}")
+    def _user_turn(self, turn) -> tuple[list, SpeechStopped | None, float]:
+        """The user's part of a turn as history contents (str, EncodedAudio), the utterance it
+        came from, and the encoding time."""
+        items = turn if isinstance(turn, list) else [turn]
+        if not items:
+            raise InvalidArgumentError("respond() needs something to respond to")
+        contents, utterance, encode_ms = [], None, 0.0
+        for item in items:
+            if isinstance(item, SpeechStopped):
+                utterance, item = item, self.encode(item)
+            if isinstance(item, EncodedAudio):
+                encode_ms += item.encode_ms
+            elif not isinstance(item, str):
+                raise InvalidArgumentError(
+                    f"respond() takes SpeechStopped, EncodedAudio or text (or a list), got {type(item).__name__}"
+                )
+            contents.append(item)
+        return contents, utterance, encode_ms
+
+    def respond(self, turn, *, speech: bool | None = None, max_new_tokens: int | None = None) -> Iterator[SpeechChunk]:
+        """The reply to the user's turn -- an utterance (SpeechStopped), already encoded audio,
+        text, or a list of them -- streamed; afterwards the turn is in ``history`` and ``turns``
+        (its text cut to what was delivered when speech interrupted it). ``speech`` and
+        ``max_new_tokens`` override the session's for this reply."""
         with self._lock:
             if self._replying:
                 raise InvalidArgumentError("a reply is already running in this voice session")
             self._replying, self._interrupt = True, None
         t0 = time.perf_counter()
-        record = TurnRecord(len(self.turns) + 1, "", False, utterance, 0.0)
         text: list[str] = []
-        enc = None
+        contents = None
         try:
-            enc = encoded or self.encode(utterance)
-            record.encode_ms = enc.encode_ms
+            contents, utterance, encode_ms = self._user_turn(turn)
+            record = TurnRecord(len(self.turns) + 1, "", False, utterance, encode_ms)
+            audio = [c for c in contents if isinstance(c, EncodedAudio)]
             stream = self.session.stream(
-                audio=enc,
+                " ".join(c for c in contents if isinstance(c, str)) or None,
+                audio=audio or None,
                 voice=self.voice,
                 system_prompt=self.system_prompt,
                 history=self.history[-MAX_TURNS_KEPT:],
-                speech=self.speech,
-                max_new_tokens=self.max_new_tokens,
+                speech=self.speech if speech is None else speech,
+                max_new_tokens=max_new_tokens or self.max_new_tokens,
                 llm=self.llm,
             )
             try:
@@ -161,14 +181,20 @@ class VoiceSession:
                 stream.close()  # a cut reply: cancelled, its threads joined
         finally:
             with self._lock:
-                record.text = "".join(text)
-                record.interrupted = self._interrupt is not None
-                if record.interrupted:
-                    self._interrupt = ReplyInterrupted(self._interrupt.at_s, record.text)
+                interrupted = self._interrupt is not None
+                if interrupted:
+                    self._interrupt = ReplyInterrupted(self._interrupt.at_s, "".join(text))
                 self._replying = False
-            if enc is not None:
-                self.history += [("user", enc), ("assistant", record.text)]
+            if contents is not None:
+                record.text, record.interrupted = "".join(text), interrupted
+                self.history += [("user", c) for c in contents] + [("assistant", record.text)]
                 self.turns.append(record)
+
+    def add(self, role: str, content) -> None:
+        """Adds an earlier message to the conversation (text, or EncodedAudio for the user)."""
+        if role not in ("user", "assistant") or not isinstance(content, (str, EncodedAudio)):
+            raise InvalidArgumentError("add() takes role user or assistant and text (or EncodedAudio for the user)")
+        self.history.append((role, content))
 
     @property
     def last_interrupt(self) -> ReplyInterrupted | None:
