@@ -18,6 +18,7 @@ from .connection import Connection
 from .duplex_demo import DemoDuplexConnection
 from .engine import Engine
 from .half_duplex import HalfDuplexConnection
+from .realtime import RealtimeConnection
 from .routes import BodyConnection, process_request
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class OmniServer:
             await DemoDuplexConnection(ws, self).run()
         elif path == "/ws/half_duplex":
             await HalfDuplexConnection(ws, self).run()
+        elif path == "/v1/realtime":
+            await RealtimeConnection(ws, self).run()
         else:
             await Connection(ws, self).run()
 

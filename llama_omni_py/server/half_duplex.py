@@ -58,11 +58,16 @@ class HalfDuplexConnection:
         except ConnectionClosed:
             pass
         finally:
-            self.server.half_duplex.pop(self.id, None)
-            await self._end_turn()
-            if self.voice is not None:
-                self.voice.close()
-            self.engine.release(self.id)
+            await self._end()
+
+    async def _end(self) -> None:
+        """Frees the engine (idempotent)."""
+        self.server.half_duplex.pop(self.id, None)
+        await self._end_turn()
+        voice, self.voice = self.voice, None
+        if voice is not None:
+            voice.close()
+        self.engine.release(self.id)
 
     def interrupt(self) -> bool:
         """Cuts the running reply (HTTP stop); False when none runs."""
@@ -131,7 +136,7 @@ class HalfDuplexConnection:
             for event in self.voice.push(audio):
                 await self._on_vad(event)
         elif kind == "stop":
-            await self._end_turn()
+            await self._end()  # a client that hears "stopped" may start the next session at once
             await self.send({"type": "stopped"})
             await self.ws.close(1000, "stopped")
             return "stop"

@@ -107,7 +107,7 @@ async def process_request(server, connection, request) -> Response | None:
     secret = server.config.secret
     if secret is not None and not auth.allowed(auth.bearer(request.headers), (secret,)):
         return json_response(401, {"error": "this worker serves its gateway only: the gateway's secret is required"})
-    if path in ("/backend", "/ws/duplex", "/ws/half_duplex"):
+    if path in ("/backend", "/ws/duplex", "/ws/half_duplex", "/v1/realtime"):
         return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
     if path == "/half_duplex/stop" and method == "POST":
         sid = _query_value(request.path, "session_id")

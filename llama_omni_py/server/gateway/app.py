@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from .. import auth
-from . import chat_api, duplex_api, openai_api, status_api
+from . import chat_api, duplex_api, openai_api, realtime_api, status_api
 from .config import GatewayConfig
 from .service import Gateway
 
@@ -126,6 +126,7 @@ def build_app(gateway: Gateway) -> Starlette:
         WebSocketRoute("/ws/half_duplex/{session_id}", duplex_api.ws_half_duplex),
         Route("/api/half_duplex/stop", duplex_api.half_duplex_stop, methods=["POST"]),
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
+        WebSocketRoute("/v1/realtime", realtime_api.realtime),
         Route("/v1/models", openai_api.models),
         Route("/v1/models/{model}", openai_api.model),
         Route("/", page),
