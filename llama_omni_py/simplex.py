@@ -71,7 +71,16 @@ class SimplexRun:
         prompt, prompt_stats = fitting_prompt(b, r, media, limit)
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
-        reply = stages.Reply(prompt, r.seed, limit, c.max_audio_per_chunk, r.llm or c.llm, c.tts, c.tts_handoff)
+        reply = stages.Reply(
+            prompt,
+            r.seed,
+            limit,
+            c.max_audio_per_chunk,
+            r.llm or c.llm,
+            c.tts,
+            c.tts_handoff,
+            c.token2wav.first_window_codes,
+        )
         if r.speech:
             body = [("tts", stages.TtsStage(b.tts, reply)), *stages.token2wav_stages(b.token2wav, b.overlap)]
         else:

@@ -176,4 +176,19 @@ class HalfDuplexConnection:
         done = {"type": "turn_done", "turn_index": self.turn_index, "text": record.text}
         done["interrupted"] = record.interrupted
         done["prompt_cached"] = record.prompt_cached
+        done["metrics"] = turn_metrics(record)
         await self.send(done)
+
+
+def turn_metrics(record) -> dict:
+    """Where a turn's time went (ms; None where a stage did not run): encoding the utterance,
+    then the reply's prefill, first text, first speech codes and first audio after its start."""
+    t = record.timings
+    ms = lambda s: round(s * 1000, 1) if s is not None else None  # noqa: E731
+    return {
+        "encode_ms": round(record.encode_ms, 1),
+        "prefill_ms": round(t.prefill_ms, 1) if t else None,
+        "first_text_ms": ms(t.first_text_s) if t else None,
+        "first_codes_ms": ms(t.first_codes_s) if t else None,
+        "first_audio_ms": ms(t.time_to_first_audio_s) if t else None,
+    }
