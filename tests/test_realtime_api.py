@@ -213,3 +213,34 @@ def test_api_key_is_required(gw):
     with pytest.raises(Exception) as info:
         asyncio.run(go())
     assert "403" in str(info.value) or "1008" in str(info.value)
+
+
+def test_full_duplex_through_the_same_endpoint(gw):
+    """mode=full_duplex: the model itself decides when to speak; each time it does, a response."""
+    audio = np.concatenate([say("Hello, can you hear me? Tell me something."), np.zeros(16000 * 6, np.float32)])
+
+    async def go():
+        conn_cm = client(gw).realtime.connect(model="minicpm-o-4.5", extra_query={"mode": "full_duplex"})
+        async with conn_cm as conn:
+            ev = Events(conn)
+            created = await ev.wait(lambda e: e.type == "session.created")
+            await conn.input_audio_buffer.commit()  # not in full duplex: the model takes turns
+            refused = await ev.wait(lambda e: e.type == "error")
+            mic = asyncio.create_task(stream(conn, pcm16_24k(audio)))  # at real time: a second per unit
+            await ev.wait(lambda e: e.type == "response.created")
+            await conn.response.cancel()  # barge-in: the next second listens
+            done = await ev.wait(lambda e: e.type == "response.done")
+            mic.cancel()
+            ev.task.cancel()
+            return created, refused, done, ev
+
+    created, refused, done, ev = asyncio.run(go())
+    assert created.session.audio.input.turn_detection is None
+    assert refused.error.code == "invalid_event" and "full duplex" in refused.error.message
+    deltas = [e for e in ev.of("response.output_audio.delta") if e.response_id == done.response.id]
+    assert deltas and all(len(base64.b64decode(e.delta)) % 2 == 0 for e in deltas)
+    assert done.response.status == "cancelled" and done.response.status_details.reason == "client_cancelled"
+    (cut,) = [e for e in ev.of("conversation.item.truncated") if e.item_id == done.response.output[0].id]
+    assert cut.audio_end_ms == round(sum(len(base64.b64decode(e.delta)) // 2 for e in deltas) / 24)
+    assert not ev.of("input_audio_buffer.speech_started")  # no server VAD in full duplex
+    wait_until(lambda: idle(gw))

@@ -15,10 +15,11 @@ from websockets.asyncio.server import serve as ws_serve
 
 from .config import ServerConfig
 from .connection import Connection
-from .duplex_demo import DemoDuplexConnection
+from .duplex_demo import DemoDuplexConnection, _query
 from .engine import Engine
 from .half_duplex import HalfDuplexConnection
 from .realtime import RealtimeConnection
+from .realtime_duplex import RealtimeDuplexConnection
 from .routes import BodyConnection, process_request
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class OmniServer:
         elif path == "/ws/half_duplex":
             await HalfDuplexConnection(ws, self).run()
         elif path == "/v1/realtime":
-            await RealtimeConnection(ws, self).run()
+            full = _query(ws, "mode") == "full_duplex"
+            await (RealtimeDuplexConnection if full else RealtimeConnection)(ws, self).run()
         else:
             await Connection(ws, self).run()
 

@@ -25,6 +25,7 @@ from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
 from . import jsonio
 from . import realtime_events as R
 from .duplex_demo import _query
+from .realtime_response import ResponseEvents
 
 log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)
@@ -282,16 +283,9 @@ class RealtimeConnection:
                 await task
 
     async def _respond(self, turn: list, modality: str, limit: int | None) -> None:
-        cfg, voice, loop = self.cfg, self.voice, asyncio.get_running_loop()
-        rid, item_id = R.new_id("resp"), R.new_id("item")
-        ids = {"response_id": rid, "item_id": item_id, "output_index": 0, "content_index": 0}
-        part_type = "audio" if modality == "audio" else "text"
-        await self.send(R.event("response.created", response=R.response(rid, "in_progress", cfg, modality)))
-        item = R.assistant_item(item_id, "in_progress", modality)
-        await self.send(R.event("response.output_item.added", response_id=rid, output_index=0, item=item))
-        await self._item_added(item)
-        await self.send(R.event("response.content_part.added", **ids, part={"type": part_type, "transcript": ""}))
-        text_delta = "response.output_audio_transcript.delta" if modality == "audio" else "response.output_text.delta"
+        voice, loop = self.voice, asyncio.get_running_loop()
+        out = ResponseEvents(self.send, self._item_added, self.cfg, modality)
+        await out.start()
         failed = None
         self.engine.busy = True
         try:
@@ -299,44 +293,25 @@ class RealtimeConnection:
                 lambda: voice.respond(turn, speech=modality == "audio", max_new_tokens=limit), voice.interrupt, loop
             )
             async for chunk in chunks:
-                if chunk.text_delta:
-                    await self.send(R.event(text_delta, **ids, delta=chunk.text_delta))
-                if chunk.audio.size and modality == "audio":
-                    await self.send(R.event("response.output_audio.delta", **ids, delta=R.pcm16_out(chunk.audio)))
+                await out.text(chunk.text_delta)
+                await out.audio(chunk.audio)
             self.engine.turns += 1
         except (OmniError, ValueError) as e:
             failed = {"type": "server_error", "code": "generation_failed", "message": str(e)}
         finally:
             self.engine.busy = False
         record = voice.turns[-1] if voice.turns else None
-        text = record.text if record is not None else ""
-        self.last_reply = (item_id, len(voice.history) - 1)
+        self.last_reply = (out.item_id, len(voice.history) - 1)
         if failed:
             status, details = "failed", {"type": "failed", "error": failed}
         elif record is not None and record.interrupted:
             status, details = "cancelled", {"type": "cancelled", "reason": self.cancel_reason}
         else:
             status, details = "completed", None
-        if modality == "audio":
-            await self.send(R.event("response.output_audio.done", **ids))
-            await self.send(R.event("response.output_audio_transcript.done", **ids, transcript=text))
-            part = {"type": "audio", "transcript": text}
-        else:
-            await self.send(R.event("response.output_text.done", **ids, text=text))
-            part = {"type": "text", "text": text}
-        await self.send(R.event("response.content_part.done", **ids, part=part))
-        done = R.assistant_item(item_id, "completed" if status == "completed" else "incomplete", modality, text)
-        await self.send(R.event("response.output_item.done", response_id=rid, output_index=0, item=done))
-        await self.send(R.event("conversation.item.done", item=done, previous_item_id=None))
-        if status == "cancelled" and modality == "audio":  # where the reply was cut: the audio sent
-            cut_ms = round(record.audio_samples / 24.0)
-            cut = R.event("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=cut_ms)
-            await self.send(cut)
-        final = R.response(rid, status, cfg, modality, [done], details, _usage(record))
-        await self.send(R.event("response.done", response=final))
+        await out.finish(status, details, usage(record), record.text if record is not None else "")
 
 
-def _usage(record) -> dict | None:
+def usage(record) -> dict | None:
     t = record.timings if record is not None else None
     if t is None:
         return None
