@@ -42,6 +42,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from common import write_result  # noqa: E402
 from speech import SR, say  # noqa: E402  (tests/speech.py: espeak-ng material)
 
+from llama_omni_py.demo import DEMO_AUDIO_PER_CHUNK  # noqa: E402
+
 QUESTIONS = [
     "What is the capital of France?",
     "How far away is the moon?",
@@ -57,6 +59,7 @@ QUESTIONS = [
     "Where do penguins live?",
 ]
 AUDIBLE = 0.02
+MARKS = ("first_text", "first_audio")  # what the Python API times after the VAD decision
 
 
 class Microphone:
@@ -100,28 +103,33 @@ class Microphone:
         return self.t0 + sample / SR
 
 
-async def _converse(send_chunk, events, mic: Microphone, questions, is_stop, is_audio, is_done):
-    """Asks each question, keeps the microphone running, and times each turn from the events."""
+async def _converse(send_chunk, events, mic: Microphone, questions, is_stop, marks: dict, is_done):
+    """Asks each question, keeps the microphone running, and times each turn from the events:
+    the VAD decision (``is_stop``), then the first event matching each of ``marks`` (name ->
+    predicate; "first_audio" is the reply's first audio) after it."""
     turns = []
     for audio in questions:
         _, last = mic.ask(audio)
-        turn = {"speech_end": None, "vad": None, "first_audio": None}
-        start = len(events)
+        vad, seen, start = None, {}, len(events)
         while True:
-            await send_chunk(mic.next_chunk())
-            await asyncio.sleep(mic.wait_s())
+            chunk = mic.next_chunk()
+            await asyncio.sleep(mic.wait_s())  # sent once it has been recorded
+            await send_chunk(chunk)
             for t, ev in events[start:]:
-                if turn["vad"] is None and is_stop(ev):
-                    turn["vad"] = t
-                elif turn["vad"] is not None and turn["first_audio"] is None and is_audio(ev):
-                    turn["first_audio"] = t
-            if turn["vad"] is not None and any(is_done(ev) for _, ev in events[start:]) and not mic.queue:
+                if vad is None and is_stop(ev):
+                    vad = t
+                elif vad is not None:
+                    for name, match in marks.items():
+                        if name not in seen and match(ev):
+                            seen[name] = t
+            if vad is not None and any(is_done(ev) for _, ev in events[start:]) and not mic.queue:
                 break
         end = mic.spoken_at(last)
         turns.append(
             {
-                "vad_delay_ms": (turn["vad"] - end) * 1000,
-                "first_audio_ms": (turn["first_audio"] - end) * 1000 if turn["first_audio"] else None,
+                "vad_delay_ms": (vad - end) * 1000,
+                "first_audio_ms": (seen["first_audio"] - end) * 1000 if "first_audio" in seen else None,
+                "after_vad_ms": {name: (seen[name] - vad) * 1000 if name in seen else None for name in marks},
             }
         )
     return turns
@@ -154,11 +162,14 @@ async def half_duplex(url: str, questions, silence_ms: int, threshold: float) ->
             Microphone(0.5),
             questions,
             lambda e: e["type"] == "generating",
-            lambda e: e["type"] == "chunk" and e.get("audio_data"),
+            {
+                "first_text": lambda e: e["type"] == "chunk" and e.get("text_delta"),
+                "first_audio": lambda e: e["type"] == "chunk" and e.get("audio_data"),
+            },
             lambda e: e["type"] == "turn_done",
         )
         for turn, done in zip(turns, [e for _, e in events if e["type"] == "turn_done"]):
-            turn["server"] = done.get("metrics")
+            turn["stages_ms"] = done.get("metrics")  # the server's own: encode, prefill, first text/codes/audio
         await ws.send(json.dumps({"type": "stop"}))
         reader.cancel()
     return turns
@@ -192,7 +203,12 @@ async def realtime(url: str, questions, silence_ms: int, threshold: float) -> li
             Microphone(0.1),
             questions,
             lambda e: e.type == "input_audio_buffer.speech_stopped",
-            lambda e: e.type == "response.output_audio.delta",
+            {
+                "encoded": lambda e: e.type == "conversation.item.added" and e.item.role == "user",
+                "response_created": lambda e: e.type == "response.created",
+                "first_text": lambda e: e.type == "response.output_audio_transcript.delta",
+                "first_audio": lambda e: e.type == "response.output_audio.delta",
+            },
             lambda e: e.type == "response.done",
         )
         reader.cancel()
@@ -200,6 +216,7 @@ async def realtime(url: str, questions, silence_ms: int, threshold: float) -> li
 
 
 def python_api(session, questions, silence_ms: int, threshold: float) -> list[dict]:
+    from llama_omni_py.server.half_duplex import turn_metrics
     from llama_omni_py.voice import SpeechStopped, VadOptions
 
     voice = session.voice(vad=VadOptions(threshold=threshold, min_silence_duration_ms=silence_ms))
@@ -207,38 +224,33 @@ def python_api(session, questions, silence_ms: int, threshold: float) -> list[di
     turns = []
     for audio in questions:
         _, last = mic.ask(audio)
-        turn, replying = {}, None
+        seen, replying = {}, None
         while True:
             chunk = mic.next_chunk()
             time.sleep(mic.wait_s())
             for ev in voice.push(chunk):
                 if isinstance(ev, SpeechStopped) and replying is None:
-                    turn["vad"] = time.monotonic()
+                    seen["vad"] = time.monotonic()
 
                     def reply(ev=ev):
                         for c in voice.respond(ev):
-                            if c.audio.size and "first_audio" not in turn:
-                                turn["first_audio"] = time.monotonic()
+                            for name, there in (("first_text", c.text_delta), ("first_audio", c.audio.size)):
+                                if there and name not in seen:
+                                    seen[name] = time.monotonic()
 
                     replying = threading.Thread(target=reply)
                     replying.start()
             if replying is not None and not replying.is_alive() and not mic.queue:
                 break
-        end = mic.spoken_at(last)
-        rec = voice.turns[-1]
-        t = rec.timings
+        end, vad = mic.spoken_at(last), seen["vad"]
         turns.append(
             {
-                "vad_delay_ms": (turn["vad"] - end) * 1000,
-                "first_audio_ms": (turn["first_audio"] - end) * 1000 if "first_audio" in turn else None,
-                "stages_ms": {
-                    "encode": rec.encode_ms,
-                    "prefill": t.prefill_ms if t else None,
-                    "first_text": t.first_text_s * 1000 if t and t.first_text_s else None,
-                    "first_codes": t.first_codes_s * 1000 if t and t.first_codes_s else None,
-                    "first_audio": t.time_to_first_audio_s * 1000 if t and t.time_to_first_audio_s else None,
-                    "prompt_cached": rec.prompt_cached,
+                "vad_delay_ms": (vad - end) * 1000,
+                "first_audio_ms": (seen["first_audio"] - end) * 1000 if "first_audio" in seen else None,
+                "after_vad_ms": {
+                    k: (seen[k] - vad) * 1000 if k in seen else None for k in ("first_text", "first_audio")
                 },
+                "stages_ms": turn_metrics(voice.turns[-1]),
             }
         )
     voice.close()
@@ -252,6 +264,16 @@ def pct(values, q):
     return v[min(len(v) - 1, max(0, round(q / 100 * (len(v) - 1))))]
 
 
+def ms(v) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def medians(rows: list[dict]) -> dict:
+    """Per key, the median of the values that are there (None: a stage that did not run)."""
+    keys = dict.fromkeys(k for r in rows for k, v in r.items() if isinstance(v, (int, float)))
+    return {k: statistics.median(r[k] for r in rows if isinstance(r.get(k), (int, float))) for k in keys}
+
+
 def summary(turns) -> dict:
     first = [t["first_audio_ms"] for t in turns]
     vad = [t["vad_delay_ms"] for t in turns]
@@ -261,11 +283,11 @@ def summary(turns) -> dict:
         "first_audio_p95_ms": pct(first, 95),
         "vad_delay_p50_ms": pct(vad, 50),
         "vad_delay_p95_ms": pct(vad, 95),
+        "after_vad_p50_ms": medians([t["after_vad_ms"] for t in turns]),
     }
-    stages = [t.get("stages_ms") or t.get("server") for t in turns if t.get("stages_ms") or t.get("server")]
+    stages = [t["stages_ms"] for t in turns if t.get("stages_ms")]
     if stages:
-        keys = [k for k in stages[0] if isinstance(stages[0][k], (int, float))]
-        out["stages_p50_ms"] = {k: statistics.median(s[k] for s in stages if s.get(k) is not None) for k in keys}
+        out["stages_p50_ms"] = medians(stages)
     return out
 
 
@@ -276,32 +298,36 @@ def main() -> None:
     ap.add_argument("--silence-ms", type=int, default=500, help="min_silence_duration_ms / silence_duration_ms")
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--max-new-tokens", type=int, default=20)
+    ap.add_argument(
+        "--max-audio-per-chunk",
+        type=int,
+        default=DEMO_AUDIO_PER_CHUNK,
+        help="speech codes per 10 text tokens before the TTS is cut (random weights never end speech)",
+    )
     ap.add_argument("--first-window-codes", type=int, default=25)
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--interfaces", default="half_duplex,realtime,python")
     ap.add_argument("--out")
     a = ap.parse_args()
 
     from llama_omni_py import OmniSession
-    from llama_omni_py.config import SessionConfig, Token2WavConfig
+    from llama_omni_py.config import Token2WavConfig
     from llama_omni_py.demo import demo_config, demo_model_dir
     from llama_omni_py.server import BackgroundServer, ServerConfig
     from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
     from llama_omni_py.server.gateway.workers import StaticWorkers
 
     model_dir = Path(a.model_dir) if a.model_dir else demo_model_dir()
-    base = demo_config() if a.model_dir is None else SessionConfig()
-    cfg = SessionConfig(
-        **{
-            **{f: getattr(base, f) for f in base.__dataclass_fields__},
-            "max_new_tokens": a.max_new_tokens,
-            "token2wav": Token2WavConfig(first_window_codes=a.first_window_codes),
-        }
+    cfg = demo_config(
+        max_new_tokens=a.max_new_tokens,
+        max_audio_per_chunk=a.max_audio_per_chunk,
+        token2wav=Token2WavConfig(first_window_codes=a.first_window_codes),
     )
     questions = [say(q) for q in (QUESTIONS * 2)[: a.questions]]
     results = {}
     wanted = a.interfaces.split(",")
     if {"half_duplex", "realtime"} & set(wanted):
-        server_cfg = ServerConfig(port=0, model_dir=str(model_dir), device="cpu", session=cfg)
+        server_cfg = ServerConfig(port=0, model_dir=str(model_dir), device=a.device, session=cfg)
         with BackgroundServer(server_cfg) as worker:
             assert worker.wait_ready(600) == "ready", worker.server.engine.error
             with BackgroundGateway(GatewayConfig(port=0), [StaticWorkers([worker.url])]) as gw:
@@ -312,7 +338,7 @@ def main() -> None:
                         results[name] = asyncio.run(fn(gw.url, questions, a.silence_ms, a.threshold))
     if "python" in wanted:
         print(f"python: {a.questions} questions ...", flush=True)
-        with OmniSession(model_dir, "cpu", cfg) as session:
+        with OmniSession(model_dir, a.device, cfg) as session:
             session.speak("Hello.", max_new_tokens=5)  # warm, as a worker is
             results["python"] = python_api(session, questions, a.silence_ms, a.threshold)
     table = {name: summary(turns) for name, turns in results.items()}
@@ -324,12 +350,16 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, s in table.items():
         print(
-            f"| {name} | {s['turns']} | {s['first_audio_p50_ms']:.0f} / {s['first_audio_p95_ms']:.0f} | "
-            f"{s['vad_delay_p50_ms']:.0f} / {s['vad_delay_p95_ms']:.0f} |"
+            f"| {name} | {s['turns']} | {ms(s['first_audio_p50_ms'])} / {ms(s['first_audio_p95_ms'])} | "
+            f"{ms(s['vad_delay_p50_ms'])} / {ms(s['vad_delay_p95_ms'])} |"
         )
     for name, s in table.items():
+        print(
+            f"{name} after the VAD decision (p50, ms): "
+            + ", ".join(f"{k} {ms(v)}" for k, v in s["after_vad_p50_ms"].items())
+        )
         if "stages_p50_ms" in s:
-            print(f"{name} stages (p50, ms): " + ", ".join(f"{k} {v:.0f}" for k, v in s["stages_p50_ms"].items()))
+            print(f"{name} stages (p50, ms): " + ", ".join(f"{k} {ms(v)}" for k, v in s["stages_p50_ms"].items()))
     write_result(
         "voice_latency",
         {"args": vars(a), "summary": table, "turns": results},
