@@ -5,16 +5,20 @@ API (VoiceSession.push, 100 ms pieces) -- and, per turn:
 
 * end of speech -> first audio byte: from the instant the question's last audible sample was
   spoken (the microphone's clock: chunk i is sent once it has been recorded) to the arrival of
-  the first message carrying reply audio;
-* VAD decision delay: end of speech -> the end-of-speech event (vad_state false / speech_stopped
-  / SpeechStopped), i.e. the silence wait plus the chunking;
-* the rest, per stage (Python API, the reply's own timings): encoding the utterance, prefill,
-  first 10 text tokens, first speech codes, first audio.
+  the first message carrying reply audio; and -> the moment a whole second of reply audio has
+  arrived (a short first window makes the first packet small: this says when playback can run);
+* VAD decision delay: end of speech -> the end-of-speech event (half-duplex ``generating``,
+  Realtime ``speech_stopped``, Python ``SpeechStopped``): the silence wait plus the chunking;
+* after the VAD decision, as the client sees it: the first text, the first audio, 1 s of audio
+  (Realtime: also the user item once encoded); and per stage, as the reply's own timings report
+  them (half-duplex ``turn_done.metrics``, Python ``VoiceSession.turns``): encoding the
+  utterance, prefill, first 10 text tokens, first speech codes, first audio.
 
 After each question the microphone sends silence until the reply is done, then asks the next.
 
     python benchmarks/voice_latency.py [--model-dir DIR] [--questions 10] [--silence-ms 500]
                                        [--interfaces half_duplex,realtime,python] [--out FILE]
+                                       [--first-window-codes 25] [--max-new-tokens 20]
 
 Without --model-dir the demo set (tiny, random weights) is used; ``--model-dir`` a real-dimension
 set (``llama_omni_py.demo.demo_model_dir("real")``) gives real stage costs. The servers run in
@@ -59,7 +63,7 @@ QUESTIONS = [
     "Where do penguins live?",
 ]
 AUDIBLE = 0.02
-MARKS = ("first_text", "first_audio")  # what the Python API times after the VAD decision
+OUTPUT_RATE = 24000
 
 
 class Microphone:
@@ -103,35 +107,54 @@ class Microphone:
         return self.t0 + sample / SR
 
 
-async def _converse(send_chunk, events, mic: Microphone, questions, is_stop, marks: dict, is_done):
-    """Asks each question, keeps the microphone running, and times each turn from the events:
-    the VAD decision (``is_stop``), then the first event matching each of ``marks`` (name ->
-    predicate; "first_audio" is the reply's first audio) after it."""
+class TurnClock:
+    """One turn's instants from the client's side: the VAD decision, then the first event of each
+    mark (name -> predicate), the first reply audio and the moment a second of it has come."""
+
+    def __init__(self, marks: dict):
+        self.marks, self.vad, self.seen, self.samples = marks, None, {}, 0
+
+    def see(self, t: float, ev, is_stop, audio_samples) -> None:
+        if self.vad is None:
+            if is_stop(ev):
+                self.vad = t
+            return
+        for name, match in self.marks.items():
+            if name not in self.seen and match(ev):
+                self.seen[name] = t
+        n = audio_samples(ev)
+        if n and "first_audio" not in self.seen:
+            self.seen["first_audio"] = t
+        self.samples += n
+        if self.samples >= OUTPUT_RATE and "audio_1s" not in self.seen:
+            self.seen["audio_1s"] = t
+
+    def record(self, speech_end: float) -> dict:
+        since = lambda t0, k: (self.seen[k] - t0) * 1000 if k in self.seen else None  # noqa: E731
+        return {
+            "vad_delay_ms": (self.vad - speech_end) * 1000,
+            "first_audio_ms": since(speech_end, "first_audio"),
+            "audio_1s_ms": since(speech_end, "audio_1s"),
+            "after_vad_ms": {k: since(self.vad, k) for k in (*self.marks, "first_audio", "audio_1s")},
+        }
+
+
+async def _converse(send_chunk, events, mic: Microphone, questions, is_stop, marks: dict, is_done, audio_samples):
+    """Asks each question, keeps the microphone running until the reply is done, and times each
+    turn from the events (``audio_samples(event)``: the reply audio an event carries)."""
     turns = []
     for audio in questions:
         _, last = mic.ask(audio)
-        vad, seen, start = None, {}, len(events)
-        while True:
+        clock, read, done = TurnClock(marks), len(events), False
+        while not (done and not mic.queue):
             chunk = mic.next_chunk()
             await asyncio.sleep(mic.wait_s())  # sent once it has been recorded
             await send_chunk(chunk)
-            for t, ev in events[start:]:
-                if vad is None and is_stop(ev):
-                    vad = t
-                elif vad is not None:
-                    for name, match in marks.items():
-                        if name not in seen and match(ev):
-                            seen[name] = t
-            if vad is not None and any(is_done(ev) for _, ev in events[start:]) and not mic.queue:
-                break
-        end = mic.spoken_at(last)
-        turns.append(
-            {
-                "vad_delay_ms": (vad - end) * 1000,
-                "first_audio_ms": (seen["first_audio"] - end) * 1000 if "first_audio" in seen else None,
-                "after_vad_ms": {name: (seen[name] - vad) * 1000 if name in seen else None for name in marks},
-            }
-        )
+            for t, ev in events[read:]:
+                clock.see(t, ev, is_stop, audio_samples)
+                done = done or (clock.vad is not None and is_done(ev))
+                read += 1
+        turns.append(clock.record(mic.spoken_at(last)))
     return turns
 
 
@@ -162,11 +185,11 @@ async def half_duplex(url: str, questions, silence_ms: int, threshold: float) ->
             Microphone(0.5),
             questions,
             lambda e: e["type"] == "generating",
-            {
-                "first_text": lambda e: e["type"] == "chunk" and e.get("text_delta"),
-                "first_audio": lambda e: e["type"] == "chunk" and e.get("audio_data"),
-            },
+            {"first_text": lambda e: e["type"] == "chunk" and e.get("text_delta")},
             lambda e: e["type"] == "turn_done",
+            lambda e: (
+                len(base64.b64decode(e["audio_data"])) // 4 if e["type"] == "chunk" and e.get("audio_data") else 0
+            ),
         )
         for turn, done in zip(turns, [e for _, e in events if e["type"] == "turn_done"]):
             turn["stages_ms"] = done.get("metrics")  # the server's own: encode, prefill, first text/codes/audio
@@ -207,9 +230,9 @@ async def realtime(url: str, questions, silence_ms: int, threshold: float) -> li
                 "encoded": lambda e: e.type == "conversation.item.added" and e.item.role == "user",
                 "response_created": lambda e: e.type == "response.created",
                 "first_text": lambda e: e.type == "response.output_audio_transcript.delta",
-                "first_audio": lambda e: e.type == "response.output_audio.delta",
             },
             lambda e: e.type == "response.done",
+            lambda e: len(base64.b64decode(e.delta)) // 2 if e.type == "response.output_audio.delta" else 0,
         )
         reader.cancel()
     return turns
@@ -224,35 +247,21 @@ def python_api(session, questions, silence_ms: int, threshold: float) -> list[di
     turns = []
     for audio in questions:
         _, last = mic.ask(audio)
-        seen, replying = {}, None
-        while True:
+        clock, replying = TurnClock({"first_text": lambda c: c.text_delta}), None
+        while replying is None or replying.is_alive() or mic.queue:
             chunk = mic.next_chunk()
             time.sleep(mic.wait_s())
             for ev in voice.push(chunk):
                 if isinstance(ev, SpeechStopped) and replying is None:
-                    seen["vad"] = time.monotonic()
+                    clock.vad = time.monotonic()
 
-                    def reply(ev=ev):
+                    def reply(ev=ev, clock=clock):
                         for c in voice.respond(ev):
-                            for name, there in (("first_text", c.text_delta), ("first_audio", c.audio.size)):
-                                if there and name not in seen:
-                                    seen[name] = time.monotonic()
+                            clock.see(time.monotonic(), c, None, lambda c: c.audio.size)
 
                     replying = threading.Thread(target=reply)
                     replying.start()
-            if replying is not None and not replying.is_alive() and not mic.queue:
-                break
-        end, vad = mic.spoken_at(last), seen["vad"]
-        turns.append(
-            {
-                "vad_delay_ms": (vad - end) * 1000,
-                "first_audio_ms": (seen["first_audio"] - end) * 1000 if "first_audio" in seen else None,
-                "after_vad_ms": {
-                    k: (seen[k] - vad) * 1000 if k in seen else None for k in ("first_text", "first_audio")
-                },
-                "stages_ms": turn_metrics(voice.turns[-1]),
-            }
-        )
+        turns.append({**clock.record(mic.spoken_at(last)), "stages_ms": turn_metrics(voice.turns[-1])})
     voice.close()
     return turns
 
@@ -275,14 +284,11 @@ def medians(rows: list[dict]) -> dict:
 
 
 def summary(turns) -> dict:
-    first = [t["first_audio_ms"] for t in turns]
-    vad = [t["vad_delay_ms"] for t in turns]
-    out = {
-        "turns": len(turns),
-        "first_audio_p50_ms": pct(first, 50),
-        "first_audio_p95_ms": pct(first, 95),
-        "vad_delay_p50_ms": pct(vad, 50),
-        "vad_delay_p95_ms": pct(vad, 95),
+    out = {"turns": len(turns)}
+    for key in ("first_audio", "audio_1s", "vad_delay"):
+        values = [t[f"{key}_ms"] for t in turns]
+        out[f"{key}_p50_ms"], out[f"{key}_p95_ms"] = pct(values, 50), pct(values, 95)
+    out |= {
         "after_vad_p50_ms": medians([t["after_vad_ms"] for t in turns]),
     }
     stages = [t["stages_ms"] for t in turns if t.get("stages_ms")]
@@ -346,13 +352,12 @@ def main() -> None:
         f"\nVAD threshold {a.threshold}, silence {a.silence_ms} ms, max_new_tokens {a.max_new_tokens}, "
         f"first_window_codes {a.first_window_codes}, set {model_dir}"
     )
-    print("| interface | turns | end of speech -> first audio p50 / p95 (ms) | VAD decision p50 / p95 (ms) |")
-    print("|---|---|---|---|")
+    print("| interface | turns | end of speech -> first audio | -> 1 s of audio | VAD decision |")
+    print("|---|---|---|---|---|")
     for name, s in table.items():
-        print(
-            f"| {name} | {s['turns']} | {ms(s['first_audio_p50_ms'])} / {ms(s['first_audio_p95_ms'])} | "
-            f"{ms(s['vad_delay_p50_ms'])} / {ms(s['vad_delay_p95_ms'])} |"
-        )
+        cells = [f"{ms(s[f'{k}_p50_ms'])} / {ms(s[f'{k}_p95_ms'])}" for k in ("first_audio", "audio_1s", "vad_delay")]
+        print(f"| {name} | {s['turns']} | " + " | ".join(cells) + " |")
+    print("(p50 / p95, ms)")
     for name, s in table.items():
         print(
             f"{name} after the VAD decision (p50, ms): "

@@ -29,6 +29,7 @@ def test_voice_latency_benchmark_writes_every_turn(tiny_dir, tmp_path):
             assert 250 < t["vad_delay_ms"] < 3000, (name, t)
             assert t["first_audio_ms"] > t["vad_delay_ms"], (name, t)
             assert t["after_vad_ms"]["first_audio"] > 0
+            assert t["audio_1s_ms"] is None or t["audio_1s_ms"] >= t["first_audio_ms"]
         assert s["first_audio_p50_ms"] <= s["first_audio_p95_ms"]
     for name in ("half_duplex", "python"):  # the reply's own stage timings
         stages = result["summary"][name]["stages_p50_ms"]
