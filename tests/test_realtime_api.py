@@ -218,6 +218,7 @@ def test_api_key_is_required(gw):
 def test_full_duplex_through_the_same_endpoint(gw):
     """mode=full_duplex: the model itself decides when to speak; each time it does, a response."""
     audio = np.concatenate([say("Hello, can you hear me? Tell me something."), np.zeros(16000 * 6, np.float32)])
+    vad = {"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
 
     async def go():
         conn_cm = client(gw).realtime.connect(model="minicpm-o-4.5", extra_query={"mode": "full_duplex"})
@@ -225,18 +226,33 @@ def test_full_duplex_through_the_same_endpoint(gw):
             ev = Events(conn)
             created = await ev.wait(lambda e: e.type == "session.created")
             await conn.input_audio_buffer.commit()  # not in full duplex: the model takes turns
-            refused = await ev.wait(lambda e: e.type == "error")
+            errors = lambda n: ev.wait(lambda e: e.type == "error" and len(ev.of("error")) >= n)  # noqa: E731
+            await errors(1)
+            await conn.session.update(session={"type": "realtime", "output_modalities": ["text"], **vad})
+            await errors(2)
+            await conn.send({"type": "session.update", "session": {"type": "realtime", "audio": "pcm"}})
+            await errors(3)
+            await conn.session.update(session={"type": "realtime", "instructions": "Be brief."})
+            updated = await ev.wait(lambda e: e.type == "session.updated")
             mic = asyncio.create_task(stream(conn, pcm16_24k(audio)))  # at real time: a second per unit
             await ev.wait(lambda e: e.type == "response.created")
             await conn.response.cancel()  # barge-in: the next second listens
             done = await ev.wait(lambda e: e.type == "response.done")
+            await conn.session.update(session={"type": "realtime", "instructions": "Be long."})
+            await errors(4)
             mic.cancel()
             ev.task.cancel()
-            return created, refused, done, ev
+            return created, updated, done, ev
 
-    created, refused, done, ev = asyncio.run(go())
+    created, updated, done, ev = asyncio.run(go())
     assert created.session.audio.input.turn_detection is None
-    assert refused.error.code == "invalid_event" and "full duplex" in refused.error.message
+    refused = [e.error for e in ev.of("error")]
+    assert refused[0].code == "invalid_event" and "full duplex" in refused[0].message
+    assert "turn_detection" in refused[1].message and "session.audio" in refused[2].message
+    assert "before the first audio" in refused[3].message
+    # the refused updates changed nothing; the accepted one reopened the session with its prompt
+    assert updated.session.instructions == "Be brief." and updated.session.output_modalities == ["audio"]
+    assert updated.session.audio.input.turn_detection is None
     deltas = [e for e in ev.of("response.output_audio.delta") if e.response_id == done.response.id]
     assert deltas and all(len(base64.b64decode(e.delta)) % 2 == 0 for e in deltas)
     assert done.response.status == "cancelled" and done.response.status_details.reason == "client_cancelled"

@@ -101,14 +101,14 @@ class RealtimeDuplexConnection:
             await self.ws.close(1000, "client left")
             return "stop"
         if kind == "session.update":
-            s = msg.get("session")
-            if isinstance(s, dict) and "instructions" in s and self.units:
-                raise ProtocolError("full duplex: instructions can change only before the first audio", "invalid_value")
-            if isinstance(s, dict) and (s.get("audio") or {}).get("input", {}).get("turn_detection") is not None:
-                raise ProtocolError("full duplex has no turn_detection: the model takes turns itself", "invalid_value")
-            self.cfg.update(s)
-            self.cfg.turn_detection = None  # the model detects turns itself
-            if isinstance(s, dict) and "instructions" in s:  # the system prompt opens the session
+            s, before = msg.get("session"), dict(self.cfg.__dict__)
+            self.cfg.update(s)  # checks the whole update first
+            late = self.units and self.cfg.instructions != before["instructions"]
+            if self.cfg.turn_detection is not None or late:  # refused: the update changes nothing
+                self.cfg.__dict__.update(before)
+                why = "takes instructions only before the first audio" if late else "has no turn_detection"
+                raise ProtocolError(f"full duplex {why}: the model takes turns itself", "invalid_value")
+            if self.cfg.instructions != before["instructions"]:  # the system prompt opens the session
                 await asyncio.to_thread(self.duplex.close)
                 self.duplex = await self.engine.open_duplex(DuplexStart(self.cfg.instructions or None))
             await self.send(R.event("session.updated", session=self.cfg.session()))
