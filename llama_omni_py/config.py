@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from . import checks
-from .constants import DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
+from .constants import CODES_PER_SECOND, DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
 from .fidelity import DEFAULTS, FIDELITIES
 from .vision.config import VisionConfig
@@ -223,9 +223,13 @@ class Token2WavConfig:
     # Token2Mel of window N). None: when Token2Mel runs off the CPU (on one CPU both would only
     # compete for the same cores).
     overlap: bool | None = None
+    # Speech codes the first window waits for (5..25; 25 = a full window). Fewer: the first audio
+    # comes sooner, and the first window sees less context (docs/token2wav-streaming.md).
+    first_window_codes: int = 25
 
     def __post_init__(self):
         checks.int_in("steps", self.steps, 1, 100)
+        checks.int_in("first_window_codes", self.first_window_codes, 5, CODES_PER_SECOND)
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
         checks.int_in("seed", self.seed, 0, checks.SEED_MAX)
         if self.cache_policy is not None:

@@ -13,7 +13,7 @@ from . import checks
 from .apm import AudioEncoder
 from .config import LlmSampling
 from .errors import InvalidArgumentError
-from .prompt import ROLES, Prompt, simplex_speech_prompt
+from .prompt import ROLES, EncodedAudio, Prompt, simplex_speech_prompt
 from .results import MediaStats
 from .vision import VisionConfig, slice_counts, slices_of
 from .vpm import ImageEncoder
@@ -57,7 +57,8 @@ class Request:
         for turn in history:
             if not (isinstance(turn, (tuple, list)) and len(turn) == 2 and turn[0] in ROLES):
                 raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
-            checks.text(turn[1], "history text")
+            if not isinstance(turn[1], EncodedAudio):
+                checks.text(turn[1], "history text")
         object.__setattr__(self, "history", history)
         if self.llm is not None and not isinstance(self.llm, LlmSampling):
             raise InvalidArgumentError(f"llm must be an LlmSampling, got {type(self.llm).__name__}")
@@ -111,7 +112,7 @@ class InputEncoder:
         apm, vpm = self.encoders()
         t0 = time.perf_counter()
         media.voice = apm.encode(r.voice) if r.voice is not None else None
-        media.audio = [apm.encode(a) for a in _items(r.audio)]
+        media.audio = [a.embeddings if isinstance(a, EncodedAudio) else apm.encode(a) for a in _items(r.audio)]
         apm_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         media.images = [

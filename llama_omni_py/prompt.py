@@ -78,6 +78,16 @@ class SpecialTokens:
         return token < self.first_added and token not in self.no_speech
 
 
+@dataclass(frozen=True, eq=False)
+class EncodedAudio:
+    """Audio already through the audio encoder: its (n, n_embd) LLM embedding rows. Given as the
+    content of a history turn or as a request's audio it goes into the prompt as it is, so a
+    conversation encodes each utterance once (and the prompt cache recognises it next turn)."""
+
+    embeddings: np.ndarray
+    encode_ms: float = 0.0
+
+
 @dataclass
 class Prompt:
     """A token sequence with optional embedding slots: segments of ('tokens', list[int]) or
@@ -97,15 +107,15 @@ def simplex_speech_prompt(
     user_images: Sequence = (),
     *,
     system_prompt: str | None = None,
-    history: Sequence[tuple[str, str]] = (),
+    history: Sequence[tuple[str, str | EncodedAudio]] = (),
     tts_template: bool = True,
     style: str = "llama.cpp-omni",
     image_layout: str | None = None,
     image_ids: bool = True,
 ) -> Prompt:
     """System prompt (voice-clone wording with the reference-audio slot; its role text is
-    `system_prompt` when given), earlier turns of `history` ((role, text), role user or
-    assistant), the user turn (images, audio as <|audio_start|>..<|audio_end|>, then text) and the
+    `system_prompt` when given), earlier turns of `history` ((role, text or EncodedAudio), role user
+    or assistant), the user turn (images, audio as <|audio_start|>..<|audio_end|>, then text) and the
     assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`, else the plain one.
     Embedding blocks must be (n, n_embd) of the LLM.
 
@@ -124,7 +134,12 @@ def simplex_speech_prompt(
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise InvalidArgumentError("system_prompt must be a string")
     for turn in history:
-        if not (isinstance(turn, (tuple, list)) and len(turn) == 2 and turn[0] in ROLES and isinstance(turn[1], str)):
+        if not (
+            isinstance(turn, (tuple, list))
+            and len(turn) == 2
+            and turn[0] in ROLES
+            and isinstance(turn[1], (str, EncodedAudio))
+        ):
             raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
     if not user_text.strip() and not user_audio and not user_images:
         raise InvalidArgumentError("empty input: give text, audio or an image")
@@ -155,8 +170,12 @@ def simplex_speech_prompt(
     else:
         seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
     seg.append(tok("<|im_end|>\n"))
-    for who, text in history:  # earlier turns, then the user turn opens
-        seg += [tok(f"<|im_start|>{who}\n"), tok(text, special=False), tok("<|im_end|>\n")]
+    for who, content in history:  # earlier turns, then the user turn opens
+        if isinstance(content, EncodedAudio):
+            body = [tok("<|audio_start|>"), block(content.embeddings), tok("<|audio_end|>")]
+        else:
+            body = [tok(content, special=False)]
+        seg += [tok(f"<|im_start|>{who}\n"), *body, tok("<|im_end|>\n")]
     # llama.cpp-omni evaluates the user header twice in a first turn (docs/fidelity.md)
     seg.append(tok("<|im_start|>user\n<|im_start|>user\n" if lco and not history else "<|im_start|>user\n"))
     parts, numbered = [], 0

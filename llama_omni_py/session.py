@@ -22,6 +22,7 @@ from .errors import ConfigError, InvalidArgumentError
 from .inputs import Request
 from .pipeline import iterate_in_thread
 from .profile import Profiler
+from .prompt import EncodedAudio
 from .results import SpeakResult, SpeechChunk
 from .simplex import SimplexRun
 
@@ -164,6 +165,25 @@ class OmniSession:
         except BaseException:
             held.close()
             raise
+
+    def encode_audio(self, audio) -> EncodedAudio:
+        """Audio (a path, bytes or 16 kHz samples) through the audio encoder once: give the result
+        as ``audio=`` or as a history turn's content and it is not encoded again."""
+        import time
+
+        apm = self.stages.inputs.encoders()[0]
+        t0 = time.perf_counter()
+        rows = apm.encode(audio)
+        return EncodedAudio(rows, (time.perf_counter() - t0) * 1000)
+
+    def voice(self, system_prompt: str | None = None, voice=None, vad=None, **options):
+        """Hands-free turns (:class:`~llama_omni_py.voice.VoiceSession`): ``push()`` microphone
+        audio, ``respond()`` to each utterance the voice activity detector finds. ``vad``: a
+        :class:`~llama_omni_py.voice.VadOptions`; options: speech, max_new_tokens, llm, barge_in.
+        Needs ``pip install 'llama-omni-py[voice]'`` (docs/voice.md)."""
+        from .voice import VoiceSession
+
+        return VoiceSession(self, system_prompt, voice, vad, **options)
 
     def cancel(self) -> None:
         """Stops the running request; its stream ends after the native call in flight."""

@@ -72,7 +72,14 @@ class SimplexRun:
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
         reply = stages.Reply(
-            prompt, r.seed, limit, c.max_audio_per_chunk, r.llm or c.llm, c.tts_sampling, c.tts_handoff
+            prompt,
+            r.seed,
+            limit,
+            c.max_audio_per_chunk,
+            r.llm or c.llm,
+            c.tts_sampling,
+            c.tts_handoff,
+            c.token2wav_config.first_window_codes,
         )
         if r.speech:
             body = [("tts", stages.TtsStage(b.tts, reply)), *stages.token2wav_stages(b.token2wav, b.overlap)]

@@ -53,6 +53,7 @@ class Reply:
     llm: LlmSampling
     tts: TtsSampling
     handoff: str = "window"
+    first_window: int = CODES_PER_SECOND  # codes of the first hand-off (Token2WavConfig.first_window_codes)
 
 
 def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
@@ -69,8 +70,9 @@ def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
 
 
 class TtsStage:
-    """Text chunks -> code chunks of exactly 25 codes (the rest on the reply's end); the final code
-    chunk carries the LLM's stats and the TTS's (:class:`TtsStats`)."""
+    """Text chunks -> code chunks of exactly 25 codes (the rest on the reply's end), the first one
+    of ``reply.first_window`` codes (what Token2Wav's first window needs); the final code chunk
+    carries the LLM's stats and the TTS's (:class:`TtsStats`)."""
 
     def __init__(self, tts: TtsModel, reply: Reply):
         tts.start_turn()
@@ -82,19 +84,23 @@ class TtsStage:
     def __call__(self, chunk: TextChunk, emit: Emit) -> None:
         by_window = self.reply.handoff == "window"
 
-        def on_codes(codes: list[int]) -> bool:  # called from the native loop every 25 codes
+        def on_codes(codes: list[int]) -> bool:  # called from the native loop every `group` codes
             self.pending += codes
-            while len(self.pending) >= CODES_PER_SECOND:
-                if not self._emit(emit, CodeChunk(self.pending[:CODES_PER_SECOND], False)):
+            while len(self.pending) >= self._want():
+                n = self._want()
+                if not self._emit(emit, CodeChunk(self.pending[:n], False)):
                     return False
-                del self.pending[:CODES_PER_SECOND]
+                del self.pending[:n]
             return True
 
         hand_on = on_codes if by_window else None
+        group = self._want() if by_window else CODES_PER_SECOND  # the first hand-off may come early
         limit = self.reply.max_audio_per_chunk
-        codes = self.tts.speak(chunk.tokens, chunk.hidden, self.sampler, limit, hand_on) if chunk.tokens else []
+        codes = []
+        if chunk.tokens:
+            codes = self.tts.speak(chunk.tokens, chunk.hidden, self.sampler, limit, hand_on, group=group)
         if chunk.final:
-            codes += self.tts.close_reply(self.sampler, limit, hand_on)
+            codes += self.tts.close_reply(self.sampler, limit, hand_on, self._want() if by_window else CODES_PER_SECOND)
         if not by_window:
             self.pending += codes
             if not chunk.final:
@@ -105,6 +111,10 @@ class TtsStage:
             stats = (chunk.stats, TtsStats(self.n_codes, self.tts.slides))
             emit(CodeChunk(self.pending, True, tuple(s for s in stats if s is not None)))
             self.pending = []
+
+    def _want(self) -> int:
+        """Codes of the next hand-off: the first window's, then a second's."""
+        return self.reply.first_window if self.n_codes == 0 else CODES_PER_SECOND
 
     def _emit(self, emit: Emit, chunk: CodeChunk) -> bool:
         self.n_codes += len(chunk.codes)

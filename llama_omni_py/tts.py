@@ -109,12 +109,13 @@ class TtsModel:
         limit: int,
         on_codes: Callable[[list[int]], bool] | None = None,
         min_codes: int = 0,
+        group: int = CODES_PER_SECOND,
     ) -> list[int]:
         """Evaluates condition rows, then samples codes until the end code or ``limit`` codes, in
-        one native call; ``on_codes`` gets every 25 codes (and the rest at the end) and stops the
-        loop by returning False. The end code cannot come before ``min_codes`` codes."""
+        one native call; ``on_codes`` gets every ``group`` codes (and the rest at the end) and
+        stops the loop by returning False. The end code cannot come before ``min_codes`` codes."""
         self._make_room(len(rows) + limit)
-        codes = list(self.tts.generate(rows, sampler, limit, CODES_PER_SECOND, on_codes, min_codes))
+        codes = list(self.tts.generate(rows, sampler, limit, group, on_codes, min_codes))
         self._units.append(_Unit(rows, codes))
         return codes
 
@@ -131,11 +132,14 @@ class TtsModel:
         limit: int,
         on_codes: Callable[[list[int]], bool] | None = None,
         min_codes: int = 0,
+        group: int = CODES_PER_SECOND,
     ) -> list[int]:
         """The speech codes of text tokens with their hidden states (see :meth:`generate`)."""
-        return self.generate(self.conditions(tokens, hidden), sampler, limit, on_codes, min_codes)
+        return self.generate(self.conditions(tokens, hidden), sampler, limit, on_codes, min_codes, group)
 
-    def close_reply(self, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None) -> list[int]:
+    def close_reply(
+        self, sampler, limit: int, on_codes: Callable[[list[int]], bool] | None = None, group: int = CODES_PER_SECOND
+    ) -> list[int]:
         """The pass after a reply's last text chunk: text end + audio start, then its codes."""
         empty = np.zeros((0, self.dims.llm_embd), np.float32)
-        return self.generate(self.conditions([], empty, True), sampler, limit, on_codes)
+        return self.generate(self.conditions([], empty, True), sampler, limit, on_codes, 0, group)

@@ -96,7 +96,7 @@ def test_health_status_workers_shapes(gw):
     assert s["total_workers"] == 2 and s["idle_workers"] == 2 and s["max_queue_size"] == 1000
     assert s["gateway_healthy"] is True and s["running_tasks"] == []
     w = http(gw.url + "/workers")[1]
-    assert w["total"] == 2 and w["workers"][0]["capabilities"] == ["full_duplex", "turn_based"]
+    assert w["total"] == 2 and w["workers"][0]["capabilities"] == ["full_duplex", "half_duplex", "turn_based"]
     assert {"worker_id", "host", "port", "gpu_id", "status", "total_requests", "avg_inference_time_ms"} <= set(
         w["workers"][0]
     )
@@ -297,16 +297,22 @@ def test_ticket_lookup_and_cancel(tiny_dir, monkeypatch):
         wait_until(lambda: http(g.url + "/status")[1]["idle_workers"] == 1)
 
 
-def test_half_duplex_route_says_no_worker_serves_it(gw):
-    async def go(path):
-        async with connect(gw.url.replace("http", "ws") + path) as ws:
+def test_half_duplex_route_says_no_worker_serves_it(tiny_dir, monkeypatch):
+    # workers whose voice activity detector does not load (no voice extra) do not offer it
+    from llama_omni_py.server.engine import Engine
+
+    monkeypatch.setattr(Engine, "_load_vad", staticmethod(lambda: False))
+
+    async def go(url):
+        async with connect(url) as ws:
             msg = json.loads(await ws.recv())
             with pytest.raises(ConnectionClosed) as info:
                 await ws.recv()
             return msg, info.value.rcvd.code
 
-    for path in ("/ws/half_duplex/x",):  # full duplex: tests/test_server_duplex.py
-        msg, code = run(go(path))
+    with running_gateway(tiny_dir, workers=1) as gw:
+        assert http(gw.url + "/workers")[1]["workers"][0]["capabilities"] == ["full_duplex", "turn_based"]
+        msg, code = run(go(gw.url.replace("http", "ws") + "/ws/half_duplex/x"))  # served: test_server_half_duplex.py
         assert msg["type"] == "error" and "no worker" in msg["error"] and code == 1013
 
 

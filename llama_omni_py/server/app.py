@@ -15,8 +15,11 @@ from websockets.asyncio.server import serve as ws_serve
 
 from .config import ServerConfig
 from .connection import Connection
-from .duplex_demo import DemoDuplexConnection
+from .duplex_demo import DemoDuplexConnection, _query
 from .engine import Engine
+from .half_duplex import HalfDuplexConnection
+from .realtime import RealtimeConnection
+from .realtime_duplex import RealtimeDuplexConnection
 from .routes import BodyConnection, process_request
 
 log = logging.getLogger(__name__)
@@ -27,6 +30,7 @@ class OmniServer:
         self.config = config or ServerConfig()
         self.engine = engine or Engine(self.config)
         self.sessions: dict[str, Connection] = {}
+        self.half_duplex: dict[str, HalfDuplexConnection] = {}
         self.port: int | None = None
         self._ws = None
         self._load: asyncio.Task | None = None
@@ -54,8 +58,14 @@ class OmniServer:
         return process_request(self, connection, request)
 
     async def _handle(self, ws) -> None:
-        if ws.request.path.split("?", 1)[0] == "/ws/duplex":
+        path = ws.request.path.split("?", 1)[0]
+        if path == "/ws/duplex":
             await DemoDuplexConnection(ws, self).run()
+        elif path == "/ws/half_duplex":
+            await HalfDuplexConnection(ws, self).run()
+        elif path == "/v1/realtime":
+            full = _query(ws, "mode") == "full_duplex"
+            await (RealtimeDuplexConnection if full else RealtimeConnection)(ws, self).run()
         else:
             await Connection(ws, self).run()
 
@@ -67,6 +77,12 @@ class OmniServer:
             return False
         await s.terminate(reason or "client_closed", code=1000)
         return True
+
+    def stop_half_duplex(self, session_id: str | None = None) -> int:
+        """Cuts the running reply of the half-duplex session (all of them when no id is given, as
+        the demo's worker does); the number of replies cut."""
+        conns = [c for sid, c in self.half_duplex.items() if session_id in (None, sid)]
+        return sum(c.interrupt() for c in conns)
 
     async def stop(self) -> None:
         for s in list(self.sessions.values()):

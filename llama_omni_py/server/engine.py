@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from ..demo import demo_config
-from ..errors import MediaError
+from ..errors import MediaError, OmniError
 from ..results import SpeechChunk
 from ..session import OmniSession
 from .config import ServerConfig
@@ -33,6 +33,7 @@ class Engine:
         self.active: str | None = None  # the protocol session holding the engine
         self.busy = False  # a turn is running
         self.load_s = self.warmup_s = None
+        self.voice_ready = False  # the voice activity detector loads: half-duplex and Realtime served
         self.turns = 0
 
     # -- loading ---------------------------------------------------------------------------
@@ -59,10 +60,22 @@ class Engine:
             cfg = demo_config()
         self.session = self._factory(c.model_dir, c.device, cfg)
         self.load_s = time.perf_counter() - t0
+        self.voice_ready = self._load_vad()
         if c.warmup:  # the first turn pays one-time costs; ready means a turn has run
             t0 = time.perf_counter()
             self.session.speak(WARMUP_TEXT, max_new_tokens=10)
             self.warmup_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _load_vad() -> bool:
+        from ..voice import SileroVad
+
+        try:
+            SileroVad()
+        except OmniError as e:  # the voice extra is not installed: no hands-free sessions here
+            log.warning("half-duplex off: %s", str(e).splitlines()[0])
+            return False
+        return True
 
     def health(self) -> tuple[int, dict]:
         if self.state == "ready":
@@ -74,7 +87,7 @@ class Engine:
                 "load_s": round(self.load_s, 3),
                 "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
                 "turns": self.turns,
-                "capabilities": ["turn_based", "full_duplex"],
+                "capabilities": ["turn_based", "full_duplex", *(["half_duplex"] if self.voice_ready else [])],
             }
         if self.state == "failed":
             return 503, {"status": "error", "error": self.error}

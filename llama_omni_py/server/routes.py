@@ -75,6 +75,13 @@ class BodyConnection(ServerConnection):
             super().data_received(data)
 
 
+def _query_value(path: str, key: str) -> str | None:
+    from urllib.parse import parse_qs, urlsplit
+
+    values = parse_qs(urlsplit(path).query).get(key)
+    return values[0][:128] if values else None
+
+
 def respond(status: int, body: bytes, content_type: str) -> Response:
     headers = Headers(
         [
@@ -100,8 +107,15 @@ async def process_request(server, connection, request) -> Response | None:
     secret = server.config.secret
     if secret is not None and not auth.allowed(auth.bearer(request.headers), (secret,)):
         return json_response(401, {"error": "this worker serves its gateway only: the gateway's secret is required"})
-    if path in ("/backend", "/ws/duplex"):
+    if path in ("/backend", "/ws/duplex", "/ws/half_duplex", "/v1/realtime"):
         return None if method == "GET" else json_response(405, {"error": "WebSocket upgrade (GET) only"})
+    if path == "/half_duplex/stop" and method == "POST":
+        sid = _query_value(request.path, "session_id")
+        if sid is None or sid in server.half_duplex:
+            n = server.stop_half_duplex(sid)
+            message = f"stopped {n} running repl{'y' if n == 1 else 'ies'}" if n else "no reply is running"
+            return json_response(200, {"success": n > 0, "message": message})
+        return json_response(404, {"success": False, "message": f"no half-duplex session {sid}"})
     m = _CLOSE_PATH.fullmatch(path)
     if m and method == "POST":
         reason = None

@@ -44,7 +44,8 @@ void register_token2wav(py::module_ & m) {
         .def_property(
             "engine", [](const Token2WavOptions & o) { return engine_name(o.engine); },
             [](Token2WavOptions & o, const std::string & v) { o.engine = parse_engine(v); })
-        .def_readwrite("bf16", &Token2WavOptions::bf16);
+        .def_readwrite("bf16", &Token2WavOptions::bf16)
+        .def_readwrite("first_window_codes", &Token2WavOptions::first_window_codes);
     py::class_<Token2Wav>(m, "Token2Wav")
         .def(py::init<const std::string &, const Token2WavOptions &>(), py::arg("token2wav_dir"), py::arg("options"),
              py::call_guard<py::gil_scoped_release>())

@@ -69,6 +69,10 @@ const char * cache_policy_name(CachePolicy p) {
 }
 
 Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
+    if (options.first_window_codes < kMinFirstWindow || options.first_window_codes > kHop) {
+        throw InvalidArgument("first_window_codes must be in " + std::to_string(kMinFirstWindow) + ".." +
+                              std::to_string(kHop) + ", got " + std::to_string(options.first_window_codes));
+    }
     t2m_ =
         std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
     vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
@@ -160,6 +164,7 @@ void Token2Wav::reset() {
     tail_.clear();
     finished_ = false;
     next_vocode_ = next_mel_;  // windows of the stream before are refused from here on
+    stream_windows_ = 0;
     last_ = total_ = Token2WavTimings{};
 }
 
@@ -181,8 +186,8 @@ void Token2Wav::update_conformer_cache() {
     }
 }
 
-std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last, int * frames) {
-    if (opt_.cache_policy == CachePolicy::Reference || n == kWindow) {
+std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last, bool as_is, int * frames) {
+    if (opt_.cache_policy == CachePolicy::Reference || n == kWindow || as_is) {
         std::vector<float> mel =
             t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, frames);
         update_conformer_cache();
@@ -204,12 +209,13 @@ std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last
     return out;
 }
 
-MelWindow Token2Wav::mel_window(const int32_t * tokens, int n, bool last) {
+MelWindow Token2Wav::mel_window(const int32_t * tokens, int n, bool last, bool as_is) {
     const auto t0 = std::chrono::steady_clock::now();
     MelWindow w;
     w.last = last;
     w.seq = next_mel_++;
-    w.mel = token2mel(tokens, n, last, &w.frames);
+    ++stream_windows_;
+    w.mel = token2mel(tokens, n, last, as_is, &w.frames);
     add_timing(&Token2WavTimings::token2mel_ms, ms_since(t0));
     return w;
 }
@@ -293,9 +299,14 @@ std::vector<MelWindow> Token2Wav::push_mel(const int32_t * tokens, int n, bool f
     clear_last(true, false);
     buffer_.insert(buffer_.end(), tokens, tokens + n);
     std::vector<MelWindow> out;
-    while (static_cast<int>(buffer_.size()) >= kWindow) {
-        out.push_back(mel_window(buffer_.data(), kWindow, false));
-        buffer_.erase(buffer_.begin(), buffer_.begin() + kHop);
+    for (;;) {
+        // The first window: first_window_codes new tokens (the 3 silence tokens among them) and 3
+        // of look-ahead, run as they are; every later one: 25 new + 3.
+        const bool first = stream_windows_ == 0 && opt_.first_window_codes < kHop;
+        const int hop = first ? opt_.first_window_codes : kHop;
+        if (static_cast<int>(buffer_.size()) < hop + kLookahead) break;
+        out.push_back(mel_window(buffer_.data(), hop + kLookahead, false, first));
+        buffer_.erase(buffer_.begin(), buffer_.begin() + hop);
     }
     if (final) {
         out.push_back(mel_window(buffer_.data(), static_cast<int>(buffer_.size()), true));

@@ -19,13 +19,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from .. import auth
-from . import chat_api, duplex_api, openai_api, status_api
+from . import chat_api, duplex_api, openai_api, realtime_api, status_api
 from .config import GatewayConfig
 from .service import Gateway
 
 log = logging.getLogger(__name__)
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
-STATIC = ("index.html", "app.js", "style.css", "duplex.html", "duplex.js")
+STATIC = (
+    *("index.html", "app.js", "style.css", "pcm.js"),
+    *("duplex.html", "duplex.js", "half_duplex.html", "half_duplex.js"),
+)
 
 
 async def page(request: Request) -> Response:
@@ -37,7 +40,8 @@ async def page(request: Request) -> Response:
 
 
 async def duplex_page(request: Request) -> Response:
-    data = (resources.files("llama_omni_py.server") / "static" / "duplex.html").read_bytes()
+    name = "half_duplex.html" if request.url.path == "/half_duplex" else "duplex.html"
+    data = (resources.files("llama_omni_py.server") / "static" / name).read_bytes()
     return Response(data, media_type=_TYPES["html"], headers={"Cache-Control": "no-store"})
 
 
@@ -59,7 +63,8 @@ async def _not_found(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse(body, exc.status_code)
 
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/duplex"})  # and /static/...: no data behind them
+# and /static/...: no data behind them
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/duplex", "/half_duplex"})
 
 
 class ApiKeys:
@@ -119,11 +124,14 @@ def build_app(gateway: Gateway) -> Starlette:
         WebSocketRoute("/ws/chat", chat_api.ws_chat),
         WebSocketRoute("/ws/duplex/{session_id}", duplex_api.ws_duplex),
         WebSocketRoute("/ws/half_duplex/{session_id}", duplex_api.ws_half_duplex),
+        Route("/api/half_duplex/stop", duplex_api.half_duplex_stop, methods=["POST"]),
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
+        WebSocketRoute("/v1/realtime", realtime_api.realtime),
         Route("/v1/models", openai_api.models),
         Route("/v1/models/{model}", openai_api.model),
         Route("/", page),
         Route("/duplex", duplex_page),
+        Route("/half_duplex", duplex_page),
         Route("/static/{name}", page),
     ]
     app = Starlette(

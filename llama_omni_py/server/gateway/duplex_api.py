@@ -2,7 +2,8 @@
 worker for their whole life. The queue part is the demo's (``queued``, ``queue_update`` every few
 seconds, always ``queue_done``); what runs on the worker is a handler registered for the
 session type by the engine that serves it (``register``). Until a worker advertises the
-capability, these routes answer with an error and close (1013). See docs/serving.md."""
+capability, these routes answer with an error and close (1013). See docs/serving.md.
+``POST /api/half_duplex/stop`` cuts the running reply of a half-duplex session."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 import logging
 import re
 
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
 from .. import jsonio
@@ -36,20 +38,39 @@ def _clean(session_id: str) -> str:
 
 async def ws_duplex(websocket: WebSocket) -> None:
     sid = _clean(websocket.path_params["session_id"])
-    await _whole_life(websocket, "audio_duplex" if sid.startswith("adx_") else "omni_duplex", sid)
+    await whole_life(websocket, "audio_duplex" if sid.startswith("adx_") else "omni_duplex", sid)
 
 
 async def ws_half_duplex(websocket: WebSocket) -> None:
-    await _whole_life(websocket, "half_duplex_audio", _clean(websocket.path_params["session_id"]))
+    await whole_life(websocket, "half_duplex_audio", _clean(websocket.path_params["session_id"]))
 
 
-async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
+def _demo_error(message: str, code: str) -> dict:
+    return {"type": "error", "error": message}
+
+
+def _demo_timeout(idle: float) -> dict:
+    return {"type": "timeout", "reason": f"idle for {idle:.0f} s"}
+
+
+async def whole_life(
+    websocket: WebSocket,
+    type_name: str,
+    sid: str,
+    queue_messages: bool = True,
+    error_event=_demo_error,
+    timeout_event=_demo_timeout,
+) -> None:
+    """Accepts, queues (telling the client when ``queue_messages``), runs the session type's
+    handler for the session's life, gives the worker back. Refusals and the idle reclaim reach
+    the client as ``error_event(message, code)`` / ``timeout_event(idle_s)``."""
     gw = websocket.app.state.gateway
     cfg = gw.config
     await websocket.accept()
     channel = ClientChannel(websocket, cfg.send_buffer_bytes, cfg.send_timeout_s)
+    notify = channel.send if queue_messages else None
     try:
-        async with gw.pool.lease(type_name, sid, notify=channel.send, always_done=True) as lease:
+        async with gw.pool.lease(type_name, sid, notify=notify, always_done=queue_messages) as lease:
             handler = HANDLERS.get(type_name)
             if handler is None:  # a worker advertises the capability but no engine side is plugged in
                 raise NoWorkerFor(f"this gateway has no handler for {type_name} sessions")
@@ -58,14 +79,14 @@ async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
                 handler(websocket, channel, lease, gw),
                 cfg.idle_release_s,
                 cfg.idle_timeout_s,
-                lambda idle: channel.put({"type": "timeout", "reason": f"idle for {idle:.0f} s"}),
+                lambda idle: channel.put(timeout_event(idle)),
             )
     except (NoWorkerFor, QueueFull) as e:
         if isinstance(e, QueueFull):
             gw.metrics.refusals.labels(reason="queue_full").inc()
             gw.refusal_log("queue_full", "duplex session refused: %s", e)
         with contextlib.suppress(SlowReader):
-            channel.put({"type": "error", "error": str(e)})
+            channel.put(error_event(str(e), "queue_full" if isinstance(e, QueueFull) else "no_worker"))
         channel.close(1013, "Queue full" if isinstance(e, QueueFull) else "No worker available")
     except SlowReader:
         pass
@@ -77,6 +98,25 @@ async def _whole_life(websocket: WebSocket, type_name: str, sid: str) -> None:
 async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) -> None:
     """The full-duplex handler: relays messages verbatim between the client and the worker's
     ``/ws/duplex`` until either side ends; ``pause``/``resume`` also set the worker's state."""
+    await relay(websocket, channel, lease, "/ws/duplex")
+
+
+async def relay_half_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) -> None:
+    """The half-duplex handler: relays messages verbatim to and from the worker's
+    ``/ws/half_duplex``."""
+    await relay(websocket, channel, lease, "/ws/half_duplex")
+
+
+def worker_ws_url(worker, path: str, session_id: str | None, query: dict | None = None) -> str:
+    from urllib.parse import urlencode
+
+    params = urlencode({"session_id": session_id or "", **(query or {})})
+    return worker.url.replace("http://", "ws://", 1) + f"{path}?{params}"
+
+
+async def relay(websocket: WebSocket, channel: ClientChannel, lease, path: str, query: dict | None = None) -> None:
+    """Relays text messages verbatim between the client and the worker's ``path`` until either
+    side ends; a client that leaves without ``stop`` has the worker's session stopped for it."""
     import json
 
     from starlette.websockets import WebSocketDisconnect
@@ -84,7 +124,7 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
     from websockets.exceptions import ConnectionClosed
 
     worker = lease.worker
-    url = worker.url.replace("http://", "ws://", 1) + f"/ws/duplex?session_id={lease.ticket.session_id or ''}"
+    url = worker_ws_url(worker, path, lease.ticket.session_id, query)
     headers = authorization_header(worker.secret)
     async with connect(url, max_size=None, open_timeout=10, ping_interval=None, additional_headers=headers) as upstream:
 
@@ -125,5 +165,34 @@ async def relay_duplex(websocket: WebSocket, channel: ClientChannel, lease, gw) 
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def half_duplex_stop(request) -> JSONResponse:
+    """``POST /api/half_duplex/stop {"session_id"}``: cuts the running reply of that session (the
+    session goes on listening), as the demo's stop button does."""
+    from .backend_client import WorkerUnavailable, http_json
+
+    try:
+        body = jsonio.loads(await request.body(), "the body")
+    except jsonio.BadJson as e:
+        return JSONResponse({"success": False, "message": str(e)}, 400)
+    sid = body.get("session_id")
+    if not isinstance(sid, str) or not sid:
+        return JSONResponse({"success": False, "message": "session_id (a string) is required"}, 400)
+    sid = _clean(sid)
+    pool = request.app.state.gateway.pool
+    worker = next(
+        (w for w in pool.workers.values() if w.session_id == sid and w.request_type == "half_duplex_audio"), None
+    )
+    if worker is None:
+        return JSONResponse({"success": False, "message": f"no half-duplex session {sid} is running"}, 404)
+    try:
+        status, answer = await asyncio.to_thread(
+            http_json, f"{worker.url}/half_duplex/stop?session_id={sid}", "POST", None, 5.0, worker.secret
+        )
+    except WorkerUnavailable as e:
+        return JSONResponse({"success": False, "message": str(e)}, 502)
+    return JSONResponse(answer, 200 if status == 200 else 404)
+
+
 register("audio_duplex", relay_duplex)
 register("omni_duplex", relay_duplex)
+register("half_duplex_audio", relay_half_duplex)

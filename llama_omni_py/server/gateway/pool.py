@@ -42,6 +42,8 @@ SESSION_TYPES = {
     for t in (
         SessionType("chat", "busy_chat", "turn_based", 15.0, False),
         SessionType("half_duplex_audio", "busy_half_duplex", "half_duplex", 180.0, True),
+        SessionType("realtime", "busy_half_duplex", "half_duplex", 180.0, True),  # the OpenAI Realtime API
+        SessionType("realtime_duplex", "duplex_active", "full_duplex", 120.0, True),  # ... with mode=full_duplex
         SessionType("audio_duplex", "duplex_active", "full_duplex", 120.0, True),
         SessionType("omni_duplex", "duplex_active", "full_duplex", 90.0, True),
     )

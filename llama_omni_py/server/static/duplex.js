@@ -6,67 +6,21 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const IN_RATE = 16000, OUT_RATE = 24000;
 // Playout buffer: the first second (and the first after an underrun) starts this late, so a
 // result may come this much later than the one before it without a gap (llama-omni bench's
 // duplex playback metric models the same rule).
 const PLAYOUT_DELAY_S = 0.3;
 const stats = window.omniDuplexStats = { sent: 0, results: 0, listens: 0, speaks: 0, audioSeconds: 0, underruns: 0,
                                          prepared: false, stopped: false, errors: [], text: "" };
-let ws = null, micCtx = null, micStream = null, out = null, playAt = 0, paused = false;
+let ws = null, mic = null, paused = false;
 
 function status(text, cls) { const s = $("status"); s.textContent = text; s.className = "status " + (cls || ""); }
 
-function float32ToB64(f32) {
-  const bytes = new Uint8Array(f32.buffer, f32.byteOffset, f32.byteLength);
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(bin);
-}
-function b64ToFloat32(b64) {
-  const bin = atob(b64), bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  return new Float32Array(bytes.buffer);
-}
-
-function play(samples) {
-  if (!out) out = new (window.AudioContext || window.webkitAudioContext)();
-  const buf = out.createBuffer(1, samples.length, OUT_RATE);
-  buf.copyToChannel(samples, 0);
-  const src = out.createBufferSource();
-  src.buffer = buf;
-  src.connect(out.destination);
-  if (playAt < out.currentTime) {  // empty (first second, or an underrun): buffer again
-    if (playAt > 0) stats.underruns++;
-    playAt = out.currentTime + PLAYOUT_DELAY_S;
-  }
-  src.start(playAt);
-  playAt += buf.duration;
-}
-
-// Collects the microphone into exactly one second of samples per message.
-const CAPTURE = `
-class Capture extends AudioWorkletProcessor {
-  constructor() { super(); this.buf = new Float32Array(${IN_RATE}); this.n = 0; }
-  process(inputs) {
-    const ch = inputs[0] && inputs[0][0];
-    if (ch) for (let i = 0; i < ch.length; i++) {
-      this.buf[this.n++] = ch[i];
-      if (this.n === this.buf.length) { this.port.postMessage(this.buf.slice(0)); this.n = 0; }
-    }
-    return true;
-  }
-}
-registerProcessor("omni-capture", Capture);`;
+const player = new Player(PLAYOUT_DELAY_S);
+function play(samples) { player.play(samples); stats.underruns = player.underruns; }
 
 async function startMic() {
-  micStream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1 } });
-  micCtx = new AudioContext({ sampleRate: IN_RATE });  // the browser resamples the microphone
-  const url = URL.createObjectURL(new Blob([CAPTURE], { type: "text/javascript" }));
-  await micCtx.audioWorklet.addModule(url);
-  const node = new AudioWorkletNode(micCtx, "omni-capture");
-  node.port.onmessage = (e) => sendChunk(e.data);
-  micCtx.createMediaStreamSource(micStream).connect(node);
+  mic = await startCapture(IN_RATE, sendChunk);  // one second per message
 }
 
 function sendChunk(samples) {
@@ -116,14 +70,13 @@ function onMessage(ev) {
 }
 
 function teardown() {
-  if (micStream) micStream.getTracks().forEach((t) => t.stop());
-  if (micCtx) micCtx.close();
-  micStream = micCtx = null;
+  if (mic) mic.stop();
+  mic = null;
   $("start").disabled = false; $("stop").disabled = true; $("pause").disabled = true;
 }
 
 function start() {
-  if (!out) out = new (window.AudioContext || window.webkitAudioContext)();  // on the click: autoplay allows it
+  player.open();  // on the click: autoplay allows it
   const id = "adx_" + Date.now().toString(36);
   const key = new URLSearchParams(location.search).get("api_key");  // as on the chat page
   ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/duplex/" + id +

@@ -1,7 +1,8 @@
 // Token2Wav streaming: speech tokens in, 24 kHz audio out (docs/token2wav-streaming.md).
 //
 // Tokens are buffered behind 3 silence tokens (4218); every full window of 28 tokens (25 new +
-// 3 look-ahead) goes through Token2Mel, then slides by 25. The fixed voice comes from
+// 3 look-ahead) goes through Token2Mel, then slides by 25. The stream's first window may be
+// shorter (first_window_codes + 3 tokens, sliding by first_window_codes): earlier first audio. The fixed voice comes from
 // prompt_cache.gguf (speaker vector and the encoder/estimator caches). How the attention caches
 // evolve between windows, and how the final window is run, is the cache policy:
 //  - LlamaCppOmni: the estimator cache stays the prompt's for the whole stream; each conformer
@@ -45,6 +46,9 @@ struct Token2WavOptions {
     CachePolicy cache_policy = CachePolicy::LlamaCppOmni;
     Engine engine = Engine::Auto;  // Token2Mel's compute on the CPU (omni/engine.h)
     bool bf16 = false;  // BF16 matmuls in the vocoder and the native Token2Mel engine
+    // Speech codes the stream's first window waits for (kMinFirstWindow..kHop): fewer make the
+    // first audio sooner; that window runs as it is (no padding) and slides by this many.
+    int first_window_codes = 25;
 };
 
 struct Token2WavTimings {
@@ -64,6 +68,7 @@ struct MelWindow {
 class Token2Wav {
 public:
     static constexpr int kWindow = 28, kHop = 25, kSilence = 4218, kMelCache = 8, kSourceCache = 3840;
+    static constexpr int kLookahead = 3, kMinFirstWindow = 5;
 
     Token2Wav(const std::string & token2wav_dir, const Token2WavOptions & options);
     ~Token2Wav();
@@ -99,12 +104,12 @@ public:
     bool bf16() const { return opt_.bf16; }
 
 private:
-    MelWindow mel_window(const int32_t * tokens, int n, bool last);
+    MelWindow mel_window(const int32_t * tokens, int n, bool last, bool as_is = false);
     std::vector<float> vocode_window(const MelWindow & w);
     std::vector<float> vocode_all(const std::vector<MelWindow> & windows);
     void add_timing(double Token2WavTimings::* field, double ms);
     void clear_last(bool mel_half, bool vocoder_half);
-    std::vector<float> token2mel(const int32_t * tokens, int n, bool last, int * frames);
+    std::vector<float> token2mel(const int32_t * tokens, int n, bool last, bool as_is, int * frames);
     void update_conformer_cache();
 
     Token2WavOptions opt_;
@@ -117,6 +122,7 @@ private:
     std::vector<float> mel_cache_, source_cache_, tail_;  // mel_cache_: (80, kMelCache) channel-major
     bool finished_ = false;
     uint64_t next_mel_ = 0, next_vocode_ = 0;  // MelWindow::seq of the next window made / vocoded
+    int stream_windows_ = 0;  // windows made since the last reset()
     mutable std::mutex timing_mutex_;  // the two halves may run on two threads
     Token2WavTimings last_, total_;
 };

@@ -1,0 +1,324 @@
+"""One OpenAI Realtime API connection on a worker's ``/v1/realtime`` (the gateway relays its
+public ``/v1/realtime`` here after the queue): a hands-free conversation on the engine's
+VoiceSession with the Realtime API's events (realtime_events.py; docs/serving.md, "OpenAI
+Realtime API").
+
+With ``server_vad`` turn detection appended audio goes through the voice activity detector:
+speech_started, speech_stopped, the committed user item, then (create_response) a response;
+speech that starts during a response cancels it (interrupt_response). With turn detection null
+the client commits the buffer and asks for a response itself. Errors are ``error`` events and
+the session goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+
+from ..errors import MediaError, OmniError, ProtocolError
+from ..pipeline import iterate_in_thread
+from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
+from . import jsonio
+from . import realtime_events as R
+from .duplex_demo import _query
+from .realtime_response import ResponseEvents
+
+log = logging.getLogger(__name__)
+MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)
+
+
+class RealtimeConnection:
+    def __init__(self, ws, server):
+        self.ws, self.server, self.engine = ws, server, server.engine
+        self.cfg = R.RealtimeConfig(model=_query(ws, "model") or "minicpm-o-4.5")
+        self.id = _query(ws, "session_id") or self.cfg.id
+        self.via_gateway = _query(ws, "session_id") is not None  # the gateway names the session
+        self.voice = None
+        self.buffer: list[np.ndarray] = []  # manual mode: appended, not yet committed
+        self.pending: list = []  # committed user contents a response has not answered yet
+        self.last_item: str | None = None
+        self.speech_item: str | None = None  # the item id speech_started announced
+        self.response: asyncio.Task | None = None
+        self.cancel_reason = "turn_detected"
+        self.last_reply: tuple[str, int] | None = None  # (assistant item id, its index in history)
+        self.appended_ms = 0.0
+        self.vad_origin_ms = 0.0  # appended audio before the detector's stream began
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, msg: dict) -> None:
+        async with self._send_lock:
+            await self.ws.send(json.dumps(msg))
+
+    async def run(self) -> None:
+        refused = self.engine.claim(self.id)
+        if refused is not None:
+            with contextlib.suppress(ConnectionClosed):
+                await self.send(R.error(refused[1], refused[0], kind="server_error"))
+                await self.ws.close(1013, refused[0])
+            return
+        try:
+            self.voice = self.engine.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
+            await self.send(R.event("session.created", session=self.cfg.session()))
+            await self._serve()
+        except ConnectionClosed:
+            pass
+        finally:
+            await self._end()
+
+    async def _end(self) -> None:
+        """Frees the engine (idempotent)."""
+        await self._end_response()
+        voice, self.voice = self.voice, None
+        if voice is not None:
+            voice.close()
+        self.engine.release(self.id)
+
+    async def _serve(self) -> None:
+        while True:
+            busy = self.response is not None and not self.response.done()
+            try:
+                raw = await asyncio.wait_for(self.ws.recv(), None if busy else self.server.config.idle_timeout_s)
+            except asyncio.TimeoutError:
+                await self.send(R.error("no event for too long; closing", "idle_timeout"))
+                await self.ws.close(1000, "idle")
+                return
+            event_id = None
+            try:
+                msg = jsonio.loads(raw, "the event")
+                event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
+                if not isinstance(msg.get("type"), str):
+                    raise ProtocolError("events are JSON objects with a string `type`", "invalid_json")
+                if await self._dispatch(msg) == "stop":
+                    return
+            except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
+                await self.send(R.error(str(e), getattr(e, "code", "invalid_value"), event_id))
+
+    # -- client events -------------------------------------------------------------------------
+    async def _dispatch(self, msg: dict) -> str | None:
+        kind = msg["type"]
+        if kind == "stop" and self.via_gateway:  # the gateway's own: its client has left
+            await self._end()
+            await self.ws.close(1000, "client left")
+            return "stop"
+        if kind == "session.update":
+            before = self.cfg.vad_options() if self.cfg.turn_detection else None
+            self.cfg.update(msg.get("session"))
+            self.voice.system_prompt = self.cfg.instructions or None
+            td = self.cfg.turn_detection
+            if td is not None and self.cfg.vad_options() != before:
+                self.voice.vad = StreamingVad(self.cfg.vad_options(), self.voice.vad.model)
+                self.vad_origin_ms = self.appended_ms
+            self.voice.barge_in = bool(td and td["interrupt_response"])
+            await self.send(R.event("session.updated", session=self.cfg.session()))
+        elif kind == "input_audio_buffer.append":
+            x = R.pcm16_in(msg.get("audio"), "audio")
+            self.appended_ms += x.size / 16.0
+            if self.cfg.turn_detection is None:
+                if sum(b.size for b in self.buffer) + x.size > R.MAX_BUFFER_SECONDS * 16000:
+                    raise ProtocolError("the input audio buffer is full (29 s): commit or clear it", "buffer_full")
+                self.buffer.append(x)
+            else:
+                for ev in self.voice.push(x):
+                    await self._on_vad(ev)
+        elif kind == "input_audio_buffer.commit":
+            await self._commit()
+        elif kind == "input_audio_buffer.clear":
+            self.buffer.clear()
+            self.voice.vad.reset()
+            self.vad_origin_ms = self.appended_ms
+            await self.send(R.event("input_audio_buffer.cleared"))
+        elif kind == "conversation.item.create":
+            await self._create_item(msg.get("item"))
+        elif kind == "conversation.item.truncate":
+            await self._truncate(msg)
+        elif kind == "response.create":
+            if self.response is not None and not self.response.done():
+                raise ProtocolError("a response is already in progress", "conversation_already_has_active_response")
+            opts = msg.get("response") or {}
+            if not isinstance(opts, dict):
+                raise ProtocolError("response must be an object", "invalid_value")
+            self._start_response(opts)
+        elif kind == "response.cancel":
+            if self.response is None or self.response.done():
+                raise ProtocolError("there is no response in progress to cancel", "response_cancel_not_active")
+            self.cancel_reason = "client_cancelled"
+            self.voice.interrupt()
+        else:
+            raise ProtocolError(f"unsupported event type: {kind}", "invalid_event")
+        return None
+
+    async def _on_vad(self, ev) -> None:
+        if isinstance(ev, SpeechStarted):
+            self.speech_item = R.new_id("item")
+            pad = self.voice.vad.options.speech_pad_ms
+            start_ms = max(0, round(self.vad_origin_ms + ev.at_s * 1000) - pad)
+            started = R.event("input_audio_buffer.speech_started", audio_start_ms=start_ms, item_id=self.speech_item)
+            await self.send(started)
+        elif isinstance(ev, (SpeechStopped, SpeechDiscarded)):
+            item = self.speech_item or R.new_id("item")
+            self.speech_item = None
+            end_ms = round(self.vad_origin_ms + ev.end_s * 1000) + self.voice.vad.options.speech_pad_ms
+            await self.send(R.event("input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id=item))
+            if isinstance(ev, SpeechStopped):
+                await self._add_user_audio(item, ev)
+                if self.cfg.turn_detection["create_response"]:
+                    await self._end_response()
+                    self._start_response({})
+
+    async def _commit(self) -> None:
+        if self.cfg.turn_detection is not None:
+            stopped = [e for e in self.voice.flush() if isinstance(e, SpeechStopped)]
+            if not stopped:
+                raise ProtocolError("nothing to commit: no speech in the buffer", "input_audio_buffer_commit_empty")
+            await self._on_vad(stopped[0])
+            return
+        audio = np.concatenate(self.buffer) if self.buffer else np.zeros(0, np.float32)
+        if audio.size < MIN_COMMIT_MS * 16:
+            raise ProtocolError(
+                f"buffer too small: {audio.size / 16:.0f} ms of audio, at least {MIN_COMMIT_MS} ms",
+                "input_audio_buffer_commit_empty",
+            )
+        self.buffer.clear()
+        await self._add_user_audio(R.new_id("item"), SpeechStopped(0.0, audio.size / 16000, 0.0, audio))
+
+    async def _add_user_audio(self, item_id: str, utterance: SpeechStopped) -> None:
+        await self._end_response()  # the encoder and the engine: one thing at a time
+        await self.send(R.event("input_audio_buffer.committed", item_id=item_id, previous_item_id=self.last_item))
+        enc = await asyncio.to_thread(self.voice.encode, utterance)
+        self.pending.append(enc)
+        await self._item_added(R.user_item(item_id, [{"type": "input_audio", "transcript": None}]))
+
+    async def _item_added(self, item: dict) -> None:
+        await self.send(R.event("conversation.item.added", item=item, previous_item_id=self.last_item))
+        await self.send(R.event("conversation.item.done", item=item, previous_item_id=self.last_item))
+        self.last_item = item["id"]
+
+    async def _create_item(self, item) -> None:
+        if not isinstance(item, dict) or item.get("type") != "message":
+            raise ProtocolError("item must be a message (function calls are not served)", "invalid_value")
+        role, content = item.get("role"), item.get("content")
+        if role not in ("user", "assistant") or not isinstance(content, list) or not content:
+            raise ProtocolError("item.role must be user or assistant, with a non-empty content list", "invalid_value")
+        item_id = item.get("id") if isinstance(item.get("id"), str) else R.new_id("item")
+        parts, shown = [], []
+        for i, c in enumerate(content):
+            kind = c.get("type") if isinstance(c, dict) else None
+            if role == "user" and kind == "input_text" and isinstance(c.get("text"), str):
+                parts.append(c["text"])
+                shown.append({"type": "input_text", "text": c["text"]})
+            elif role == "user" and kind == "input_audio":
+                x = R.pcm16_in(c.get("audio"), f"item.content[{i}].audio", R.MAX_BUFFER_SECONDS)
+                parts.append(SpeechStopped(0.0, x.size / 16000, 0.0, x))
+                shown.append({"type": "input_audio", "transcript": c.get("transcript")})
+            elif role == "assistant" and kind in ("output_text", "text", "output_audio"):
+                text = c.get("text") if kind != "output_audio" else c.get("transcript")
+                if not isinstance(text, str):
+                    raise ProtocolError(f"item.content[{i}] needs its text", "invalid_value")
+                parts.append(text)
+                shown.append({"type": kind, ("transcript" if kind == "output_audio" else "text"): text})
+            else:
+                raise ProtocolError(f"item.content[{i}]: type {kind!r} is not served for role {role}", "invalid_value")
+        await self._end_response()
+        if role == "user":
+            for p in parts:
+                encoded = await asyncio.to_thread(self.voice.encode, p) if isinstance(p, SpeechStopped) else p
+                self.pending.append(encoded)
+        else:
+            self._flush_pending()
+            self.voice.add("assistant", " ".join(parts))
+        await self._item_added(
+            {
+                "id": item_id,
+                "object": "realtime.item",
+                "type": "message",
+                "role": role,
+                "status": "completed",
+                "content": shown,
+            }
+        )
+
+    def _flush_pending(self) -> None:
+        """User input no response answered joins the conversation as it is."""
+        for c in self.pending:
+            self.voice.add("user", c)
+        self.pending.clear()
+
+    async def _truncate(self, msg: dict) -> None:
+        item_id, ms = msg.get("item_id"), msg.get("audio_end_ms")
+        if self.last_reply is None or item_id != self.last_reply[0]:
+            raise ProtocolError("only the last assistant item can be truncated", "invalid_value")
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+            raise ProtocolError("audio_end_ms must be a non-negative integer", "invalid_value")
+        _, index = self.last_reply
+        record = self.voice.turns[-1]
+        total_ms = record.audio_samples / 24.0
+        if ms > total_ms + 1:
+            raise ProtocolError(f"audio_end_ms {ms} is past the item's audio ({total_ms:.0f} ms)", "invalid_value")
+        text = record.text
+        if total_ms > 0:  # the transcript kept in proportion to the audio heard
+            text = text[: round(len(text) * min(1.0, ms / total_ms))]
+        self.voice.history[index] = ("assistant", text)
+        await self.send(R.event("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=ms))
+
+    # -- responses -----------------------------------------------------------------------------
+    def _start_response(self, opts: dict) -> None:
+        if not self.pending:
+            raise ProtocolError("nothing to respond to: commit audio or create a user item first", "no_input")
+        modalities = opts.get("output_modalities", self.cfg.output_modalities)
+        if modalities not in (["audio"], ["text"]):
+            raise ProtocolError("response.output_modalities must be ['audio'] or ['text']", "invalid_value")
+        limit = R.max_tokens(opts.get("max_output_tokens", self.cfg.max_output_tokens), "max_output_tokens")
+        turn, self.pending = list(self.pending), []
+        self.cancel_reason = "turn_detected"
+        self.response = asyncio.create_task(self._respond(turn, modalities[0], None if limit == "inf" else limit))
+
+    async def _end_response(self) -> None:
+        task = self.response
+        if task is not None and not task.done():
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await task
+
+    async def _respond(self, turn: list, modality: str, limit: int | None) -> None:
+        voice, loop = self.voice, asyncio.get_running_loop()
+        out = ResponseEvents(self.send, self._item_added, self.cfg, modality)
+        await out.start()
+        failed = None
+        self.engine.busy = True
+        try:
+            chunks = iterate_in_thread(
+                lambda: voice.respond(turn, speech=modality == "audio", max_new_tokens=limit), voice.interrupt, loop
+            )
+            async for chunk in chunks:
+                await out.text(chunk.text_delta)
+                await out.audio(chunk.audio)
+            self.engine.turns += 1
+        except (OmniError, ValueError) as e:
+            failed = {"type": "server_error", "code": "generation_failed", "message": str(e)}
+        finally:
+            self.engine.busy = False
+        record = voice.turns[-1] if voice.turns else None
+        self.last_reply = (out.item_id, len(voice.history) - 1)
+        if failed:
+            status, details = "failed", {"type": "failed", "error": failed}
+        elif record is not None and record.interrupted:
+            status, details = "cancelled", {"type": "cancelled", "reason": self.cancel_reason}
+        else:
+            status, details = "completed", None
+        await out.finish(status, details, usage(record), record.text if record is not None else "")
+
+
+def usage(record) -> dict | None:
+    t = record.timings if record is not None else None
+    if t is None:
+        return None
+    return {
+        "total_tokens": t.prompt_tokens + t.n_tokens,
+        "input_tokens": t.prompt_tokens,
+        "output_tokens": t.n_tokens,
+        "input_token_details": {"cached_tokens": t.prompt_cached, "text_tokens": None, "audio_tokens": None},
+        "output_token_details": {"text_tokens": t.n_tokens, "audio_tokens": t.n_tts_tokens},
+    }
