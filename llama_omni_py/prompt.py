@@ -170,14 +170,15 @@ def simplex_speech_prompt(
     else:
         seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
     seg.append(tok("<|im_end|>\n"))
+    if lco:  # its first user turn has the header twice (docs/fidelity.md), so has it in history
+        seg.append(tok("<|im_start|>user\n"))
     for who, content in history:  # earlier turns, then the user turn opens
         if isinstance(content, EncodedAudio):
             body = [tok("<|audio_start|>"), block(content.embeddings), tok("<|audio_end|>")]
         else:
             body = [tok(content, special=False)]
         seg += [tok(f"<|im_start|>{who}\n"), *body, tok("<|im_end|>\n")]
-    # llama.cpp-omni evaluates the user header twice in a first turn (docs/fidelity.md)
-    seg.append(tok("<|im_start|>user\n<|im_start|>user\n" if lco and not history else "<|im_start|>user\n"))
+    seg.append(tok("<|im_start|>user\n"))
     parts, numbered = [], 0
     for image in user_images:
         if isinstance(image, np.ndarray):  # a video frame

@@ -97,14 +97,18 @@ def test_reference_layout_joins_parts_with_newlines(model):
     ) + model.tokenize(SPEECH_TAIL, True)
 
 
-def test_history_opens_the_user_turn_once_in_both_styles(model):
-    history = [("user", "first"), ("assistant", "second")]
-    for style in p.PROMPT_STYLES:
+def test_a_turn_with_history_extends_the_first_turn(model):
+    # the next turn's prompt repeats the first up to its assistant header, so the KV cache of the
+    # first turn serves the next; llama.cpp-omni's doubled header stays with its first user turn
+    header = model.tokenize("<|im_start|>user\n", True)
+    assistant = model.tokenize("<|im_start|>assistant\n", True)
+    for style, headers in (("llama.cpp-omni", 3), ("reference", 2)):
+        first = _built(p.simplex_speech_prompt(model, "first", style=style))
+        cut = next(i for i in range(len(first)) if first[i : i + len(assistant)] == assistant) + len(assistant)
+        history = [("user", "first"), ("assistant", "second")]
         toks = _built(p.simplex_speech_prompt(model, "third", history=history, style=style))
-        header = model.tokenize("<|im_start|>user\n", True)
-        # the first user turn of the history and the new one
-        starts = [i for i in range(len(toks)) if toks[i : i + len(header)] == header]
-        assert len(starts) == 2, style
+        assert toks[:cut] == first[:cut], style
+        assert sum(toks[i : i + len(header)] == header for i in range(len(toks))) == headers, style
 
 
 def test_prompt_rule_follows_the_switch_and_is_validated():
