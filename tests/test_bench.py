@@ -21,7 +21,8 @@ from llama_omni_py.bench.schema import validate_run
 from llama_omni_py.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-# The tiny LLM ends replies at random; seed 1 with 60 tokens gives a long reply (3+ steady chunks) for "story".
+# The tiny LLM ends replies at random (and where depends on the CPU's float rounding), so the
+# assertions on a reply's chunks hold for any length; seed 1 with 60 tokens is long on AVX2.
 TINY = ["--device", "cpu", "--prompts", "story", "--max-new-tokens", "60", "--seed", "1"]
 
 
@@ -62,8 +63,11 @@ def test_bench_writes_one_schema_valid_json_per_configuration(bench_runs):
             statistics.median(q["wall_rtf"] for q in r["requests"])
         )
         q = r["requests"][0]
-        steady = [c["samples"] for c in q["chunks"]][1:-1]
-        assert len(steady) >= 3 and set(steady) == {24000} and q["chunks"][0]["samples"] == 20160
+        samples = [c["samples"] for c in q["chunks"]]
+        # the first chunk is the first window's 20160 samples (unless it is also the last), every
+        # chunk between first and last one steady window of 24000
+        assert set(samples[1:-1]) <= {24000} and (samples[0] == 20160 or len(samples) == 1)
+        assert all(c["samples"] > 0 for c in q["chunks"])
         assert q["chunks"][-1]["is_final"] and q["audio_s"] == pytest.approx(
             sum(c["samples"] for c in q["chunks"]) / 24000
         )
