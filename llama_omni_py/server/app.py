@@ -15,8 +15,9 @@ from websockets.asyncio.server import serve as ws_serve
 
 from .config import ServerConfig
 from .connection import Connection
-from .duplex_demo import DemoDuplexConnection, _query
+from .duplex_demo import DemoDuplexConnection
 from .engine import Engine
+from .engine_socket import query
 from .half_duplex import HalfDuplexConnection
 from .realtime import RealtimeConnection
 from .realtime_duplex import RealtimeDuplexConnection
@@ -64,7 +65,7 @@ class OmniServer:
         elif path == "/ws/half_duplex":
             await HalfDuplexConnection(ws, self).run()
         elif path == "/v1/realtime":
-            full = _query(ws, "mode") == "full_duplex"
+            full = query(ws, "mode") == "full_duplex"
             await (RealtimeDuplexConnection if full else RealtimeConnection)(ws, self).run()
         else:
             await Connection(ws, self).run()

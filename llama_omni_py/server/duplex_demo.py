@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 
@@ -17,37 +16,19 @@ from websockets.exceptions import ConnectionClosed
 from ..errors import MediaError, OmniError, ProtocolError
 from . import duplex_protocol as D
 from . import jsonio
+from .engine_socket import EngineSocket, query
 
 log = logging.getLogger(__name__)
 PAUSE_TIMEOUT_S = 60.0  # a paused session gives its worker back after this
 
 
-class DemoDuplexConnection:
+class DemoDuplexConnection(EngineSocket):
     def __init__(self, ws, server):
-        self.ws, self.server, self.engine, self.cfg = ws, server, server.engine, server.config
-        self.id = _query(ws, "session_id") or uuid.uuid4().hex
+        super().__init__(ws, server, query(ws, "session_id") or uuid.uuid4().hex)
+        self.cfg = server.config
         self.duplex = None
         self.paused = False
         self._watchdog: asyncio.Task | None = None
-        self._send_lock = asyncio.Lock()
-
-    async def send(self, msg: dict) -> None:
-        async with self._send_lock:
-            await self.ws.send(json.dumps(msg))
-
-    async def run(self) -> None:
-        refused = self.engine.claim(self.id)
-        if refused is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await self.send({"type": "error", "error": refused[1]})
-                await self.ws.close(1013, refused[0])
-            return
-        try:
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        finally:
-            await self._end()
 
     async def _end(self) -> None:
         """Frees the engine (idempotent)."""
@@ -123,13 +104,3 @@ class DemoDuplexConnection:
         with contextlib.suppress(ConnectionClosed):
             await self.send({"type": "timeout", "reason": f"Pause timeout ({seconds:.1f}s)"})
             await self.ws.close(1000, "pause timeout")
-
-
-def _query(ws, key: str) -> str | None:
-    from urllib.parse import parse_qs, urlsplit
-
-    try:
-        values = parse_qs(urlsplit(ws.request.path).query).get(key)
-    except AttributeError:
-        return None
-    return values[0][:128] if values else None

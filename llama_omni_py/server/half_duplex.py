@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -25,40 +24,22 @@ from ..pipeline import iterate_in_thread
 from ..voice import ReplyInterrupted, SpeechDiscarded, SpeechStarted, SpeechStopped
 from . import half_duplex_protocol as H
 from . import jsonio
-from .duplex_demo import _query
+from .engine_socket import EngineSocket, query
 
 log = logging.getLogger(__name__)
 
 
-class HalfDuplexConnection:
+class HalfDuplexConnection(EngineSocket):
     def __init__(self, ws, server):
-        self.ws, self.server, self.engine = ws, server, server.engine
-        self.id = _query(ws, "session_id") or uuid.uuid4().hex
+        super().__init__(ws, server, query(ws, "session_id") or uuid.uuid4().hex)
         self.voice = None
         self.timeout_s = H.DEFAULT_TIMEOUT_S
         self.prepared_at = 0.0
         self.turn: asyncio.Task | None = None
         self.turn_index = 0
-        self._send_lock = asyncio.Lock()
 
-    async def send(self, msg: dict) -> None:
-        async with self._send_lock:
-            await self.ws.send(json.dumps(msg))
-
-    async def run(self) -> None:
-        refused = self.engine.claim(self.id)
-        if refused is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await self.send({"type": "error", "error": refused[1]})
-                await self.ws.close(1013, refused[0])
-            return
-        self.server.half_duplex[self.id] = self
-        try:
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        finally:
-            await self._end()
+    async def _open(self) -> None:
+        self.server.half_duplex[self.id] = self  # POST /api/half_duplex/stop finds it here
 
     async def _end(self) -> None:
         """Frees the engine (idempotent)."""

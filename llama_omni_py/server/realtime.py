@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 import numpy as np
@@ -24,19 +23,19 @@ from ..pipeline import iterate_in_thread
 from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
 from . import jsonio
 from . import realtime_events as R
-from .duplex_demo import _query
+from .engine_socket import EngineSocket, query
 from .realtime_response import ResponseEvents
 
 log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)
 
 
-class RealtimeConnection:
+class RealtimeConnection(EngineSocket):
     def __init__(self, ws, server):
-        self.ws, self.server, self.engine = ws, server, server.engine
-        self.cfg = R.RealtimeConfig(model=_query(ws, "model") or "minicpm-o-4.5")
-        self.id = _query(ws, "session_id") or self.cfg.id
-        self.via_gateway = _query(ws, "session_id") is not None  # the gateway names the session
+        cfg = R.RealtimeConfig(model=query(ws, "model") or "minicpm-o-4.5")
+        super().__init__(ws, server, query(ws, "session_id") or cfg.id)
+        self.cfg = cfg
+        self.via_gateway = query(ws, "session_id") is not None  # the gateway names the session
         self.voice = None
         self.buffer: list[np.ndarray] = []  # manual mode: appended, not yet committed
         self.pending: list = []  # committed user contents a response has not answered yet
@@ -47,27 +46,13 @@ class RealtimeConnection:
         self.last_reply: tuple[str, int] | None = None  # (assistant item id, its index in history)
         self.appended_ms = 0.0
         self.vad_origin_ms = 0.0  # appended audio before the detector's stream began
-        self._send_lock = asyncio.Lock()
 
-    async def send(self, msg: dict) -> None:
-        async with self._send_lock:
-            await self.ws.send(json.dumps(msg))
+    def refusal(self, code: str, message: str) -> dict:
+        return R.error(message, code, kind="server_error")
 
-    async def run(self) -> None:
-        refused = self.engine.claim(self.id)
-        if refused is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await self.send(R.error(refused[1], refused[0], kind="server_error"))
-                await self.ws.close(1013, refused[0])
-            return
-        try:
-            self.voice = self.engine.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
-            await self.send(R.event("session.created", session=self.cfg.session()))
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        finally:
-            await self._end()
+    async def _open(self) -> None:
+        self.voice = self.engine.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
+        await self.send(R.event("session.created", session=self.cfg.session()))
 
     async def _end(self) -> None:
         """Frees the engine (idempotent)."""

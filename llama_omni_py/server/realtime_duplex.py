@@ -9,19 +9,16 @@ docs/serving.md, "OpenAI Realtime API"."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 
 import numpy as np
-from websockets.exceptions import ConnectionClosed
 
 from ..constants import INPUT_SAMPLE_RATE
 from ..errors import MediaError, OmniError, ProtocolError
 from . import jsonio
 from . import realtime_events as R
-from .duplex_demo import _query
 from .duplex_protocol import DuplexStart
+from .engine_socket import EngineSocket, query
 from .realtime_response import ResponseEvents
 
 log = logging.getLogger(__name__)
@@ -35,39 +32,25 @@ HALF_DUPLEX_ONLY = (
 )
 
 
-class RealtimeDuplexConnection:
+class RealtimeDuplexConnection(EngineSocket):
     def __init__(self, ws, server):
-        self.ws, self.server, self.engine = ws, server, server.engine
-        self.cfg = R.RealtimeConfig(model=_query(ws, "model") or "minicpm-o-4.5", turn_detection=None)
-        self.id = _query(ws, "session_id") or self.cfg.id
-        self.via_gateway = _query(ws, "session_id") is not None
+        cfg = R.RealtimeConfig(model=query(ws, "model") or "minicpm-o-4.5", turn_detection=None)
+        super().__init__(ws, server, query(ws, "session_id") or cfg.id)
+        self.cfg = cfg
+        self.via_gateway = query(ws, "session_id") is not None
         self.duplex = None
         self.heard = np.zeros(0, np.float32)  # appended audio under one unit
         self.units = 0
         self.out: ResponseEvents | None = None  # the response being spoken
         self.last_item: str | None = None
         self.cancelled = False
-        self._send_lock = asyncio.Lock()
 
-    async def send(self, msg: dict) -> None:
-        async with self._send_lock:
-            await self.ws.send(json.dumps(msg))
+    def refusal(self, code: str, message: str) -> dict:
+        return R.error(message, code, kind="server_error")
 
-    async def run(self) -> None:
-        refused = self.engine.claim(self.id)
-        if refused is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await self.send(R.error(refused[1], refused[0], kind="server_error"))
-                await self.ws.close(1013, refused[0])
-            return
-        try:
-            self.duplex = await self.engine.open_duplex(DuplexStart())
-            await self.send(R.event("session.created", session=self.cfg.session()))
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        finally:
-            await self._end()
+    async def _open(self) -> None:
+        self.duplex = await self.engine.open_duplex(DuplexStart())
+        await self.send(R.event("session.created", session=self.cfg.session()))
 
     async def _end(self) -> None:
         duplex, self.duplex = self.duplex, None

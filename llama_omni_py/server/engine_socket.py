@@ -1,0 +1,64 @@
+"""What every WebSocket that holds a worker's engine shares (the demo's duplex and half-duplex
+modes, the Realtime API in both its modes): JSON frames sent one at a time, the engine claimed
+for the connection's life -- refused with the protocol's error frame and close code 1013 when
+another session has it -- and released however the connection ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.exceptions import ConnectionClosed
+
+
+def query(ws, key: str) -> str | None:
+    """The first value of ``key`` in the connection's query string (None: absent)."""
+    try:
+        values = parse_qs(urlsplit(ws.request.path).query).get(key)
+    except AttributeError:
+        return None
+    return values[0][:128] if values else None
+
+
+class EngineSocket:
+    """Subclasses implement ``_serve`` (the message loop) and ``_end`` (frees what the session
+    holds, then ``engine.release``; idempotent); ``_open`` starts their engine session after the claim
+    and ``refusal`` writes the busy error in their protocol."""
+
+    def __init__(self, ws, server, session_id: str):
+        self.ws, self.server, self.engine = ws, server, server.engine
+        self.id = session_id
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, msg: dict) -> None:
+        async with self._send_lock:
+            await self.ws.send(json.dumps(msg))
+
+    def refusal(self, code: str, message: str) -> dict:
+        return {"type": "error", "error": message}
+
+    async def run(self) -> None:
+        refused = self.engine.claim(self.id)
+        if refused is not None:
+            with contextlib.suppress(ConnectionClosed):
+                await self.send(self.refusal(*refused))
+                await self.ws.close(1013, refused[0])
+            return
+        try:
+            await self._open()
+            await self._serve()
+        except ConnectionClosed:
+            pass
+        finally:
+            await self._end()
+
+    async def _open(self) -> None:
+        """Starts the connection's engine session (the engine is claimed)."""
+
+    async def _serve(self) -> None:
+        raise NotImplementedError
+
+    async def _end(self) -> None:
+        raise NotImplementedError
