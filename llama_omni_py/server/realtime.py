@@ -18,24 +18,20 @@ import logging
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import MediaError, OmniError, ProtocolError
+from ..errors import OmniError, ProtocolError
 from ..pipeline import iterate_in_thread
 from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
-from . import jsonio
 from . import realtime_events as R
-from .engine_socket import EngineSocket, query
 from .realtime_response import ResponseEvents
+from .realtime_socket import RealtimeSocket
 
 log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)
 
 
-class RealtimeConnection(EngineSocket):
+class RealtimeConnection(RealtimeSocket):
     def __init__(self, ws, server):
-        cfg = R.RealtimeConfig(model=query(ws, "model") or "minicpm-o-4.5")
-        super().__init__(ws, server, query(ws, "session_id") or cfg.id)
-        self.cfg = cfg
-        self.via_gateway = query(ws, "session_id") is not None  # the gateway names the session
+        super().__init__(ws, server)
         self.voice = None
         self.buffer: list[np.ndarray] = []  # manual mode: appended, not yet committed
         self.pending: list = []  # committed user contents a response has not answered yet
@@ -46,9 +42,6 @@ class RealtimeConnection(EngineSocket):
         self.last_reply: tuple[str, int] | None = None  # (assistant item id, its index in history)
         self.appended_ms = 0.0
         self.vad_origin_ms = 0.0  # appended audio before the detector's stream began
-
-    def refusal(self, code: str, message: str) -> dict:
-        return R.error(message, code, kind="server_error")
 
     async def _open(self) -> None:
         self.voice = self.engine.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
@@ -62,33 +55,12 @@ class RealtimeConnection(EngineSocket):
             voice.close()
         self.engine.release(self.id)
 
-    async def _serve(self) -> None:
-        while True:
-            busy = self.response is not None and not self.response.done()
-            try:
-                raw = await asyncio.wait_for(self.ws.recv(), None if busy else self.server.config.idle_timeout_s)
-            except asyncio.TimeoutError:
-                await self.send(R.error("no event for too long; closing", "idle_timeout"))
-                await self.ws.close(1000, "idle")
-                return
-            event_id = None
-            try:
-                msg = jsonio.loads(raw, "the event")
-                event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
-                if not isinstance(msg.get("type"), str):
-                    raise ProtocolError("events are JSON objects with a string `type`", "invalid_json")
-                if await self._dispatch(msg) == "stop":
-                    return
-            except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
-                await self.send(R.error(str(e), getattr(e, "code", "invalid_value"), event_id))
+    def _recv_timeout(self) -> float | None:
+        busy = self.response is not None and not self.response.done()
+        return None if busy else self.server.config.idle_timeout_s
 
-    # -- client events -------------------------------------------------------------------------
     async def _dispatch(self, msg: dict) -> str | None:
         kind = msg["type"]
-        if kind == "stop" and self.via_gateway:  # the gateway's own: its client has left
-            await self._end()
-            await self.ws.close(1000, "client left")
-            return "stop"
         if kind == "session.update":
             before = self.cfg.vad_options() if self.cfg.turn_detection else None
             self.cfg.update(msg.get("session"))

@@ -14,12 +14,11 @@ import logging
 import numpy as np
 
 from ..constants import INPUT_SAMPLE_RATE
-from ..errors import MediaError, OmniError, ProtocolError
-from . import jsonio
+from ..errors import ProtocolError
 from . import realtime_events as R
 from .duplex_protocol import DuplexStart
-from .engine_socket import EngineSocket, query
 from .realtime_response import ResponseEvents
+from .realtime_socket import RealtimeSocket
 
 log = logging.getLogger(__name__)
 UNIT = INPUT_SAMPLE_RATE  # one second of 16 kHz audio per duplex unit
@@ -32,21 +31,15 @@ HALF_DUPLEX_ONLY = (
 )
 
 
-class RealtimeDuplexConnection(EngineSocket):
+class RealtimeDuplexConnection(RealtimeSocket):
     def __init__(self, ws, server):
-        cfg = R.RealtimeConfig(model=query(ws, "model") or "minicpm-o-4.5", turn_detection=None)
-        super().__init__(ws, server, query(ws, "session_id") or cfg.id)
-        self.cfg = cfg
-        self.via_gateway = query(ws, "session_id") is not None
+        super().__init__(ws, server, turn_detection=None)
         self.duplex = None
         self.heard = np.zeros(0, np.float32)  # appended audio under one unit
         self.units = 0
         self.out: ResponseEvents | None = None  # the response being spoken
         self.last_item: str | None = None
         self.cancelled = False
-
-    def refusal(self, code: str, message: str) -> dict:
-        return R.error(message, code, kind="server_error")
 
     async def _open(self) -> None:
         self.duplex = await self.engine.open_duplex(DuplexStart())
@@ -58,31 +51,8 @@ class RealtimeDuplexConnection(EngineSocket):
             await asyncio.to_thread(duplex.close)
         self.engine.release(self.id)
 
-    async def _serve(self) -> None:
-        while True:
-            try:
-                raw = await asyncio.wait_for(self.ws.recv(), self.server.config.idle_timeout_s)
-            except asyncio.TimeoutError:
-                await self.send(R.error("no event for too long; closing", "idle_timeout"))
-                await self.ws.close(1000, "idle")
-                return
-            event_id = None
-            try:
-                msg = jsonio.loads(raw, "the event")
-                event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
-                if not isinstance(msg.get("type"), str):
-                    raise ProtocolError("events are JSON objects with a string `type`", "invalid_json")
-                if await self._dispatch(msg) == "stop":
-                    return
-            except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
-                await self.send(R.error(str(e), getattr(e, "code", "invalid_value"), event_id))
-
     async def _dispatch(self, msg: dict) -> str | None:
         kind = msg["type"]
-        if kind == "stop" and self.via_gateway:  # the gateway's own: its client has left
-            await self._end()
-            await self.ws.close(1000, "client left")
-            return "stop"
         if kind == "session.update":
             s, before = msg.get("session"), dict(self.cfg.__dict__)
             self.cfg.update(s)  # checks the whole update first
