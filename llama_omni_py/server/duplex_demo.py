@@ -13,9 +13,8 @@ import uuid
 
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import MediaError, OmniError, ProtocolError
+from ..errors import ProtocolError
 from . import duplex_protocol as D
-from . import jsonio
 from .engine_socket import EngineSocket, query
 
 log = logging.getLogger(__name__)
@@ -47,14 +46,8 @@ class DemoDuplexConnection(EngineSocket):
                 await self.send({"type": "timeout", "reason": f"no message for {self.cfg.idle_timeout_s:g} s"})
                 await self.ws.close(1000, "idle")
                 return
-            try:
-                msg = jsonio.loads(raw, "the message")
-                if not isinstance(msg.get("type"), str):
-                    raise ProtocolError("messages are JSON objects with a string `type`", "invalid_json")
-                if await self._dispatch(msg) == "stop":
-                    return
-            except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
-                await self.send({"type": "error", "error": str(e)})
+            if await self._handle(raw):
+                return
 
     async def _dispatch(self, msg: dict) -> str | None:
         kind = msg["type"]

@@ -12,6 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.exceptions import ConnectionClosed
 
+from ..errors import MediaError, OmniError, ProtocolError
+from . import jsonio
+
 
 def query(ws, key: str) -> str | None:
     """The first value of ``key`` in the connection's query string (None: absent)."""
@@ -53,6 +56,21 @@ class EngineSocket:
             pass
         finally:
             await self._end()
+
+    async def _handle(self, raw) -> bool:
+        """One message of the demo's protocols, dispatched; a malformed or refused one is an
+        ``error`` message and the session goes on. True when the session ends."""
+        try:
+            msg = jsonio.loads(raw, "the message")
+            if not isinstance(msg.get("type"), str):
+                raise ProtocolError("messages are JSON objects with a string `type`", "invalid_json")
+            return await self._dispatch(msg) == "stop"
+        except (ValueError, ProtocolError, MediaError, OmniError) as e:
+            await self.send({"type": "error", "error": str(e)})
+            return False
+
+    async def _dispatch(self, msg: dict) -> str | None:
+        raise NotImplementedError
 
     async def _open(self) -> None:
         """Starts the connection's engine session (the engine is claimed)."""

@@ -19,11 +19,10 @@ import uuid
 
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import MediaError, OmniError, ProtocolError
+from ..errors import OmniError, ProtocolError
 from ..pipeline import iterate_in_thread
 from ..voice import ReplyInterrupted, SpeechDiscarded, SpeechStarted, SpeechStopped
 from . import half_duplex_protocol as H
-from . import jsonio
 from .engine_socket import EngineSocket, query
 
 log = logging.getLogger(__name__)
@@ -81,14 +80,8 @@ class HalfDuplexConnection(EngineSocket):
                     return
                 continue
             last = time.monotonic()
-            try:
-                msg = jsonio.loads(raw, "the message")
-                if not isinstance(msg.get("type"), str):
-                    raise ProtocolError("messages are JSON objects with a string `type`", "invalid_json")
-                if await self._dispatch(msg) == "stop":
-                    return
-            except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
-                await self.send({"type": "error", "error": str(e)})
+            if await self._handle(raw):
+                return
 
     async def _dispatch(self, msg: dict) -> str | None:
         kind = msg["type"]

@@ -53,6 +53,3 @@ class RealtimeSocket(EngineSocket):
                     return
             except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
                 await self.send(R.error(str(e), getattr(e, "code", "invalid_value"), event_id))
-
-    async def _dispatch(self, msg: dict) -> str | None:
-        raise NotImplementedError
