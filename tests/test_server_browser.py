@@ -88,8 +88,6 @@ def test_page_streams_and_decodes_audio(tiny_dir):
 
 def _fake_microphone(path: Path) -> Path:
     """A 3 s WAV that Chromium plays in a loop as the microphone (tone bursts over noise)."""
-    import wave
-
     import numpy as np
 
     rate = 48000
@@ -97,12 +95,30 @@ def _fake_microphone(path: Path) -> Path:
     x = 0.3 * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 0.5 * t) > 0) + 0.01 * np.random.default_rng(
         0
     ).standard_normal(t.size)
+    return write_wav16(path, x, rate)
+
+
+def write_wav16(path: Path, samples, rate: int) -> Path:
+    """Mono 16-bit PCM WAV (what Chromium's fake audio capture reads)."""
+    import wave
+
+    import numpy as np
+
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
     return path
+
+
+def fake_mic_chrome(wav: Path):
+    """Headless Chromium whose microphone plays ``wav`` (permission granted)."""
+    return _chrome(
+        "--use-fake-device-for-media-stream",
+        "--use-fake-ui-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+    )
 
 
 def test_duplex_page_talks_and_plays_every_second(tiny_dir, tmp_path):
@@ -110,11 +126,7 @@ def test_duplex_page_talks_and_plays_every_second(tiny_dir, tmp_path):
     a worker's duplex session; every unit comes back with one second of audio (speech or silence),
     which the page schedules; Stop ends the session and frees the worker."""
     mic = _fake_microphone(tmp_path / "mic.wav")
-    browser = _chrome(
-        "--use-fake-device-for-media-stream",
-        "--use-fake-ui-for-media-stream",
-        f"--use-file-for-fake-audio-capture={mic}",
-    )
+    browser = fake_mic_chrome(mic)
     try:
         with running_gateway(tiny_dir, workers=1) as gw:
             browser.set_page_load_timeout(30)

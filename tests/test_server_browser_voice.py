@@ -3,31 +3,19 @@ spoken questions (espeak-ng) is the microphone; the server's VAD ends each quest
 streams back and plays, and the page keeps listening for the next one. A screenshot is kept in
 tests/artifacts/."""
 
-import wave
-
-import numpy as np
 from server_client import http, running_gateway, wait_until
 from speech import SR, conversation
-from test_server_browser import ARTIFACTS, _chrome, _wait
+from test_server_browser import ARTIFACTS, _wait, fake_mic_chrome, write_wav16
 
 
 def _spoken_microphone(path):
     audio, _ = conversation(["What is the capital of France?", "Tell me a joke."], pause_s=3.0, lead_s=1.0)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SR)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav16(path, audio, SR)
 
 
 def test_half_duplex_page_holds_a_spoken_conversation(tiny_dir, tmp_path):
     mic = _spoken_microphone(tmp_path / "mic.wav")
-    browser = _chrome(
-        "--use-fake-device-for-media-stream",
-        "--use-fake-ui-for-media-stream",
-        f"--use-file-for-fake-audio-capture={mic}",
-    )
+    browser = fake_mic_chrome(mic)
     try:
         with running_gateway(tiny_dir, workers=1) as gw:
             browser.set_page_load_timeout(30)

@@ -16,7 +16,7 @@ from ..errors import ConfigError, ProtocolError
 from ..prompt import VOICE_PREFIX
 from ..results import SpeechChunk
 from ..voice import VadOptions
-from .protocol import MAX_VOICE_SECONDS, float_pcm, pcm_b64
+from .protocol import MAX_VOICE_SECONDS, float_pcm, object_field, pcm_b64
 
 DEFAULT_TIMEOUT_S = 180.0  # no client message for this long ends the session
 COLD_START_S = 0.5  # audio within this of `prepared` is dropped (microphone start-up noise)
@@ -37,15 +37,6 @@ class HalfDuplexStart:
     llm: LlmSampling | None = None
     speech: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
-
-
-def _obj(d: dict, key: str, where: str) -> dict:
-    v = d.get(key)
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise ProtocolError(f"{where}{key} must be an object", "invalid_input")
-    return v
 
 
 def _number(d: dict, key: str, where: str, lo: float, hi: float, integer: bool = False):
@@ -103,9 +94,9 @@ def parse_prepare(msg: dict, max_new_tokens_cap: int | None = None) -> HalfDuple
         start.system_prompt = sp
     if start.voice is None and msg.get("ref_audio_base64") is not None:
         start.voice = float_pcm(msg["ref_audio_base64"], "ref_audio_base64", "voice_audio_decode_failed", 30.0)
-    cfg = _obj(msg, "config", "")
-    start.vad = vad_options(_obj(cfg, "vad", "config."))
-    gen = _obj(cfg, "generation", "config.")
+    cfg = object_field(msg, "config", "")
+    start.vad = vad_options(object_field(cfg, "vad", "config."))
+    gen = object_field(cfg, "generation", "config.")
     for name, (lo, hi) in GENERATION_RANGES.items():
         _number(gen, name, "config.generation.", lo, hi, integer=name == "max_new_tokens")
     start.max_new_tokens = gen.get("max_new_tokens")
@@ -113,12 +104,12 @@ def parse_prepare(msg: dict, max_new_tokens_cap: int | None = None) -> HalfDuple
         start.max_new_tokens = min(start.max_new_tokens, max_new_tokens_cap)
     if gen.get("temperature") is not None:
         start.llm = LlmSampling(temperature=float(gen["temperature"]))
-    tts = _obj(cfg, "tts", "config.")
+    tts = object_field(cfg, "tts", "config.")
     if tts.get("enabled") is not None:
         if not isinstance(tts["enabled"], bool):
             raise ProtocolError("config.tts.enabled must be true or false", "invalid_input")
         start.speech = tts["enabled"]
-    timeout = _number(_obj(cfg, "session", "config."), "timeout_s", "config.session.", *TIMEOUT_RANGE)
+    timeout = _number(object_field(cfg, "session", "config."), "timeout_s", "config.session.", *TIMEOUT_RANGE)
     if timeout is not None:
         start.timeout_s = float(timeout)
     return start

@@ -126,12 +126,14 @@ def _bool(d: dict, key: str, default: bool) -> bool:
     return v
 
 
-def _obj(d: dict, key: str) -> dict:
+def object_field(d: dict, key: str, where: str = "") -> dict:
+    """``d[key]`` when it is an object, {} when absent; ProtocolError naming ``where + key``
+    otherwise."""
     v = d.get(key)
     if v is None:
         return {}
     if not isinstance(v, dict):
-        raise ProtocolError(f"'{key}' must be an object", "invalid_input")
+        raise ProtocolError(f"{where}{key} must be an object", "invalid_input")
     return v
 
 
@@ -155,13 +157,13 @@ def parse_init(msg: dict, compat: bool = False) -> InitRequest:
     system = p.get("system_prompt")
     if system is not None and not isinstance(system, str):
         raise ProtocolError("payload.system_prompt must be a string", "invalid_input")
-    voice = _obj(p, "voice")
+    voice = object_field(p, "voice")
     ref = voice.get("ref_audio", voice.get("ref_audio_base64"))
     tts_ref = voice.get("tts_ref_audio", voice.get("tts_ref_audio_base64"))
     code = "voice_audio_decode_failed"
     ref = float_pcm(ref, "voice.ref_audio", code, MAX_VOICE_SECONDS) if ref is not None else None
     tts_ref = float_pcm(tts_ref, "voice.tts_ref_audio", code, MAX_VOICE_SECONDS) if tts_ref is not None else ref
-    return InitRequest(mode, system or None, ref, tts_ref, _bool(p, "use_tts", True), _obj(p, "config"))
+    return InitRequest(mode, system or None, ref, tts_ref, _bool(p, "use_tts", True), object_field(p, "config"))
 
 
 def _content_items(content, where: str) -> list:
@@ -251,7 +253,7 @@ def parse_turn(
     if not (turn.text.strip() or turn.audio or turn.images or turn.videos):
         raise ProtocolError("the user message has no text, audio, image or video", "empty_messages")
     turn.streaming = _bool(inp, "streaming", True)
-    gen = _obj(inp, "generation")
+    gen = object_field(inp, "generation")
     n = gen.get("max_new_tokens")
     if n is not None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -260,7 +262,7 @@ def parse_turn(
     elif max_new_tokens_cap:
         turn.max_new_tokens = max_new_tokens_cap
     _sampling(turn, gen)
-    tts = _obj(inp, "tts")
+    tts = object_field(inp, "tts")
     turn.speech = _bool(tts, "enabled", init.use_tts)
     turn.tts_template = _bool(inp, "use_tts_template", False) or turn.speech  # the spec: template OR enabled
     if tts.get("ref_audio_data") is not None:
@@ -268,7 +270,7 @@ def parse_turn(
             tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS
         )
     turn.max_slice_nums = check_max_slice_nums(
-        _obj(inp, "image").get("max_slice_nums"), len(turn.images), "image.max_slice_nums"
+        object_field(inp, "image").get("max_slice_nums"), len(turn.images), "image.max_slice_nums"
     )
     return turn
 
