@@ -17,6 +17,7 @@ from .apm import AudioEncoder  # noqa: E402
 from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
 from .duplex import DuplexResult, DuplexSession  # noqa: E402
+from .engine import OmniEngine  # noqa: E402
 from .modelset.generate import make_models  # noqa: E402
 from .modelset.layout import ModelSet, discover, validate  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
@@ -29,6 +30,7 @@ __all__ = [
     *_errors_all,
     "__version__",
     "OmniSession",
+    "OmniEngine",
     "SessionConfig",
     "LlmSampling",
     "TtsSampling",

@@ -1,10 +1,12 @@
-"""The loaded stages of one model set on one device, and where their threads run: what a simplex
-request (simplex.py) and a full-duplex session (duplex/) both work on. OmniSession builds one.
+"""The loaded stages of one model set on one device, and where their threads run.
 
-    StageBundle
-      llm          LanguageModel (libllama)
-      tts          TtsModel (projector + decoder + sampler)
-      token2wav    Token2Wav of the configured cache policy; token2wav_for(policy) makes others
+    SharedStages      what an engine loads once: the LLM (one context with a KV stream per slot),
+                      the TTS and Token2Wav weights, the encoders, the CPU placement
+    StageBundle       one slot's stages over them, what a simplex request (simplex.py) and a
+                      full-duplex session (duplex/) work on:
+      llm          LanguageModel (the slot's sequence of the shared context)
+      tts          TtsModel (shared weights, the slot's KV cache and sampler)
+      token2wav    Token2Wav stream of the configured cache policy; token2wav_for(policy) makes others
       inputs       the audio and image encoders (loaded on first use)
       placement    the CPU plan: the vocoder pool's CPUs and the stage threads' CPUs
 """
@@ -21,6 +23,7 @@ from .config import SessionConfig, Token2WavConfig, numa_node_choice
 from .errors import InvalidArgumentError
 from .inputs import InputEncoder
 from .llm import LanguageModel
+from .llm_slots import LlmContext
 from .modelset.layout import discover, validate
 from .token2wav import Token2Wav
 from .tts import TtsModel
@@ -30,45 +33,62 @@ log = logging.getLogger(__name__)
 MAX_DEFAULT_ENCODER_THREADS = 16  # the encoders' graphs stop scaling well beyond this
 
 
-class StageBundle:
-    """Loads the LLM, TTS, Token2Wav and (lazily) the encoders of ``model_dir`` on ``device``.
-    ``report(what)`` is called before each loading step."""
+def plan_placement(device: str, config: SessionConfig, t2w: Token2WavConfig) -> placement.PlacementPlan | None:
+    """The CPU placement to apply, or None (pin=False, or too few CPUs when pin=None)."""
+    if config.pin is False or t2w.cpus is not None:
+        return None
+    plan = placement.plan_for_device(device, t2w.explicit_threads, *numa_node_choice(config.numa_node))
+    if not plan.apply and config.pin is None:
+        log.info("placement not applied: %s", "; ".join(plan.notes))
+        return None
+    log.info("placement: %s", plan.describe())
+    return plan
+
+
+def build_token2wav(model_dir: Path, device: str, plan, t2w: Token2WavConfig) -> Token2Wav:
+    """A Token2Wav with its own weights, its vocoder pool on the plan's vocoder CPUs."""
+    if plan is not None:
+        t2w = replace(t2w, threads=len(plan.vocoder_cpus), cpus=plan.vocoder_cpus)
+    return Token2Wav(model_dir, device, t2w)
+
+
+class SharedStages:
+    """Loads the LLM, TTS, Token2Wav and (lazily) the encoders of ``model_dir`` on ``device``
+    once, for ``slots`` session slots. ``report(what)`` is called before each loading step."""
 
     STEPS = ("LLM + TTS", "placement", "Token2Wav")
 
-    def __init__(self, model_dir: Path, device: str, config: SessionConfig, report: Callable[[str], None]):
+    def __init__(
+        self, model_dir: Path, device: str, config: SessionConfig, slots: int, report: Callable[[str], None]
+    ):
         self.model_dir, self.device, self.config = model_dir, device, config
         c = config
         report(self.STEPS[0])
         model_set = discover(model_dir)
         validate(model_set, ["llm", "tts", "projector"], device)
-        self.llm = LanguageModel(model_set.llm, device, c.n_ctx, c.llm_threads, c.exact, c.prompt_cache)
+        self.llm = LlmContext(
+            model_set.llm, device, c.n_ctx, c.llm_threads, c.exact, slots, c.batch_invariant, c.prefill_chunk
+        )
         tts, projector = model_set.path("tts"), model_set.path("projector")
-        self.tts = TtsModel(tts, projector, device, c.module_threads, c.exact, c.tts_ctx)
-        if self.tts.dims.llm_embd != self.llm.n_embd:
+        self.tts = TtsModel(
+            tts, projector, device, c.module_threads, c.exact, c.tts_ctx, batch_invariant=c.batch_invariant
+        )
+        if self.tts.dims.llm_embd != self.llm.model.info.n_embd:
             raise InvalidArgumentError(
-                f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, the LLM has {self.llm.n_embd}"
+                f"the TTS projector expects {self.tts.dims.llm_embd}-d hidden states, "
+                f"the LLM has {self.llm.model.info.n_embd}"
             )
         report(self.STEPS[1])
-        self.placement = self._plan(c.token2wav_config)
+        self.placement = plan_placement(device, c, c.token2wav_config)
         self.inputs = InputEncoder(
             model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames, c.audio_rule, c.vision_config
         )
         report(self.STEPS[2])
-        self.token2wav = self._token2wav(c.token2wav_config)
-        self._other_token2wav: dict[str, Token2Wav] = {}
+        self.token2wav = build_token2wav(model_dir, device, self.placement, c.token2wav_config)
 
-    # -- placement ---------------------------------------------------------------------------
-    def _plan(self, t2w: Token2WavConfig) -> placement.PlacementPlan | None:
-        """The CPU placement to apply, or None (pin=False, or too few CPUs when pin=None)."""
-        if self.config.pin is False or t2w.cpus is not None:
-            return None
-        plan = placement.plan_for_device(self.device, t2w.explicit_threads, *numa_node_choice(self.config.numa_node))
-        if not plan.apply and self.config.pin is None:
-            log.info("placement not applied: %s", "; ".join(plan.notes))
-            return None
-        log.info("placement: %s", plan.describe())
-        return plan
+    @property
+    def slots(self) -> int:
+        return self.llm.slots
 
     def _encoder_threads(self) -> int:
         """APM and VPM run on the LLM's thread between its calls, never beside it: by default they
@@ -78,18 +98,37 @@ class StageBundle:
         cpus = self.placement.stage_cpus if self.placement is not None else checks.usable_cpus()
         return max(1, min(len(cpus), MAX_DEFAULT_ENCODER_THREADS))
 
+    def bundle(self, seq: int) -> StageBundle:
+        """Slot ``seq``'s stages: slot 0 takes the loaded TTS and Token2Wav, the others new slots
+        and streams over their weights."""
+        tts = self.tts if seq == 0 else self.tts.new_slot()
+        token2wav = self.token2wav if seq == 0 else self.token2wav.new_stream()
+        return StageBundle(self, LanguageModel.slot(self.llm, seq, self.config.prompt_cache), tts, token2wav)
+
+
+class StageBundle:
+    """One slot's stages (see the module docstring)."""
+
+    def __init__(self, shared: SharedStages, llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav):
+        self.shared = shared
+        self.model_dir, self.device, self.config = shared.model_dir, shared.device, shared.config
+        self.llm, self.tts, self.token2wav = llm, tts, token2wav
+        self.inputs, self.placement = shared.inputs, shared.placement
+        self._other_token2wav: dict[str, Token2Wav] = {}
+
     def pin_stage_thread(self) -> None:
         """Run on each stage thread as it starts: threads the native code starts from there
         (libllama's) inherit the stage CPUs."""
         if self.placement is not None:
             placement.pin_current_thread(self.placement.stage_cpus)
 
-    # -- Token2Wav ---------------------------------------------------------------------------
-    def _token2wav(self, t2w: Token2WavConfig) -> Token2Wav:
-        if self.placement is not None:
-            t2w = replace(t2w, threads=len(self.placement.vocoder_cpus), cpus=self.placement.vocoder_cpus)
-        return Token2Wav(self.model_dir, self.device, t2w)
+    def reset(self) -> None:
+        """Back to a fresh slot for its next session: empty KV caches, a fresh Token2Wav stream."""
+        self.llm.forget()
+        self.tts.start_turn()
+        self.token2wav.reset()
 
+    # -- Token2Wav ---------------------------------------------------------------------------
     @property
     def overlap(self) -> bool:
         """Whether Token2Mel and the vocoder run as two pipeline stages (Token2WavConfig.overlap;
@@ -98,34 +137,31 @@ class StageBundle:
         return self.token2wav.device != "cpu" if o is None else o
 
     def token2wav_for(self, cache_policy: str) -> Token2Wav:
-        """The bundle's Token2Wav, or (made once and kept) one like it with another cache policy."""
+        """The slot's Token2Wav, or (made once and kept) one like it with another cache policy."""
         if self.config.token2wav_config.cache_policy == cache_policy:
             return self.token2wav
         t2w = self._other_token2wav.get(cache_policy)
         if t2w is None:
-            t2w = self._other_token2wav[cache_policy] = self._token2wav(
-                replace(self.config.token2wav_config, cache_policy=cache_policy)
+            t2w = self._other_token2wav[cache_policy] = build_token2wav(
+                self.model_dir, self.device, self.placement, replace(self.config.token2wav_config, cache_policy=cache_policy)
             )
         return t2w
 
     def replace_token2wav(self, config: Token2WavConfig) -> None:
-        """A new Token2Wav stage (vocoder threads, CPUs, steps) and its placement; the old one is
-        kept when building the new one fails."""
-        old_plan, old_t2w = self.placement, self.token2wav
+        """A new Token2Wav stage (vocoder threads, CPUs, steps) and its placement for this slot (its
+        own weights); the old one is kept when building the new one fails."""
         resolved = replace(self.config, token2wav=config).token2wav_config  # the session's fidelity
-        self.placement = self._plan(resolved)
-        try:
-            self.token2wav = self._token2wav(resolved)
-        except BaseException:
-            self.placement = old_plan
-            raise
-        old_t2w.close()
-        for t2w in self._other_token2wav.values():
-            t2w.close()
-        self._other_token2wav.clear()
+        plan = plan_placement(self.device, self.config, resolved)
+        new = build_token2wav(self.model_dir, self.device, plan, resolved)
+        self._close_token2wav()
+        self.placement, self.token2wav = plan, new
         self.config = replace(self.config, token2wav=config)
 
-    def close(self) -> None:
+    def _close_token2wav(self) -> None:
         self.token2wav.close()
         for t2w in self._other_token2wav.values():
             t2w.close()
+        self._other_token2wav.clear()
+
+    def close(self) -> None:
+        self._close_token2wav()

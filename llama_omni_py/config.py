@@ -324,9 +324,16 @@ class SessionConfig:
     # image slicing: rules (None: the fidelity's) and max_slice_nums (None: the rules' default)
     vision: VisionConfig = field(default_factory=VisionConfig)
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
+    # engines of several slots (docs/slots.md): True evaluates each slot's LLM and TTS steps alone,
+    # so a reply is bit for bit what a lone session gives, at the cost of the batching gain
+    batch_invariant: bool = False
+    prefill_chunk: int = 512  # prompt rows per step; other slots' decode steps run in between
 
     def __post_init__(self):
         object.__setattr__(self, "threads", checks.threads("threads", self.threads))
+        if not isinstance(self.batch_invariant, bool):
+            raise ConfigError("batch_invariant", f"must be True or False, got {self.batch_invariant!r}")
+        checks.int_in("prefill_chunk", self.prefill_chunk, 1, 512)
         checks.int_in("n_ctx", self.n_ctx, 256, 1 << 20)
         checks.int_in("max_new_tokens", self.max_new_tokens, 1, self.n_ctx)
         checks.int_in("max_audio_per_chunk", self.max_audio_per_chunk, 1, 100_000)

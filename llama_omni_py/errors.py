@@ -14,6 +14,7 @@ __all__ = [
     "DeviceError",
     "BackendUnavailableError",
     "MediaError",
+    "SlotsBusyError",
     "PipelineError",
     "ProtocolError",
 ]
@@ -58,6 +59,15 @@ class BackendUnavailableError(DeviceError):
         super().__init__(f"{message}\nTo build with {backend}:\n{recipe}")
         self.backend = backend
         self.recipe = recipe
+
+
+class SlotsBusyError(OmniError):
+    """Every session slot of an engine is in use (``OmniEngine.session()``); ``slots`` is how many
+    it has."""
+
+    def __init__(self, slots: int):
+        super().__init__(f"all {slots} session slots of the engine are in use: close a session first")
+        self.slots = slots
 
 
 class MediaError(OmniError):

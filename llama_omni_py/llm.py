@@ -12,15 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._native import core
 from .config import LlmSampling
 from .constants import TEXT_CHUNK
 from .errors import InvalidArgumentError
+from .llm_slots import LlmContext, LlmSlot
 from .prompt import Prompt, SpecialTokens
 from .results import LlmStats
 from .text_stream import TextStream
-
-N_BATCH = 512  # prompt rows per libllama batch
 
 
 @dataclass
@@ -48,7 +46,8 @@ def _position_keys(prompt: Prompt) -> list:
 
 
 class LanguageModel:
-    """One LLM on one device: tokenizer, prefill, sampling and chunked generation."""
+    """One LLM conversation on one device: tokenizer, prefill, sampling and chunked generation.
+    Built alone (its own context) or as a slot of an engine's shared context (:meth:`slot`)."""
 
     def __init__(
         self,
@@ -59,12 +58,29 @@ class LanguageModel:
         exact: bool = False,
         prompt_cache: bool = True,
     ):
-        self.model = core.LlmModel(str(path), device)
-        self.llm = core.Llm(self.model, n_ctx, N_BATCH, threads, exact)
+        self._attach(LlmContext(path, device, n_ctx, threads, exact).slot(0), prompt_cache)
+
+    @classmethod
+    def slot(cls, context: LlmContext, seq: int, prompt_cache: bool = True) -> LanguageModel:
+        """Slot ``seq`` of a shared context (its weights and scheduler)."""
+        self = cls.__new__(cls)
+        self._attach(context.slot(seq), prompt_cache)
+        return self
+
+    def _attach(self, slot: LlmSlot, prompt_cache: bool) -> None:
+        self.context = slot.context
+        self.model = slot.context.model
+        self.llm = slot
         self.special = SpecialTokens.resolve(self.model)
         self.prompt_cache = prompt_cache
         self._cached: list = []  # position keys of the prompt the KV cache holds
         self.reused_positions = 0  # prompt positions the last prefill took from the cache
+
+    def forget(self) -> None:
+        """Empties the KV cache and the prompt cache's memory of it (a slot's next session starts
+        as a lone session would)."""
+        self.llm.keep(0)
+        self._cached = []
 
     @property
     def n_ctx(self) -> int:
@@ -132,18 +148,21 @@ class LanguageModel:
         tokens: list[int] = []
         hidden: list[np.ndarray] = []
         token = self.llm.sample()
-        for _ in range(max_new_tokens):
-            if token == sp.tts_eos or self.model.is_eog(token):
-                break
-            nxt, h = self.llm.decode_step(token)
-            n_tokens += 1
-            if sp.speaks(token):
-                tokens.append(token)
-                hidden.append(h)
-            if len(tokens) == TEXT_CHUNK:
-                yield self._chunk(tokens, hidden, text, False)
-                tokens, hidden = [], []
-            token = nxt
+        with self.llm.looping():  # the other slots' steps wait (briefly) for this one's
+            for _ in range(max_new_tokens):
+                if token == sp.tts_eos or self.model.is_eog(token):
+                    break
+                nxt, h = self.llm.decode_step(token)
+                n_tokens += 1
+                if sp.speaks(token):
+                    tokens.append(token)
+                    hidden.append(h)
+                if len(tokens) == TEXT_CHUNK:
+                    chunk = self._chunk(tokens, hidden, text, False)
+                    with self.llm.away():  # handing it on may block on the next stage
+                        yield chunk
+                    tokens, hidden = [], []
+                token = nxt
         last = self._chunk(tokens, hidden, text, True)
         last.stats = LlmStats(prefill_ms, n_tokens, self.reused_positions)
         yield last

@@ -1,8 +1,9 @@
 """The main API: ``OmniSession.speak()`` / ``stream()`` / ``duplex()``.
 
-A session loads one module set on one device (a :class:`~llama_omni_py.bundle.StageBundle`) and
-answers one request at a time: a simplex reply through the threaded pipeline LLM -> TTS ->
-Token2Wav (simplex.py, docs/architecture.md), or a full-duplex conversation (duplex/).
+A session is one slot of an engine (engine.py; alone, an engine of one slot that it owns). Its
+stages are a :class:`~llama_omni_py.bundle.StageBundle`, and it answers one request at a time: a
+simplex reply through the threaded pipeline LLM -> TTS -> Token2Wav (simplex.py,
+docs/architecture.md), or a full-duplex conversation (duplex/).
 """
 
 from __future__ import annotations
@@ -11,13 +12,9 @@ import contextlib
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Callable
 
-from .backend import resolve_device
-from .bundle import StageBundle
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig
-from .demo import demo_config, demo_model_dir
 from .errors import ConfigError, InvalidArgumentError
 from .inputs import Request
 from .pipeline import iterate_in_thread
@@ -28,10 +25,12 @@ from .simplex import SimplexRun
 
 
 class OmniSession:
-    """One model set on one device; one request at a time.
+    """One conversation on a model set on one device; one request at a time.
 
-    ``model_dir`` None uses the demo set (random weights, short replies). ``progress(step,
-    steps, what)`` is called before each loading step (the CLI's bar)."""
+    Built alone it loads the module set (an engine of one slot, closed with the session); from
+    ``OmniEngine.session()`` it is one slot of a shared engine. ``model_dir`` None uses the demo
+    set (random weights, short replies). ``progress(step, steps, what)`` is called before each
+    loading step (the CLI's bar)."""
 
     def __init__(
         self,
@@ -40,15 +39,22 @@ class OmniSession:
         config: SessionConfig | None = None,
         progress: Callable[[int, int, str], None] | None = None,
     ):
-        if config is not None and not isinstance(config, SessionConfig):
-            raise ConfigError("config", f"must be a SessionConfig, got {type(config).__name__}")
-        steps = len(StageBundle.STEPS)
-        step = iter(range(1, steps + 1))
-        report = (lambda what: progress(next(step), steps, what)) if progress else (lambda what: None)  # noqa: E731
-        self.config = config or (demo_config() if model_dir is None else SessionConfig())
-        self.model_dir = Path(model_dir) if model_dir is not None else demo_model_dir()
-        self.device = resolve_device(device)
-        self.stages = StageBundle(self.model_dir, self.device, self.config, report)
+        from .engine import OmniEngine
+
+        engine = OmniEngine(model_dir, device, 1, config, progress)
+        self._attach(engine, engine.claim(), owns_engine=True)
+
+    @classmethod
+    def on_slot(cls, engine, slot: int) -> OmniSession:
+        """A session on ``slot`` of ``engine`` (what ``OmniEngine.session()`` returns)."""
+        self = cls.__new__(cls)
+        self._attach(engine, slot, owns_engine=False)
+        return self
+
+    def _attach(self, engine, slot: int, owns_engine: bool) -> None:
+        self.engine, self.slot, self._owns_engine = engine, slot, owns_engine
+        self.config, self.model_dir, self.device = engine.config, engine.model_dir, engine.device
+        self.stages = engine.bundle(slot)
         self.profiler = Profiler()
         self._busy = threading.Lock()
         self._run: SimplexRun | None = None
@@ -200,7 +206,10 @@ class OmniSession:
             run.cancel()
             run.close()
         self._closed = True
-        self.stages.close()
+        if self._owns_engine:
+            self.engine.close()
+        else:
+            self.engine.release(self.slot)
         if self.profiler.enabled:
             print(
                 "llama-omni-py stage profile (OMNI_T2W_PROFILE):\n" + self.profiler.report(),

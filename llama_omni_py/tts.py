@@ -61,6 +61,7 @@ class TtsModel:
         threads: int = 1,
         exact: bool = False,
         n_ctx: int = KV_POSITIONS,
+        batch_invariant: bool = False,
     ):
         self.tts = core.Tts(str(tts_path), str(projector_path or ""), device, threads, n_ctx, exact)
         self.n_ctx = n_ctx

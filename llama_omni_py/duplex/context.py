@@ -52,9 +52,13 @@ class UnitContext:
             self.units[-1].parts.append(part)
 
     def feed(self, token: int) -> tuple[np.ndarray, np.ndarray]:
-        self.llm.eval_tokens([int(token)])
+        out = self.llm.feed(int(token))  # a decode step: batched with other slots' steps
         self._record(int(token))
-        return self.llm.logits(), self.llm.hidden()
+        return out
+
+    def looping(self):
+        """The unit's decode loop: other slots' steps wait for this one's (llm_slots.py)."""
+        return self.llm.looping()
 
     def feed_tokens(self, tokens: list[int]) -> np.ndarray:
         self.llm.eval_tokens([int(t) for t in tokens])

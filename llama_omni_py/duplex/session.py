@@ -233,7 +233,8 @@ class DuplexSession:
             t1 = time.perf_counter()
             logits = self.context.prefill_unit(self.tokens.unit, images, audio, self._image_layout)
             t2 = time.perf_counter()
-            decision = self.decoder.decode(logits, force_listen=unit.force_listen)
+            with self.context.looping():  # other slots' steps are batched with this unit's
+                decision = self.decoder.decode(logits, force_listen=unit.force_listen)
             t3 = time.perf_counter()
             costs = {
                 "cost_apm_ms": (ta - t0) * 1000,

@@ -28,8 +28,9 @@ void register_llm(py::module_ & m) {
         m, "Llm",
         "A libllama context: prefill from tokens or embedding rows, decode steps with hidden states, KV management.")
         .def(py::init([](std::shared_ptr<LlmModel> model, int n_ctx, int n_batch, int threads, bool kv_f32,
-                         int flash_attn, bool record_graph) {
+                         int flash_attn, bool record_graph, int n_seq) {
                  LlmOptions o;
+                 o.n_seq = n_seq;
                  o.kv_f32 = kv_f32;
                  o.flash_attn = flash_attn;
                  o.record_graph = record_graph;
@@ -40,41 +41,52 @@ void register_llm(py::module_ & m) {
              }),
              py::arg("model"), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512, py::arg("threads") = 0,
              py::arg("kv_f32") = false, py::arg("flash_attn") = -1, py::arg("record_graph") = false,
-             py::call_guard<py::gil_scoped_release>())
-        .def_property_readonly("n_past", &Llm::n_past)
+             py::arg("n_seq") = 1, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "n_past_of", [](const Llm & l, int seq) { return l.n_past(seq); }, py::arg("seq"))
+        .def_property_readonly("n_past", [](const Llm & l) { return l.n_past(0); })
         .def_property_readonly("n_ctx", &Llm::n_ctx)
-        .def("eval_tokens", &Llm::eval_tokens, py::arg("tokens"), py::arg("all_outputs") = false,
+        .def_property_readonly("n_seq", &Llm::n_seq)
+        .def_property_readonly("kv_bytes_per_seq", &Llm::kv_bytes_per_seq)
+        .def("eval_tokens", &Llm::eval_tokens, py::arg("tokens"), py::arg("all_outputs") = false, py::arg("seq") = 0,
              py::call_guard<py::gil_scoped_release>())
         .def(
             "eval_embeddings",
-            [](Llm & l, py::array_t<float, py::array::c_style | py::array::forcecast> rows, bool all) {
+            [](Llm & l, py::array_t<float, py::array::c_style | py::array::forcecast> rows, bool all, int seq) {
                 const int n_embd = l.model().info().n_embd_inp;
                 if (rows.ndim() != 2 || rows.shape(1) != n_embd)
                     throw InvalidArgument("rows must be (n, " + std::to_string(n_embd) + ")");
                 py::gil_scoped_release release;
-                l.eval_embeddings(rows.data(), static_cast<int>(rows.shape(0)), all);
+                l.eval_embeddings(rows.data(), static_cast<int>(rows.shape(0)), all, seq);
             },
-            py::arg("rows"), py::arg("all_outputs") = false)
+            py::arg("rows"), py::arg("all_outputs") = false, py::arg("seq") = 0)
+        .def("decode_many", &Llm::decode_many, py::arg("seqs"), py::arg("tokens"),
+             py::call_guard<py::gil_scoped_release>(),
+             "One token for each of the distinct `seqs` in one libllama batch.")
         .def(
-            "logits", [](const Llm & l, int i) { return floats(l.logits(i)); }, py::arg("i") = -1)
+            "logits", [](const Llm & l, int i, int seq) { return floats(l.logits(i, seq)); }, py::arg("i") = -1,
+            py::arg("seq") = 0)
         .def(
-            "hidden", [](const Llm & l, int i) { return floats(l.hidden(i)); }, py::arg("i") = -1)
-        .def("set_sampling", &Llm::set_sampling, py::arg("options"))
-        .def("sample", &Llm::sample, py::call_guard<py::gil_scoped_release>())
+            "hidden", [](const Llm & l, int i, int seq) { return floats(l.hidden(i, seq)); }, py::arg("i") = -1,
+            py::arg("seq") = 0)
+        .def("set_sampling", &Llm::set_sampling, py::arg("options"), py::arg("seq") = 0)
+        .def("sample", &Llm::sample, py::arg("seq") = 0, py::call_guard<py::gil_scoped_release>())
         .def(
             "decode_step",
-            [](Llm & l, int32_t token) {
+            [](Llm & l, int32_t token, int seq) {
                 std::vector<float> h;
                 int32_t next;
                 {
                     py::gil_scoped_release release;
-                    next = l.decode_step(token, &h);
+                    next = l.decode_step(token, &h, seq);
                 }
                 return py::make_tuple(next, floats(std::move(h)));
             },
-            py::arg("token"), "Evaluate `token`; returns (next sampled token, hidden state of `token`).")
-        .def("keep", &Llm::keep, py::arg("n_keep"), py::call_guard<py::gil_scoped_release>())
-        .def("slide", &Llm::slide, py::arg("n_keep"), py::arg("n_discard"), py::call_guard<py::gil_scoped_release>());
+            py::arg("token"), py::arg("seq") = 0,
+            "Evaluate `token`; returns (next sampled token, hidden state of `token`).")
+        .def("keep", &Llm::keep, py::arg("n_keep"), py::arg("seq") = 0, py::call_guard<py::gil_scoped_release>())
+        .def("slide", &Llm::slide, py::arg("n_keep"), py::arg("n_discard"), py::arg("seq") = 0,
+             py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace omni::bindings

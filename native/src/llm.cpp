@@ -26,7 +26,12 @@ Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::mo
     cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
     cp.n_batch = static_cast<uint32_t>(std::min(o.n_batch, o.n_ctx));
     cp.n_ubatch = cp.n_batch;
-    cp.n_seq_max = 1;
+    if (o.n_seq < 1 || o.n_seq > 256) throw InvalidArgument("n_seq must be in 1..256, got " + std::to_string(o.n_seq));
+    // Every sequence gets a KV stream of its own (non-unified cache): its attention reads only
+    // its positions, as a lone context's would, and one sequence cannot fill another's room.
+    cp.n_ctx = static_cast<uint32_t>(o.n_ctx) * static_cast<uint32_t>(o.n_seq);
+    cp.n_seq_max = static_cast<uint32_t>(o.n_seq);
+    cp.kv_unified = false;
     cp.embeddings = true;  // final-norm hidden states for the TTS, alongside the logits
     cp.pooling_type = LLAMA_POOLING_TYPE_NONE;
     if (o.threads > 0) cp.n_threads = cp.n_threads_batch = o.threads;
@@ -44,9 +49,13 @@ Llm::Llm(std::shared_ptr<LlmModel> model, const LlmOptions & o) : model_(std::mo
     clear_recent_log_problems();
     ctx_ = llama_init_from_model(model_->get(), cp);
     if (!ctx_) throw DeviceError("libllama could not create a context" + log_problem_suffix());
-    n_ctx_ = static_cast<int>(llama_n_ctx(ctx_));
+    n_ctx_ = static_cast<int>(llama_n_ctx(ctx_)) / o.n_seq;
     n_batch_ = static_cast<int>(cp.n_batch);
-    set_sampling(SamplingOptions{});
+    const LlmModelInfo & mi = model_->info();
+    const size_t kv_row = static_cast<size_t>(mi.n_head_kv) * (mi.n_embd / std::max(mi.n_head, 1));
+    kv_bytes_per_seq_ = 2 * kv_row * mi.n_layer * static_cast<size_t>(n_ctx_) * (o.kv_f32 ? 4 : 2);
+    seqs_.resize(static_cast<size_t>(o.n_seq));
+    for (int s = 0; s < o.n_seq; ++s) set_sampling(SamplingOptions{}, s);
 }
 
 bool Llm::observe_node(ggml_tensor * t, bool ask, void * self) {
@@ -55,14 +64,34 @@ bool Llm::observe_node(ggml_tensor * t, bool ask, void * self) {
 }
 
 Llm::~Llm() {
-    if (sampler_) llama_sampler_free(sampler_);
+    for (Seq & s : seqs_)
+        if (s.sampler) llama_sampler_free(s.sampler);
     if (ctx_) llama_free(ctx_);
 }
 
-void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outputs) {
+Llm::Seq & Llm::state(int seq) {
+    if (seq < 0 || seq >= static_cast<int>(seqs_.size()))
+        throw InvalidArgument("sequence " + std::to_string(seq) + " is outside 0.." + std::to_string(seqs_.size() - 1));
+    return seqs_[static_cast<size_t>(seq)];
+}
+
+const Llm::Seq & Llm::state(int seq) const { return const_cast<Llm *>(this)->state(seq); }
+
+void Llm::keep_outputs(int seq, int row) {
+    Seq & s = state(seq);
+    const float * lg = llama_get_logits_ith(ctx_, row);
+    const float * hd = llama_get_embeddings_ith(ctx_, row);
+    if (!lg || !hd) throw Error("libllama returned no outputs for sequence " + std::to_string(seq));
+    s.logits.assign(lg, lg + model_->info().n_vocab);
+    s.hidden.assign(hd, hd + model_->info().n_embd);
+    s.has_output = true;
+}
+
+void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outputs, int seq) {
+    Seq & st = state(seq);
     if (n < 1) throw InvalidArgument("nothing to evaluate");
-    if (n_past_ + n > n_ctx_) {
-        throw InvalidArgument("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(n) +
+    if (st.n_past + n > n_ctx_) {
+        throw InvalidArgument("the context is full: " + std::to_string(st.n_past) + " + " + std::to_string(n) +
                               " > n_ctx " + std::to_string(n_ctx_));
     }
     const int n_embd = model_->info().n_embd_inp;
@@ -73,15 +102,17 @@ void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outpu
                 throw InvalidArgument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
     }
     n_outputs_ = 0;
+    outputs_seq_ = -1;
+    st.has_output = false;
     for (int start = 0; start < n; start += n_batch_) {
         const int m = std::min(n_batch_, n - start);
         llama_batch b = llama_batch_init(m, embd ? n_embd : 0, 1);
         b.n_tokens = m;
         for (int j = 0; j < m; ++j) {
             if (tokens) b.token[j] = tokens[start + j];
-            b.pos[j] = n_past_ + start + j;
+            b.pos[j] = st.n_past + start + j;
             b.n_seq_id[j] = 1;
-            b.seq_id[j][0] = 0;
+            b.seq_id[j][0] = seq;
             const bool last = start + j == n - 1;
             b.logits[j] = (all_outputs || last) ? 1 : 0;
         }
@@ -99,37 +130,89 @@ void Llm::eval(const int32_t * tokens, const float * embd, int n, bool all_outpu
         // Outputs of earlier sub-batches are overwritten: only the last sub-batch's are readable.
         n_outputs_ = all_outputs ? m : 1;
     }
-    n_past_ += n;
+    st.n_past += n;
+    outputs_seq_ = seq;
+    keep_outputs(seq, -1);
 }
 
-void Llm::eval_tokens(const std::vector<int32_t> & tokens, bool all_outputs) {
+void Llm::decode_many(const std::vector<int> & seqs, const std::vector<int32_t> & tokens) {
+    const int n = static_cast<int>(seqs.size());
+    if (n < 1 || tokens.size() != seqs.size()) throw InvalidArgument("decode_many needs one token per sequence");
+    if (n > n_batch_) throw InvalidArgument("decode_many: more sequences than n_batch");
+    std::vector<bool> seen(seqs_.size(), false);
+    for (int i = 0; i < n; ++i) {
+        Seq & st = state(seqs[i]);
+        if (seen[static_cast<size_t>(seqs[i])]) throw InvalidArgument("decode_many: a sequence appears twice");
+        seen[static_cast<size_t>(seqs[i])] = true;
+        if (tokens[i] < 0 || tokens[i] >= model_->info().n_vocab)
+            throw InvalidArgument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+        if (st.n_past + 1 > n_ctx_)
+            throw InvalidArgument("the context of sequence " + std::to_string(seqs[i]) + " is full (n_ctx " +
+                                  std::to_string(n_ctx_) + ")");
+    }
+    n_outputs_ = 0;
+    outputs_seq_ = -1;
+    llama_batch b = llama_batch_init(n, 0, 1);
+    b.n_tokens = n;
+    for (int i = 0; i < n; ++i) {
+        Seq & st = state(seqs[i]);
+        st.has_output = false;
+        b.token[i] = tokens[i];
+        b.pos[i] = st.n_past;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = seqs[i];
+        b.logits[i] = 1;
+    }
+    clear_recent_log_problems();
+    observed_.clear();
+    const int rc = llama_decode(ctx_, b);
+    llama_batch_free(b);
+    if (rc != 0) throw DeviceError("llama_decode failed (" + std::to_string(rc) + ")" + log_problem_suffix());
+    if (!observed_.empty())
+        record_graph_nodes("llm", "decode", model_->info().device, std::exchange(observed_, {}));
+    for (int i = 0; i < n; ++i) {
+        ++state(seqs[i]).n_past;
+        keep_outputs(seqs[i], i);
+    }
+}
+
+void Llm::eval_tokens(const std::vector<int32_t> & tokens, bool all_outputs, int seq) {
     if (all_outputs && static_cast<int>(tokens.size()) > n_batch_)
         throw InvalidArgument("all_outputs needs n <= n_batch");
-    eval(tokens.data(), nullptr, static_cast<int>(tokens.size()), all_outputs);
+    eval(tokens.data(), nullptr, static_cast<int>(tokens.size()), all_outputs, seq);
 }
 
-void Llm::eval_embeddings(const float * rows, int n, bool all_outputs) {
+void Llm::eval_embeddings(const float * rows, int n, bool all_outputs, int seq) {
     if (all_outputs && n > n_batch_) throw InvalidArgument("all_outputs needs n <= n_batch");
-    eval(nullptr, rows, n, all_outputs);
+    eval(nullptr, rows, n, all_outputs, seq);
 }
 
-std::vector<float> Llm::logits(int i) const {
-    if (n_outputs_ == 0) throw InvalidArgument("no outputs: evaluate something first");
-    if (i < -1 || i >= n_outputs_) throw InvalidArgument("output index out of range");
+std::vector<float> Llm::logits(int i, int seq) const {
+    const Seq & st = state(seq);
+    if (i == -1) {
+        if (!st.has_output) throw InvalidArgument("no outputs: evaluate something first");
+        return st.logits;
+    }
+    if (outputs_seq_ != seq || i < 0 || i >= n_outputs_) throw InvalidArgument("output index out of range");
     const float * p = llama_get_logits_ith(ctx_, i);
     if (!p) throw Error("libllama returned no logits");
     return {p, p + model_->info().n_vocab};
 }
 
-std::vector<float> Llm::hidden(int i) const {
-    if (n_outputs_ == 0) throw InvalidArgument("no outputs: evaluate something first");
-    if (i < -1 || i >= n_outputs_) throw InvalidArgument("output index out of range");
+std::vector<float> Llm::hidden(int i, int seq) const {
+    const Seq & st = state(seq);
+    if (i == -1) {
+        if (!st.has_output) throw InvalidArgument("no outputs: evaluate something first");
+        return st.hidden;
+    }
+    if (outputs_seq_ != seq || i < 0 || i >= n_outputs_) throw InvalidArgument("output index out of range");
     const float * p = llama_get_embeddings_ith(ctx_, i);
     if (!p) throw Error("libllama returned no hidden state");
     return {p, p + model_->info().n_embd};
 }
 
-void Llm::set_sampling(const SamplingOptions & o) {
+void Llm::set_sampling(const SamplingOptions & o, int seq) {
+    Seq & st = state(seq);
     if (o.repeat_penalty <= 0.0f) throw InvalidArgument("repeat_penalty must be > 0");
     llama_sampler * chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
     const int n_vocab = model_->info().n_vocab;
@@ -146,37 +229,50 @@ void Llm::set_sampling(const SamplingOptions & o) {
         llama_sampler_chain_add(chain, llama_sampler_init_temp(o.temperature));
         llama_sampler_chain_add(chain, llama_sampler_init_dist(o.seed));
     }
-    if (sampler_) llama_sampler_free(sampler_);
-    sampler_ = chain;
+    if (st.sampler) llama_sampler_free(st.sampler);
+    st.sampler = chain;
 }
 
-int32_t Llm::sample() {
-    if (n_outputs_ == 0) throw InvalidArgument("no logits to sample from: evaluate something first");
-    return llama_sampler_sample(sampler_, ctx_, -1);  // also accepts the token
+int32_t Llm::sample(int seq) {
+    Seq & st = state(seq);
+    if (!st.has_output) throw InvalidArgument("no logits to sample from: evaluate something first");
+    // What llama_sampler_sample does with a context's row, on this sequence's copy of its row.
+    std::vector<llama_token_data> cand(st.logits.size());
+    for (size_t t = 0; t < cand.size(); ++t) cand[t] = {static_cast<llama_token>(t), st.logits[t], 0.0f};
+    llama_token_data_array arr{cand.data(), cand.size(), -1, false};
+    llama_sampler_apply(st.sampler, &arr);
+    if (arr.selected < 0 || arr.selected >= static_cast<int64_t>(arr.size)) throw Error("the sampler chose no token");
+    const llama_token token = arr.data[arr.selected].id;
+    llama_sampler_accept(st.sampler, token);
+    return token;
 }
 
-int32_t Llm::decode_step(int32_t token, std::vector<float> * hidden_out) {
-    eval(&token, nullptr, 1, false);
-    if (hidden_out) *hidden_out = hidden(-1);
-    return sample();
+int32_t Llm::decode_step(int32_t token, std::vector<float> * hidden_out, int seq) {
+    eval(&token, nullptr, 1, false, seq);
+    if (hidden_out) *hidden_out = hidden(-1, seq);
+    return sample(seq);
 }
 
-void Llm::keep(int n_keep) {
-    if (n_keep < 0 || n_keep > n_past_) throw InvalidArgument("keep must be in 0..n_past");
-    llama_memory_seq_rm(llama_get_memory(ctx_), 0, n_keep, -1);
-    n_past_ = n_keep;
-    n_outputs_ = 0;
+void Llm::keep(int n_keep, int seq) {
+    Seq & st = state(seq);
+    if (n_keep < 0 || n_keep > st.n_past) throw InvalidArgument("keep must be in 0..n_past");
+    llama_memory_seq_rm(llama_get_memory(ctx_), seq, n_keep, -1);
+    st.n_past = n_keep;
+    st.has_output = false;
+    if (outputs_seq_ == seq) n_outputs_ = 0;
 }
 
-void Llm::slide(int n_keep, int n_discard) {
-    if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > n_past_) {
+void Llm::slide(int n_keep, int n_discard, int seq) {
+    Seq & st = state(seq);
+    if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > st.n_past) {
         throw InvalidArgument("slide needs 0 <= n_keep and n_keep + n_discard <= n_past");
     }
     llama_memory_t mem = llama_get_memory(ctx_);
-    llama_memory_seq_rm(mem, 0, n_keep, n_keep + n_discard);
-    llama_memory_seq_add(mem, 0, n_keep + n_discard, n_past_, -n_discard);
-    n_past_ -= n_discard;
-    n_outputs_ = 0;
+    llama_memory_seq_rm(mem, seq, n_keep, n_keep + n_discard);
+    llama_memory_seq_add(mem, seq, n_keep + n_discard, st.n_past, -n_discard);
+    st.n_past -= n_discard;
+    st.has_output = false;
+    if (outputs_seq_ == seq) n_outputs_ = 0;
 }
 
 }  // namespace omni

@@ -1,0 +1,291 @@
+"""One libllama context shared by an engine's session slots (docs/slots.md).
+
+    LlmContext       the model and one context with a KV stream per slot, and its scheduler
+    DecodeScheduler  every call on the context goes through it: one at a time, and the one-token
+                     decode steps of several slots in one llama_decode
+    LlmSlot          slot k's view, with the native context's API for one sequence
+
+A slot's thread submits a job and waits; whichever waiting thread finds the context idle runs the
+next piece of work for everyone (leader/follower, no scheduler thread): the pending decode steps
+as one batch once every slot inside a decode loop has submitted its step (or after a short gather
+window), else the oldest other job (a prefill chunk, a KV edit), so a long prompt in one slot
+delays the others' steps by one chunk, not by the whole prompt.
+
+With ``batch_invariant`` each step runs alone: the weights are still shared, but a slot's outputs
+are then bit for bit those of a lone session. Batched steps differ from lone ones in the last bits
+(libllama evaluates every sequence of a batch over the longest sequence's KV length; the masked
+positions add nothing, but they move where ggml's dot products switch from vector to scalar
+code), so sampled replies can part ways after some tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ._native import core
+
+N_BATCH = 512  # prompt rows per libllama batch
+GATHER_S = 0.002  # how long a batch waits for slots still inside a decode loop
+
+
+@dataclass
+class StepResult:
+    """One slot's decode step: the sampled next token (when asked), the hidden state of the token
+    evaluated, and its logits (when asked)."""
+
+    next: int | None
+    hidden: np.ndarray
+    logits: np.ndarray | None
+
+
+class _Job:
+    __slots__ = ("seq", "token", "sample", "logits", "fn", "done", "result", "error")
+
+    def __init__(self, seq: int, token: int = -1, sample: bool = True, logits: bool = False, fn=None):
+        self.seq, self.token, self.sample, self.logits, self.fn = seq, token, sample, logits, fn
+        self.done, self.result, self.error = False, None, None
+
+
+class DecodeScheduler:
+    """Serializes the calls on one native context and batches its slots' decode steps."""
+
+    def __init__(self, native, batch_invariant: bool = False, gather_s: float = GATHER_S):
+        self._native = native
+        self.batch_invariant = batch_invariant
+        self._gather_s = gather_s
+        self._cond = threading.Condition(threading.Lock())
+        self._steps: dict[int, _Job] = {}
+        self._ops: deque[_Job] = deque()
+        self._first_step_at = 0.0
+        self._busy = False
+        self._looping: set[int] = set()
+        self.batches = 0  # llama_decode calls for steps
+        self.batched_rows = 0  # steps they evaluated
+
+    # -- what slots call ---------------------------------------------------------------------
+    def run(self, seq: int, fn: Callable[[Any], Any]) -> Any:
+        """``fn(native)`` with the context to itself, in turn with the other slots' work."""
+        return self._submit(_Job(seq, fn=fn))
+
+    def step(self, seq: int, token: int, sample: bool = True, logits: bool = False) -> StepResult:
+        """Evaluates one token of ``seq``, batched with the other slots' steps."""
+        return self._submit(_Job(seq, int(token), sample, logits))
+
+    @contextlib.contextmanager
+    def looping(self, seq: int):
+        """Marks ``seq`` as inside a decode loop: batches wait (briefly) for its next step."""
+        with self._cond:
+            self._looping.add(seq)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._looping.discard(seq)
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def away(self, seq: int):
+        """Inside a decode loop but busy elsewhere (handing a chunk on): not waited for."""
+        with self._cond:
+            was = seq in self._looping
+            self._looping.discard(seq)
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            if was:
+                with self._cond:
+                    self._looping.add(seq)
+
+    @property
+    def mean_batch(self) -> float:
+        return self.batched_rows / self.batches if self.batches else 0.0
+
+    # -- leader/follower -----------------------------------------------------------------------
+    def _submit(self, job: _Job):
+        with self._cond:
+            if job.fn is None:
+                if job.seq in self._steps:
+                    raise RuntimeError(f"slot {job.seq} already has a step pending")
+                if not self._steps:
+                    self._first_step_at = time.monotonic()
+                self._steps[job.seq] = job
+            else:
+                self._ops.append(job)
+            self._cond.notify_all()
+            while not job.done:
+                work = None if self._busy else self._take()
+                if work is None:
+                    self._cond.wait(self._timeout())
+                    continue
+                self._busy = True
+                self._cond.release()
+                try:
+                    self._execute(work)
+                finally:
+                    self._cond.acquire()
+                    self._busy = False
+                    self._cond.notify_all()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _steps_ready(self) -> bool:
+        if not self._steps:
+            return False
+        if self.batch_invariant or self._looping <= self._steps.keys():
+            return True
+        return time.monotonic() - self._first_step_at >= self._gather_s
+
+    def _take(self) -> list[_Job] | _Job | None:
+        if self._steps_ready():
+            if self.batch_invariant:  # one at a time, oldest first
+                seq = next(iter(self._steps))
+                batch = [self._steps.pop(seq)]
+            else:
+                batch, self._steps = list(self._steps.values()), {}
+            self._first_step_at = time.monotonic()
+            return batch
+        if self._ops:
+            return self._ops.popleft()
+        return None
+
+    def _timeout(self) -> float | None:
+        if self._busy or not self._steps:
+            return None
+        return max(self._gather_s - (time.monotonic() - self._first_step_at), 0.0) + 1e-4
+
+    def _execute(self, work) -> None:
+        if isinstance(work, _Job):
+            try:
+                work.result = work.fn(self._native)
+            except BaseException as e:  # handed to the slot that asked
+                work.error = e
+            work.done = True
+            return
+        n = self._native
+        try:
+            n.decode_many([j.seq for j in work], [j.token for j in work])
+            self.batches += 1
+            self.batched_rows += len(work)
+            for j in work:
+                j.result = StepResult(
+                    n.sample(j.seq) if j.sample else None,
+                    n.hidden(-1, j.seq),
+                    n.logits(-1, j.seq) if j.logits else None,
+                )
+        except BaseException as e:
+            for j in work:
+                j.error = e
+        for j in work:
+            j.done = True
+
+
+class LlmContext:
+    """The LLM's weights and one context with ``slots`` KV streams of ``n_ctx`` positions."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: str,
+        n_ctx: int = 4096,
+        threads: int = 0,
+        exact: bool = False,
+        slots: int = 1,
+        batch_invariant: bool = False,
+        prefill_chunk: int = N_BATCH,
+    ):
+        self.model = core.LlmModel(str(path), device)
+        self.native = core.Llm(self.model, n_ctx, N_BATCH, threads, exact, n_seq=slots)
+        self.scheduler = DecodeScheduler(self.native, batch_invariant)
+        self.prefill_chunk = prefill_chunk
+
+    @property
+    def slots(self) -> int:
+        return self.native.n_seq
+
+    @property
+    def kv_bytes_per_slot(self) -> int:
+        return self.native.kv_bytes_per_seq
+
+    def slot(self, seq: int) -> LlmSlot:
+        return LlmSlot(self, seq)
+
+
+class LlmSlot:
+    """Sequence ``seq`` of a shared context, with the native context's API (eval, sample, decode
+    steps, KV edits); prompts are evaluated in chunks of ``prefill_chunk`` rows."""
+
+    def __init__(self, context: LlmContext, seq: int):
+        if not 0 <= seq < context.slots:
+            raise ValueError(f"slot {seq} is outside 0..{context.slots - 1}")
+        self.context, self.seq = context, seq
+        self._native, self._sched = context.native, context.scheduler
+
+    @property
+    def n_past(self) -> int:
+        return self._native.n_past_of(self.seq)
+
+    @property
+    def n_ctx(self) -> int:
+        return self._native.n_ctx
+
+    def _run(self, fn: Callable[[Any], Any]) -> Any:
+        return self._sched.run(self.seq, fn)
+
+    def eval_tokens(self, tokens, all_outputs: bool = False) -> None:
+        tokens, s = list(tokens), self.seq
+        step = max(len(tokens), 1) if all_outputs else self.context.prefill_chunk
+        for i in range(0, max(len(tokens), 1), step):
+            part = tokens[i : i + step]
+            self._run(lambda n, part=part: n.eval_tokens(part, all_outputs, s))
+
+    def eval_embeddings(self, rows: np.ndarray, all_outputs: bool = False) -> None:
+        rows, s = np.ascontiguousarray(rows, dtype=np.float32), self.seq
+        step = max(len(rows), 1) if all_outputs else self.context.prefill_chunk
+        for i in range(0, max(len(rows), 1), step):
+            part = rows[i : i + step]
+            self._run(lambda n, part=part: n.eval_embeddings(part, all_outputs, s))
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        # the last row is this slot's own copy: no other slot's work can change it
+        return self._native.logits(i, self.seq) if i == -1 else self._run(lambda n: n.logits(i, self.seq))
+
+    def hidden(self, i: int = -1) -> np.ndarray:
+        return self._native.hidden(i, self.seq) if i == -1 else self._run(lambda n: n.hidden(i, self.seq))
+
+    def set_sampling(self, options) -> None:
+        self._run(lambda n: n.set_sampling(options, self.seq))
+
+    def sample(self) -> int:
+        return self._run(lambda n: n.sample(self.seq))
+
+    def decode_step(self, token: int) -> tuple[int, np.ndarray]:
+        """Evaluates ``token``; (the next sampled token, the hidden state of ``token``)."""
+        r = self._sched.step(self.seq, token)
+        return r.next, r.hidden
+
+    def feed(self, token: int) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluates ``token``; (its logits, its hidden state), for a caller's own sampling."""
+        r = self._sched.step(self.seq, token, sample=False, logits=True)
+        return r.logits, r.hidden
+
+    def keep(self, n_keep: int) -> None:
+        self._run(lambda n: n.keep(n_keep, self.seq))
+
+    def slide(self, n_keep: int, n_discard: int) -> None:
+        self._run(lambda n: n.slide(n_keep, n_discard, self.seq))
+
+    def looping(self):
+        return self._sched.looping(self.seq)
+
+    def away(self):
+        return self._sched.away(self.seq)
