@@ -1,14 +1,14 @@
 """The loaded stages of one model set on one device, and where their threads run.
 
-    SharedStages      what an engine loads once: the LLM (one context with a KV stream per slot),
-                      the TTS and Token2Wav weights, the encoders, the CPU placement
-    StageBundle       one slot's stages over them, what a simplex request (simplex.py) and a
-                      full-duplex session (duplex/) work on:
-      llm          LanguageModel (the slot's sequence of the shared context)
-      tts          TtsModel (shared weights, the slot's KV cache and sampler)
-      token2wav    Token2Wav stream of the configured cache policy; token2wav_for(policy) makes others
-      inputs       the audio and image encoders (loaded on first use)
-      placement    the CPU plan: the vocoder pool's CPUs and the stage threads' CPUs
+SharedStages      what an engine loads once: the LLM (one context with a KV stream per slot),
+                  the TTS and Token2Wav weights, the encoders, the CPU placement
+StageBundle       one slot's stages over them, what a simplex request (simplex.py) and a
+                  full-duplex session (duplex/) work on:
+  llm          LanguageModel (the slot's sequence of the shared context)
+  tts          TtsModel (shared weights, the slot's KV cache and sampler)
+  token2wav    Token2Wav stream of the configured cache policy; token2wav_for(policy) makes others
+  inputs       the audio and image encoders (loaded on first use)
+  placement    the CPU plan: the vocoder pool's CPUs and the stage threads' CPUs
 """
 
 from __future__ import annotations
@@ -58,9 +58,7 @@ class SharedStages:
 
     STEPS = ("LLM + TTS", "placement", "Token2Wav")
 
-    def __init__(
-        self, model_dir: Path, device: str, config: SessionConfig, slots: int, report: Callable[[str], None]
-    ):
+    def __init__(self, model_dir: Path, device: str, config: SessionConfig, slots: int, report: Callable[[str], None]):
         self.model_dir, self.device, self.config = model_dir, device, config
         c = config
         report(self.STEPS[0])
@@ -142,8 +140,9 @@ class StageBundle:
             return self.token2wav
         t2w = self._other_token2wav.get(cache_policy)
         if t2w is None:
+            config = replace(self.config.token2wav_config, cache_policy=cache_policy)
             t2w = self._other_token2wav[cache_policy] = build_token2wav(
-                self.model_dir, self.device, self.placement, replace(self.config.token2wav_config, cache_policy=cache_policy)
+                self.model_dir, self.device, self.placement, config
             )
         return t2w
 

@@ -168,8 +168,7 @@ void Llm::decode_many(const std::vector<int> & seqs, const std::vector<int32_t> 
     const int rc = llama_decode(ctx_, b);
     llama_batch_free(b);
     if (rc != 0) throw DeviceError("llama_decode failed (" + std::to_string(rc) + ")" + log_problem_suffix());
-    if (!observed_.empty())
-        record_graph_nodes("llm", "decode", model_->info().device, std::exchange(observed_, {}));
+    if (!observed_.empty()) record_graph_nodes("llm", "decode", model_->info().device, std::exchange(observed_, {}));
     for (int i = 0; i < n; ++i) {
         ++state(seqs[i]).n_past;
         keep_outputs(seqs[i], i);
