@@ -103,7 +103,7 @@ Token2Wav::~Token2Wav() = default;
 void Token2Wav::reset() {
     cache_ = voice_->prompt;
     // The estimator caches stay resident on the Token2Mel device from here on.
-    t2m_->caches_to_device(cache_, voice_->est_window + kRecentFrames + 2 * kWindow);  // enough for either policy
+    t2m_->caches_to_device(cache_, voice_->est_capacity);
     cache_.rng.seed(opt_.seed);
     buffer_.assign(3, kSilence);
     mel_cache_.clear();

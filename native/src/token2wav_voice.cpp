@@ -24,8 +24,8 @@ std::vector<float> finite_tensor(const GgufFile & g, const std::string & name, s
 
 }  // namespace
 
-std::shared_ptr<const Token2Wav::Voice> Token2Wav::load_voice(const std::string & dir,
-                                                              const Token2WavOptions & options, const Token2Mel & t2m) {
+std::shared_ptr<const Token2Wav::Voice> Token2Wav::load_voice(const std::string & dir, const Token2WavOptions & options,
+                                                              const Token2Mel & t2m) {
     auto voice = std::make_shared<Voice>();
     GgufFile pc(dir + "/prompt_cache.gguf");
     const int file_steps = static_cast<int>(pc.get_int("mtmd.prompt_cache.n_timesteps"));
@@ -86,8 +86,10 @@ std::shared_ptr<const Token2Wav::Voice> Token2Wav::load_voice(const std::string 
                                      " (use cache_policy='reference')");
         }
         voice->est_window = Te;
+        voice->est_capacity = Te + 2 * kWindow;  // the prompt's frames and the window's
     } else {
         voice->est_window = std::min(Te, kMaxEstimatorFrames - kRecentFrames);
+        voice->est_capacity = voice->est_window + kRecentFrames + 2 * kWindow;
     }
     for (DitCache & c : prompt.estimator) {  // bounded inside the estimator call, on the device
         if (options.cache_policy == CachePolicy::LlamaCppOmni) {

@@ -14,6 +14,7 @@ struct Token2Wav::Voice {
     Token2MelCache prompt;  // the caches computed on the voice prompt, host copies
     int conf_window = 0;  // conformer frames a stream keeps (the prompt's length)
     int est_window = 0;  // estimator frames kept besides the recent ones (policy-dependent)
+    int est_capacity = 0;  // the most estimator frames a window attends to (the device caches' size)
     size_t bytes() const { return spk.size() * sizeof(float) + prompt.bytes(); }
 };
 
