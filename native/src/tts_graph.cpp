@@ -23,7 +23,8 @@ struct SlotView {
 void require_room(const Tts::Impl & slot, int n) {
     if (n < 1) throw InvalidArgument("no rows to evaluate");
     if (round16(slot.n_past + n) > slot.n_ctx)
-        throw InvalidArgument("the TTS context is full (" + std::to_string(slot.n_ctx) + " positions); start a new turn");
+        throw InvalidArgument("the TTS context is full (" + std::to_string(slot.n_ctx) +
+                              " positions); start a new turn");
 }
 
 void evaluate_rows(TtsShared & m, const std::vector<TtsRows> & parts) {
