@@ -96,7 +96,7 @@ void evaluate_rows(TtsShared & m, const std::vector<TtsRows> & parts) {
             ggml_tensor * k_dst =
                 ggml_view_3d(ctx, kc, hd, n, H, kc->nb[1], kc->nb[2], l * kc->nb[3] + n_past * kc->nb[1]);
             ggml_tensor * v_dst =
-                ggml_view_3d(ctx, vc, n, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3] + n_past * sizeof(float));
+                ggml_view_3d(ctx, vc, n, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3] + n_past * vc->nb[0]);
             ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, cols(k, s), 0, 2, 1, 3), k_dst));
             ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, cols(v, s), 1, 2, 0, 3), v_dst));
             ggml_tensor * K = ggml_view_3d(ctx, kc, hd, s.t2p, H, kc->nb[1], kc->nb[2], l * kc->nb[3]);
