@@ -1,7 +1,7 @@
-"""OmniServer, the engine worker: one engine, one backend-protocol session at a time, HTTP and
-WebSocket on one port (websockets' asyncio server). ``serve()`` runs it until SIGINT/SIGTERM
-(``llama-omni worker``); ``BackgroundServer`` runs it in a thread (tests, benchmarks). The gateway
-(gateway/) puts many of these behind one public API."""
+"""OmniServer, the engine worker: one engine of ``ServerConfig.slots`` session slots, one
+protocol session per slot, HTTP and WebSocket on one port (websockets' asyncio server).
+``serve()`` runs it until SIGINT/SIGTERM (``llama-omni worker``); ``BackgroundServer`` runs it
+in a thread (tests, benchmarks). The gateway (gateway/) puts many of these behind one public API."""
 
 from __future__ import annotations
 
