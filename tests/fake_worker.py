@@ -122,7 +122,11 @@ def main() -> None:
             state["active"].discard(sid)
 
     async def run():
-        async with serve(backend, args.host, args.port, process_request=process_request) as server:
+        from llama_omni_py.server.routes import BodyConnection  # the close request's JSON body, as a worker
+
+        async with serve(
+            backend, args.host, args.port, process_request=process_request, create_connection=BodyConnection
+        ) as server:
             port = server.sockets[0].getsockname()[1] if hasattr(server, "sockets") else None
             port = port or list(server.server.sockets)[0].getsockname()[1]
             print(json.dumps({"listening": f"http://{args.host}:{port}", "port": port}), flush=True)
