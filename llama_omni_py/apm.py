@@ -56,6 +56,14 @@ class AudioEncoder:
         self.apm = core.Apm(str(path), resolve_device(device), threads, exact)
         self.apm.tanh_gelu = fidelity == "llama.cpp-omni"
 
+    def new_stream(self) -> AudioEncoder:
+        """An encoder over the same weights with a live-stream history of its own (``encode_chunk``;
+        a session slot's)."""
+        other = AudioEncoder.__new__(AudioEncoder)
+        other.mode, other.fidelity = self.mode, self.fidelity
+        other.apm = self.apm.new_stream()
+        return other
+
     def encode(self, audio) -> np.ndarray:
         """Path, bytes or 16 kHz samples -> (n, llm_embd) float32 embeddings."""
         max_s = MAX_AUDIO_SECONDS if self.mode == "clamp" else None

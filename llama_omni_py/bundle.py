@@ -113,6 +113,13 @@ class StageBundle:
         self.llm, self.tts, self.token2wav = llm, tts, token2wav
         self.inputs, self.placement = shared.inputs, shared.placement
         self._other_token2wav: dict[str, Token2Wav] = {}
+        self._audio_stream = None
+
+    def audio_stream(self):
+        """The slot's audio encoder for live input (the shared weights, its own stream history)."""
+        if self._audio_stream is None:
+            self._audio_stream = self.inputs.encoders()[0].new_stream()
+        return self._audio_stream
 
     def pin_stage_thread(self) -> None:
         """Run on each stage thread as it starts: threads the native code starts from there

@@ -3,6 +3,7 @@ load on first use), and assembled into the LLM prompt."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,7 @@ class InputEncoder:
         self.vision = vision or VisionConfig()
         self._apm: AudioEncoder | None = None
         self._vpm: ImageEncoder | None = None
+        self._loading = threading.Lock()  # an engine's slots may ask at once
 
     @property
     def threads(self) -> int:
@@ -98,10 +100,11 @@ class InputEncoder:
     def encoders(self) -> tuple[AudioEncoder, ImageEncoder]:
         """The audio and image encoders (loaded now if they were not yet)."""
         model_dir, device, threads = self._args
-        if self._apm is None:
-            self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode, fidelity=self._audio_fidelity)
-        if self._vpm is None:
-            self._vpm = ImageEncoder(model_dir, device, threads, vision=self.vision)
+        with self._loading:
+            if self._apm is None:
+                self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode, fidelity=self._audio_fidelity)
+            if self._vpm is None:
+                self._vpm = ImageEncoder(model_dir, device, threads, vision=self.vision)
         return self._apm, self._vpm
 
     def encode(self, r: Request) -> Media:

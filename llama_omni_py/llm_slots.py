@@ -66,6 +66,7 @@ class DecodeScheduler:
         self._ops: deque[_Job] = deque()
         self._first_step_at = 0.0
         self._busy = False
+        self._steps_turn_done = False  # a step batch ran since the last other job
         self._looping: set[int] = set()
         self.batches = 0  # llama_decode calls for steps
         self.batched_rows = 0  # steps they evaluated
@@ -146,7 +147,12 @@ class DecodeScheduler:
         return time.monotonic() - self._first_step_at >= self._gather_s
 
     def _take(self) -> list[_Job] | _Job | None:
+        # steps and other work take turns when both wait: neither starves the other
+        if self._ops and (self._steps_turn_done or not self._steps):
+            self._steps_turn_done = False
+            return self._ops.popleft()
         if self._steps_ready():
+            self._steps_turn_done = True
             if self.batch_invariant:  # one at a time, oldest first
                 seq = next(iter(self._steps))
                 batch = [self._steps.pop(seq)]

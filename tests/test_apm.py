@@ -97,3 +97,23 @@ def test_audio_encoder_live_chunks(tiny_dir):
     assert np.allclose(again, live[0], atol=1e-5 * np.abs(again).max())
     with pytest.raises(omni.MediaError):
         enc.encode_chunk(np.full(16000, np.nan, np.float32))
+
+
+def test_streams_over_shared_weights_keep_their_own_history(tiny_dir):
+    """An engine's slots share the encoder's weights; each live stream attends over its own past."""
+    rng = np.random.default_rng(3)
+    a_audio, b_audio = (rng.standard_normal(48000).astype(np.float32) * 0.1 for _ in range(2))
+    alone = AudioEncoder(tiny_dir, "cpu")
+    expect_a = [alone.encode_chunk(a_audio[i : i + 16000]) for i in range(0, 48000, 16000)]
+    alone.reset_stream()
+    expect_b = [alone.encode_chunk(b_audio[i : i + 16000]) for i in range(0, 48000, 16000)]
+    first = AudioEncoder(tiny_dir, "cpu")
+    second = first.new_stream()
+    got_a, got_b = [], []
+    for i in range(0, 48000, 16000):  # interleaved chunks of two streams
+        got_a.append(first.encode_chunk(a_audio[i : i + 16000]))
+        got_b.append(second.encode_chunk(b_audio[i : i + 16000]))
+    for g, e in zip(got_a + got_b, expect_a + expect_b):
+        np.testing.assert_array_equal(g, e)
+    assert second.apm.stream_position == first.apm.stream_position > 0
+    assert second.apm.stream_bytes > 0

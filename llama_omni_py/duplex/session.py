@@ -107,7 +107,8 @@ class DuplexSession:
         self._limits = cfg.context_limits(self.llm.n_ctx)
         self.decoder = UnitDecoder(cfg, self.tokens, self.context, cfg.seed, self.llm.model.info.n_vocab)
         self.token2wav = stages.token2wav_for(cfg.cache_policy)
-        self._apm, self._vpm = stages.inputs.encoders()
+        self._vpm = stages.inputs.encoders()[1]
+        self._apm = stages.audio_stream()  # live input: this slot's stream history
         # the reference's duplex prefill has no image ids and no newlines; llama.cpp-omni's its own
         self._image_layout = "duplex" if self._vpm.vision.rule == "reference" else "llama.cpp-omni"
         self._apm.reset_stream()

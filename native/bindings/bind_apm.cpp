@@ -63,7 +63,9 @@ void register_apm(py::module_ & m) {
             py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
         .def("reset_stream", &Apm::reset_stream, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("stream_position", &Apm::stream_position)
-        .def_property_readonly("stream_resets", &Apm::stream_resets);
+        .def_property_readonly("stream_resets", &Apm::stream_resets)
+        .def_property_readonly("stream_bytes", &Apm::stream_bytes)
+        .def("new_stream", &Apm::new_stream, "Another Apm over the same weights with its own streaming history.");
 }
 
 }  // namespace omni::bindings

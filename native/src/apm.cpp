@@ -11,42 +11,58 @@
 
 namespace omni {
 
+// Streaming: per-layer K and V of every position encoded since the last reset, resident on the
+// device ([d_model, positions] each; F16 unless exact), as llama.cpp-omni keeps them. Each Apm
+// (new_stream: a session slot's) has its own; the weights are shared.
+struct Apm::Stream {
+    ggml_context * cache_ctx = nullptr;
+    ggml_backend_buffer_t cache_buf = nullptr;
+    std::vector<ggml_tensor *> k_cache, v_cache;
+    int pos = 0, resets = 0;
+
+    ~Stream() {
+        if (cache_buf) ggml_backend_buffer_free(cache_buf);
+        if (cache_ctx) ggml_free(cache_ctx);
+    }
+};
+
 struct Apm::Impl : GraphModule {
     ApmDims d;
     std::vector<float> filters;  // (n_mel, n_fft_bins)
     bool exact = false;
     bool tanh_gelu = false;
-    // Streaming: per-layer K and V of every position encoded since the last reset, resident on
-    // the device ([d_model, positions] each; F16 unless exact), as llama.cpp-omni keeps them.
-    ggml_context * cache_ctx = nullptr;
-    ggml_backend_buffer_t cache_buf = nullptr;
-    std::vector<ggml_tensor *> k_cache, v_cache;
-    int stream_pos = 0, stream_resets = 0;
 
     Impl() : GraphModule("apm", 1024) {}
-    ~Impl() {
-        if (cache_buf) ggml_backend_buffer_free(cache_buf);
-        if (cache_ctx) ggml_free(cache_ctx);
-    }
-    void ensure_cache();
-    std::vector<float> encode(const float * mel, int frames, int * tokens_out, bool streaming);
+    void ensure_cache(Stream & s);
+    // stream null: a whole clip on its own; else a chunk of that stream
+    std::vector<float> encode(const float * mel, int frames, int * tokens_out, Stream * stream);
 };
 
-void Apm::Impl::ensure_cache() {
-    if (cache_buf) return;
+void Apm::Impl::ensure_cache(Stream & s) {
+    if (s.cache_buf) return;
     ggml_init_params p{ggml_tensor_overhead() * (2 * d.layers + 1), nullptr, true};
-    cache_ctx = ggml_init(p);
+    s.cache_ctx = ggml_init(p);
     const ggml_type t = exact ? GGML_TYPE_F32 : GGML_TYPE_F16;
     for (int i = 0; i < d.layers; ++i) {
-        k_cache.push_back(ggml_new_tensor_2d(cache_ctx, t, d.d_model, d.positions));
-        v_cache.push_back(ggml_new_tensor_2d(cache_ctx, t, d.d_model, d.positions));
+        s.k_cache.push_back(ggml_new_tensor_2d(s.cache_ctx, t, d.d_model, d.positions));
+        s.v_cache.push_back(ggml_new_tensor_2d(s.cache_ctx, t, d.d_model, d.positions));
     }
-    cache_buf = ggml_backend_alloc_ctx_tensors(cache_ctx, backend->get());
-    if (!cache_buf) throw DeviceError("cannot allocate the audio encoder's streaming cache on " + backend->device().id);
+    s.cache_buf = ggml_backend_alloc_ctx_tensors(s.cache_ctx, backend->get());
+    if (!s.cache_buf)
+        throw DeviceError("cannot allocate the audio encoder's streaming cache on " + backend->device().id);
+}
+
+Apm::Apm(std::shared_ptr<Impl> impl) : impl_(std::move(impl)), stream_(std::make_unique<Stream>()) {}
+
+std::unique_ptr<Apm> Apm::new_stream() const { return std::unique_ptr<Apm>(new Apm(impl_)); }
+
+size_t Apm::stream_bytes() const {
+    const ApmDims & d = impl_->d;
+    return 2 * static_cast<size_t>(d.layers) * d.d_model * d.positions * (impl_->exact ? 4 : 2);
 }
 
 Apm::Apm(const std::string & path, const std::string & device, int threads, bool exact)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_shared<Impl>()), stream_(std::make_unique<Stream>()) {
     Impl & m = *impl_;
     m.w.keep_f16 = !exact;
     m.exact = exact;
@@ -153,25 +169,27 @@ std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out, bool z
 
 std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_out) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    return impl_->encode(mel, frames, tokens_out, false);
+    return impl_->encode(mel, frames, tokens_out, nullptr);
 }
 
 std::vector<float> Apm::encode_mel_streaming(const float * mel, int frames, int * tokens_out) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->ensure_cache();
-    return impl_->encode(mel, frames, tokens_out, true);
+    impl_->ensure_cache(*stream_);
+    return impl_->encode(mel, frames, tokens_out, stream_.get());
 }
 
 void Apm::reset_stream() {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->stream_pos = 0;
+    stream_->pos = 0;
 }
 
-int Apm::stream_position() const { return impl_->stream_pos; }
-int Apm::stream_resets() const { return impl_->stream_resets; }
+int Apm::stream_position() const { return stream_->pos; }
+int Apm::stream_resets() const { return stream_->resets; }
 
-std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, bool streaming) {
+std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, Stream * stream) {
     Impl & m = *this;
+    const bool streaming = stream != nullptr;
+    int stream_pos = streaming ? stream->pos : 0;
     const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
     if (frames < 2 * d.pool || T > d.positions) {
         throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool) + " to " +
@@ -181,8 +199,8 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     // A chunk that would run past the position table starts a new window (llama.cpp-omni's
     // "30 s limit"): history is dropped, never overflowed.
     if (streaming && stream_pos + T > d.positions) {
-        stream_pos = 0;
-        ++stream_resets;
+        stream_pos = stream->pos = 0;
+        ++stream->resets;
     }
     const int off = streaming ? stream_pos : 0, Tk = off + T;
     const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
@@ -211,14 +229,16 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
         ggml_tensor * key = m.linear(ctx, h, b + ".attn.key", false);
         ggml_tensor * value = m.linear(ctx, h, b + ".attn.value");
         if (streaming) {  // store this chunk's K/V, then attend over the whole history
-            for (auto [src, cache] : {std::pair{key, k_cache[i]}, std::pair{value, v_cache[i]}}) {
+            ggml_tensor * kc = stream->k_cache[i];
+            ggml_tensor * vc = stream->v_cache[i];
+            for (auto [src, cache] : {std::pair{key, kc}, std::pair{value, vc}}) {
                 ggml_build_forward_expand(
                     gf,
                     ggml_cpy(ctx, src,
                              ggml_view_2d(ctx, cache, D, T, cache->nb[1], static_cast<size_t>(off) * cache->nb[1])));
             }
-            key = ggml_view_2d(ctx, k_cache[i], D, Tk, k_cache[i]->nb[1], 0);
-            value = ggml_view_2d(ctx, v_cache[i], D, Tk, v_cache[i]->nb[1], 0);
+            key = ggml_view_2d(ctx, kc, D, Tk, kc->nb[1], 0);
+            value = ggml_view_2d(ctx, vc, D, Tk, vc->nb[1], 0);
         }
         ggml_tensor * q = heads(m.linear(ctx, h, b + ".attn.query"), T);
         ggml_tensor * k = heads(key, Tk);
@@ -252,7 +272,7 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     std::vector<float> out(static_cast<size_t>(E) * n_tok);
     ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));
     if (tokens_out) *tokens_out = n_tok;
-    if (streaming) stream_pos = Tk;
+    if (streaming) stream->pos = Tk;
     return out;
 }
 

@@ -24,6 +24,10 @@ public:
     // exact: widen F16 weights to F32 (exact arithmetic); else they stay F16.
     Apm(const std::string & audio_gguf, const std::string & device, int threads, bool exact = false);
     ~Apm();
+    // Another Apm over the same weights with a streaming history of its own (a session slot's).
+    std::unique_ptr<Apm> new_stream() const;
+    // Bytes of this Apm's streaming cache once allocated (on its first streaming chunk).
+    size_t stream_bytes() const;
     // The GELU of the conv front end and the MLPs: the exact (erf) one of the reference, or with
     // tanh_gelu the tanh approximation llama.cpp-omni's audio encoder uses.
     void set_tanh_gelu(bool on);
@@ -46,7 +50,10 @@ public:
 
 private:
     struct Impl;
-    std::unique_ptr<Impl> impl_;
+    struct Stream;
+    explicit Apm(std::shared_ptr<Impl> impl);
+    std::shared_ptr<Impl> impl_;
+    std::unique_ptr<Stream> stream_;
 };
 
 }  // namespace omni
