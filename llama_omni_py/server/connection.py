@@ -169,7 +169,7 @@ class Connection:
         req = P.parse_init(msg, self.cfg.compat)
         start = D.parse_backend_start(msg.get("payload") or {}) if req.mode == "full_duplex" else None
         sid = uuid.uuid4().hex
-        self.session = self.engine.claim(sid)  # ProtocolError when no slot is free
+        self.session = await self.engine.claim(sid)  # ProtocolError when no slot is free
         self.id = sid  # from here on terminate() frees the slot
         if start is not None:
             try:

@@ -43,7 +43,7 @@ class Engine:
         self.error: str | None = None
         self.omni: OmniEngine | None = None
         self.held: dict[str, OmniSession] = {}  # protocol session id -> its slot's session
-        self.releasing = 0  # slots whose session ended, being emptied for the next one
+        self._emptying: set[asyncio.Future] = set()  # slots whose session ended, being emptied for the next
         self.running = 0  # turns running, over all slots
         self.load_s = self.warmup_s = None
         self.voice_ready = False  # the voice activity detector loads: half-duplex and Realtime served
@@ -55,7 +55,7 @@ class Engine:
 
     @property
     def slots_busy(self) -> int:
-        return len(self.held) + self.releasing
+        return len(self.held) + len(self._emptying)
 
     @property
     def busy(self) -> bool:
@@ -135,20 +135,23 @@ class Engine:
         return 503, {"status": "loading"}
 
     # -- admission -------------------------------------------------------------------------
-    def claim(self, session_id: str) -> OmniSession:
+    async def claim(self, session_id: str) -> OmniSession:
         """A slot of its own for ``session_id``: its OmniSession. ProtocolError (the refusal's
-        reason as ``code``) while loading, after a failed load, or when every slot is in use."""
+        reason as ``code``) while loading, after a failed load, or when every slot is in use. A
+        slot whose session has ended is free once emptied (milliseconds): that is waited for."""
         if self.state == "loading":
             raise ProtocolError("the models are still loading; poll /health until it answers 200", "engine_loading")
         if self.state == "failed":
             raise ProtocolError(f"the engine failed to load: {self.error}", "omni_init_failed")
         if session_id in self.held:
             raise ProtocolError(f"session {session_id} is already active on this backend", "session_busy")
+        while self.slots_busy >= self.slots and self._emptying:
+            await asyncio.wait(set(self._emptying))
         if self.slots_busy >= self.slots:
             raise ProtocolError(busy_text(self.slots), "session_busy")
         try:
             session = self.omni.session()
-        except SlotsBusyError:  # not expected: held + releasing counts every taken slot
+        except SlotsBusyError:  # not expected: held + emptying counts every taken slot
             raise ProtocolError(busy_text(self.slots), "session_busy") from None
         self.held[session_id] = session
         return session
@@ -159,11 +162,10 @@ class Engine:
         session = self.held.pop(session_id, None)
         if session is None:
             return
-        self.releasing += 1
-        try:
-            await asyncio.to_thread(session.close)
-        finally:
-            self.releasing -= 1
+        emptying = asyncio.ensure_future(asyncio.to_thread(session.close))
+        self._emptying.add(emptying)
+        emptying.add_done_callback(self._emptying.discard)  # before any waiter in claim() wakes
+        await asyncio.shield(emptying)
 
     # -- turns -----------------------------------------------------------------------------
     @staticmethod

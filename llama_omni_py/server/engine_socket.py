@@ -46,7 +46,7 @@ class EngineSocket:
 
     async def run(self) -> None:
         try:
-            self.session = self.engine.claim(self.id)
+            self.session = await self.engine.claim(self.id)
         except ProtocolError as refused:
             with contextlib.suppress(ConnectionClosed):
                 await self.send(self.refusal(refused.code, str(refused)))
