@@ -1,11 +1,12 @@
-"""A worker with several session slots (``llama-omni worker --slots N``): each admitted
-connection holds a slot of its own, two sessions at once get the replies they get alone
+"""A worker with several session slots (``llama-omni worker --slots N``, N = 2 and 4 here): each
+admitted connection holds a slot of its own, N sessions at once get the replies they get alone
 (``batch_invariant``: bit for bit), the connection after the last slot is refused as busy, a
 dropped connection frees its slot, and /health counts the slots."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -20,16 +21,16 @@ from llama_omni_py.server import ServerConfig
 
 # every LLM and TTS step alone: a slot's reply is bit for bit a lone session's
 EXACT = SessionConfig(**SESSION, batch_invariant=True)
-PROMPTS = ("hello there", "tell me about the sea")
+PROMPTS = ("hello there", "tell me about the sea", "what is a slot?", "count to three")
 
 
 def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(scope="module")
-def two_slots(tiny_dir):
-    with running_server(tiny_dir, slots=2, session=EXACT) as s:
+@pytest.fixture(scope="module", params=[2, 4])
+def slotted(request, tiny_dir):
+    with running_server(tiny_dir, slots=request.param, session=EXACT) as s:
         yield s
 
 
@@ -65,42 +66,45 @@ def test_slot_counts_are_validated():
     assert cfg.slots == 3 and cfg.session.batch_invariant is True
 
 
-def test_two_backend_sessions_at_once_get_their_lone_replies(two_slots):
-    s = two_slots
+def test_sessions_at_once_get_their_lone_replies(slotted):
+    s, n = slotted, slotted.server.config.slots
     h = health(s)
-    assert (h["slots"], h["slots_busy"], h["slots_free"], h["session_active"]) == (2, 0, 2, False)
+    assert (h["slots"], h["slots_busy"], h["slots_free"], h["session_active"]) == (n, 0, n, False)
+    prompts = PROMPTS[:n]
 
     async def alone(text):
         async with Client.open(s.url) as c:
             await c.init()
             return await c.turn([user(text=text)])
 
-    lone = [reply(run(alone(p))) for p in PROMPTS]
+    lone = [reply(run(alone(p))) for p in prompts]
 
     async def together():
-        async with Client.open(s.url) as a, Client.open(s.url) as b:
-            await a.init()
-            await b.init()
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(Client.open(s.url)) for _ in prompts]
+            for c in clients:
+                await c.init()
             h = await asyncio.to_thread(health, s)
-            assert a.session_id != b.session_id
-            return h, await asyncio.gather(timed_turn(a, PROMPTS[0]), timed_turn(b, PROMPTS[1]))
+            assert len({c.session_id for c in clients}) == n
+            return h, await asyncio.gather(*(timed_turn(c, p) for c, p in zip(clients, prompts)))
 
-    h, both = run(together())
-    assert (h["slots_busy"], h["slots_free"], h["session_active"]) == (2, 0, True)
-    (ev_a, a0, a1), (ev_b, b0, b1) = both
-    assert max(a0, b0) < min(a1, b1), "the two turns ran at the same time"
-    assert [reply(ev_a), reply(ev_b)] == lone
-    assert lone[0][1] and lone[0] != lone[1]  # both spoke, and differently: the comparison can fail
-    wait_until(lambda: health(s)["slots_free"] == 2)
+    h, turns = run(together())
+    assert (h["slots_busy"], h["slots_free"], h["session_active"]) == (n, 0, True)
+    assert max(t0 for _, t0, _ in turns) < min(t1 for _, _, t1 in turns), "the turns ran at the same time"
+    assert [reply(events) for events, _, _ in turns] == lone
+    assert all(audio for _, audio in lone) and len(set(lone)) == n  # all spoke, differently: the test can fail
+    wait_until(lambda: health(s)["slots_free"] == n)
 
 
-def test_the_connection_after_the_last_slot_is_refused_as_busy(two_slots):
-    s = two_slots
+def test_the_connection_after_the_last_slot_is_refused_as_busy(slotted):
+    s, n = slotted, slotted.server.config.slots
 
     async def go():
-        async with Client.open(s.url) as a, Client.open(s.url) as b:
+        async with contextlib.AsyncExitStack() as stack:
+            a, *others = [await stack.enter_async_context(Client.open(s.url)) for _ in range(n)]
             await a.init()
-            await b.init(mode="full_duplex")  # any mode holds a slot
+            for b in others:
+                await b.init(mode="full_duplex")  # any mode holds a slot
             async with Client.open(s.url) as c:
                 await c.send({"type": "session.init", "payload": {"mode": "turn_based"}})
                 refused = await c.recv()
@@ -115,19 +119,20 @@ def test_the_connection_after_the_last_slot_is_refused_as_busy(two_slots):
 
     refused, closed, demo, demo_closed, done = run(go())
     assert refused["type"] == "session.closed" and refused["reason"] == "session_busy"
-    assert "all 2 session slots are in use" in refused["diagnostic"]["message"]
+    assert f"all {n} session slots are in use" in refused["diagnostic"]["message"]
     assert closed.rcvd.code == 1013 and demo_closed.rcvd.code == 1013
-    assert demo["type"] == "error" and "2 session slots" in demo["error"]
+    assert demo["type"] == "error" and f"{n} session slots" in demo["error"]
     assert done[-1]["type"] == "response.done"
-    wait_until(lambda: health(s)["slots_free"] == 2)
+    wait_until(lambda: health(s)["slots_free"] == n)
 
 
-def test_a_dropped_connection_frees_its_slot(two_slots):
-    s = two_slots
+def test_a_dropped_connection_frees_its_slot(slotted):
+    s, n = slotted, slotted.server.config.slots
 
     async def go():
-        async with Client.open(s.url) as a:
-            await a.init()
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(n - 1):
+                await (await stack.enter_async_context(Client.open(s.url))).init()
             dropped = await connect(s.url.replace("http://", "ws://") + "/backend", max_size=None)
             await dropped.send(json.dumps({"type": "session.init", "payload": {"mode": "turn_based"}}))
             assert json.loads(await asyncio.wait_for(dropped.recv(), TIMEOUT))["type"] == "session.created"
@@ -139,7 +144,7 @@ def test_a_dropped_connection_frees_its_slot(two_slots):
                 return await c.turn([user(text="hello again")])
 
     assert run(go())[-1]["type"] == "response.done"
-    wait_until(lambda: health(s)["slots_free"] == 2)
+    wait_until(lambda: health(s)["slots_free"] == n)
 
 
 async def duplex_units(url: str, n: int) -> list[dict]:
@@ -158,15 +163,15 @@ async def duplex_units(url: str, n: int) -> list[dict]:
         return results
 
 
-def test_two_duplex_sessions_at_once_get_their_lone_results(two_slots):
-    s = two_slots
+def test_duplex_sessions_at_once_get_their_lone_results(slotted):
+    s, n = slotted, slotted.server.config.slots
     keys = ("is_listen", "text", "audio_data", "end_of_turn", "current_time")
     lone = [{k: r.get(k) for k in keys} for r in run(duplex_units(s.url, 5))]
 
     async def together():
-        return await asyncio.gather(duplex_units(s.url, 5), duplex_units(s.url, 5))
+        return await asyncio.gather(*(duplex_units(s.url, 5) for _ in range(n)))
 
     for results in run(together()):
         assert [{k: r.get(k) for k in keys} for r in results] == lone
     assert any(not r["is_listen"] for r in lone), "random weights talk after the forced units"
-    wait_until(lambda: health(s)["slots_free"] == 2)
+    wait_until(lambda: health(s)["slots_free"] == n)
