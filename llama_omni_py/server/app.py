@@ -71,7 +71,7 @@ class OmniServer:
             await Connection(ws, self).run()
 
     async def close_session(self, session_id: str, reason: str | None = None) -> bool:
-        """The HTTP control channel: True once the session is closed and its engine freed. The
+        """The HTTP control channel: True once the session is closed and its slot freed. The
         caller's reason (default ``client_closed``) becomes session.closed's ``reason``."""
         s = self.sessions.get(session_id)
         if s is None:

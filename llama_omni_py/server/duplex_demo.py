@@ -2,7 +2,7 @@
 (docs/server-protocol.md, "Full duplex"). The gateway relays its public ``/ws/duplex/{id}``
 here after the queue. Messages are handled one at a time, in order, like the demo's worker: a
 unit's ``result`` goes out before the next message is read. Errors in a message are an ``error``
-event and the session goes on; a lost socket or ``stop`` ends it and frees the engine."""
+event and the session goes on; a lost socket or ``stop`` ends it and frees its slot."""
 
 from __future__ import annotations
 

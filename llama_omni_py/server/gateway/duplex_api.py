@@ -155,7 +155,7 @@ async def relay(websocket: WebSocket, channel: ClientChannel, lease, path: str, 
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if tasks[0] in done and not tasks[1].done():
                 # The client left without `stop`: end the worker's session the same way, so that
-                # its engine is free before the worker goes back to the pool for the next session.
+                # its slot is free before the gateway gives it to the next session.
                 with contextlib.suppress(ConnectionClosed):
                     await upstream.send(json.dumps({"type": "stop"}))
                     await asyncio.wait({tasks[1]}, timeout=STOP_TIMEOUT_S)
