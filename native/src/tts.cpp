@@ -204,7 +204,8 @@ std::vector<int32_t> Tts::generate(const float * rows, int n, TtsSampler & sampl
     size_t delivered = 0;
     std::vector<float> logits = forward(rows, n);  // the condition rows: alone, not batched
     // From here each step is one row; with sibling slots decoding too, the steps share graphs.
-    TtsBatcher * batcher = w.batch_invariant ? nullptr : &w.batcher;
+    // batch_invariant off the CPU: a graph per step (only the CPU graph has a bit-exact batched form).
+    TtsBatcher * batcher = w.batch_invariant && !w.backend->is_cpu() ? nullptr : &w.batcher;
     const TtsBatchScope present(batcher, false);
     auto deliver = [&]() {
         if (!on_group) return true;

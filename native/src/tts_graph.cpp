@@ -59,11 +59,11 @@ void evaluate_rows(TtsShared & m, const std::vector<TtsRows> & parts) {
         return ggml_view_3d(ctx, t, hd, H, s.part->n, t->nb[1], t->nb[2], static_cast<size_t>(s.col) * t->nb[2]);
     };
     // ggml's CPU backend hands a matmul of two or more contiguous columns to its tiled GEMM, which
-    // sums in another order than the one-column dot products of a lone step. A strided right-hand
-    // side already in the weight's type keeps every column on the dot-product path, so a batched
-    // step gives each slot the bits of its lone step (docs/slots.md#tts). Condition rows (several
-    // rows of one slot) keep the GEMM.
-    bool one_row_each = B > 1 && m.backend->is_cpu();
+    // sums in another order than the one-column dot products of a lone step. With batch_invariant,
+    // a strided right-hand side already in the weight's type keeps every column on the dot-product
+    // path, so a batched step gives each slot the bits of its lone step, at a cost in speed
+    // (docs/slots.md#tts). Condition rows (several rows of one slot) keep the GEMM.
+    bool one_row_each = B > 1 && m.batch_invariant && m.backend->is_cpu();
     for (const TtsRows & part : parts) one_row_each = one_row_each && part.n == 1;
     auto rhs = [&](ggml_tensor * t, ggml_type type) {  // t: contiguous [k, N]
         if (!one_row_each) return t;
