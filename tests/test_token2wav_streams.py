@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
+from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError
 
 THREADS = 2  # vocoder (and CPU Token2Mel) workers: shared by the streams
@@ -133,6 +134,32 @@ def test_streams_under_each_cpu_kernel_set(tiny_dir, cpu_isa):
     got = _concurrently(streams, calls, [False, True])
     for k in range(2):
         _assert_same(got[k], _alone(tiny_dir, {}, calls[k]), f"stream {k}")
+
+
+def _estimator_cache_bytes(model_dir, policy: str) -> int:
+    """One copy of a stream's DiT caches on the device, from the prompt cache's shapes: K and V
+    of every CFM step, block and head for the CFG pair, over the capacity the policy needs (the
+    prompt's frames, + 100 recent ones under "reference", + two windows, rounded up to 16),
+    plus the conv caches."""
+    g = core.GgufFile(str(model_dir / "token2wav-gguf" / "prompt_cache.gguf"))
+    batch, slabs, prompt, row = g.find_tensor("prompt_cache.estimator_att_cache").shape
+    frames = prompt + 2 * 28 + (100 if policy == "reference" else 0)
+    capacity = (frames + 15) // 16 * 16
+    return 4 * (batch * slabs * capacity * row + int(np.prod(g.find_tensor("prompt_cache.estimator_cnn_cache").shape)))
+
+
+@pytest.mark.parametrize("engine", ["native", "graph"])
+@pytest.mark.parametrize("policy", ["llama.cpp-omni", "reference"])
+def test_stream_holds_one_copy_of_the_estimator_caches(tiny_dir, policy, engine):
+    # The caches are updated in place; two ping-pong copies made a stream over twice this. At
+    # real dimensions (docs/performance.md) stream_bytes went from 206.5 to 105.2 MiB
+    # ("llama.cpp-omni") and from 326.5 to 165.2 MiB ("reference").
+    one_copy = _estimator_cache_bytes(tiny_dir, policy)
+    t2w = omni.Token2Wav(tiny_dir, threads=1, cache_policy=policy, engine=engine)
+    s = t2w.new_stream()
+    assert one_copy <= s.stream_bytes < 2 * one_copy
+    t2w.push(np.arange(200, 300, dtype=np.int32))
+    assert one_copy <= t2w.stream_bytes < 2 * one_copy
 
 
 def test_new_stream_shares_weights_not_state(tiny_dir):

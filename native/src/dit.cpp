@@ -50,9 +50,8 @@ namespace {
 
 int round16(int n) { return (n + kFramePad - 1) / kFramePad * kFramePad; }
 
-// After a call on a resident cache: the other buffer now holds T2 frames (bounded next call).
+// After a call on a resident cache: it now holds T2 frames (bounded next call).
 void finish_call(DitDeviceState & dev, DitCache & cache, int T2) {
-    dev.cur = 1 - dev.cur;
     dev.stored = T2;
     int logical = 0;
     for (auto & r : kept_ranges(T2, cache.keep_head, cache.keep_tail)) logical += r.second;
@@ -197,13 +196,11 @@ void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
         throw InvalidArgument("estimator cache does not match the model and batch");
     }
     auto st = std::make_shared<DitDeviceState>();
-    ggml_init_params p{ggml_tensor_overhead() * 8, nullptr, true};
+    ggml_init_params p{ggml_tensor_overhead() * 4, nullptr, true};
     st->ctx = ggml_init(p);
-    for (int i = 0; i < 2; ++i) {
-        st->k[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, hd, capacity, DH, B);
-        st->vt[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, capacity, hd, DH, B);
-        st->cnn[i] = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, 2 * d.hidden, 2, d.depth, B);
-    }
+    st->k = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, hd, capacity, DH, B);
+    st->vt = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, capacity, hd, DH, B);
+    st->cnn = ggml_new_tensor_4d(st->ctx, GGML_TYPE_F32, 2 * d.hidden, 2, d.depth, B);
     st->buffer = ggml_backend_alloc_ctx_tensors(st->ctx, m.backend->get());
     if (!st->buffer) throw DeviceError("cannot allocate the estimator cache on " + m.backend->device().id);
     ggml_backend_buffer_clear(st->buffer, 0);  // padding frames are read (masked): keep them finite
@@ -219,9 +216,9 @@ void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
                 std::copy_n(row, hd, k.data() + (sl * capacity + t) * hd);
                 for (int e = 0; e < hd; ++e) vt[(sl * hd + e) * capacity + t] = row[hd + e];
             }
-        ggml_backend_tensor_set(st->k[0], k.data(), 0, ggml_nbytes(st->k[0]));
-        ggml_backend_tensor_set(st->vt[0], vt.data(), 0, ggml_nbytes(st->vt[0]));
-        ggml_backend_tensor_set(st->cnn[0], cache.cnn.data(), 0, ggml_nbytes(st->cnn[0]));
+        ggml_backend_tensor_set(st->k, k.data(), 0, ggml_nbytes(st->k));
+        ggml_backend_tensor_set(st->vt, vt.data(), 0, ggml_nbytes(st->vt));
+        ggml_backend_tensor_set(st->cnn, cache.cnn.data(), 0, ggml_nbytes(st->cnn));
     }
     cache.att.clear();
     cache.att.shrink_to_fit();
@@ -237,8 +234,8 @@ void DitEstimator::to_host(DitCache & cache) {
     const int hd = d.head_dim, cap = st.capacity;
     const size_t slabs = static_cast<size_t>(d.depth) * d.heads * st.batch;
     std::vector<float> k(slabs * cap * hd), vt(slabs * hd * cap);
-    ggml_backend_tensor_get(st.k[st.cur], k.data(), 0, ggml_nbytes(st.k[st.cur]));
-    ggml_backend_tensor_get(st.vt[st.cur], vt.data(), 0, ggml_nbytes(st.vt[st.cur]));
+    ggml_backend_tensor_get(st.k, k.data(), 0, ggml_nbytes(st.k));
+    ggml_backend_tensor_get(st.vt, vt.data(), 0, ggml_nbytes(st.vt));
     const auto ranges = kept_ranges(st.stored, cache.keep_head, cache.keep_tail);
     int frames = 0;
     for (auto & r : ranges) frames += r.second;
@@ -253,8 +250,8 @@ void DitEstimator::to_host(DitCache & cache) {
             }
     }
     cache.att_frames = frames;
-    cache.cnn.resize(ggml_nelements(st.cnn[st.cur]));
-    ggml_backend_tensor_get(st.cnn[st.cur], cache.cnn.data(), 0, ggml_nbytes(st.cnn[st.cur]));
+    cache.cnn.resize(ggml_nelements(st.cnn));
+    ggml_backend_tensor_get(st.cnn, cache.cnn.data(), 0, ggml_nbytes(st.cnn));
     cache.device.reset();
 }
 
@@ -301,7 +298,10 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
     // Built as we go: each block's cache writes are expanded before the reads that follow them,
-    // so they run first (the reads are views of the same resident buffer).
+    // so they run first (the reads are views of the same resident buffer). The cache is updated
+    // in place: per block, the kept older frames are copied out to temporaries (graph memory,
+    // shared by all streams), then written back behind this chunk's frames, then the chunk's
+    // K/V go in front; the conv caches are read (copied) before their writes at the very end.
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, kGraphNodes, false);
 
     ggml_tensor * in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, T, B);
@@ -313,7 +313,6 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         in_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T2p, T);
         ggml_set_input(in_mask);
     }
-    const int cur = dev ? dev->cur : 0, nxt = 1 - cur;
 
     ggml_tensor * temb = m.linear(ctx, ggml_silu(ctx, m.linear(ctx, in_t, "estimator.t_embedder.mlp.0")),
                                   "estimator.t_embedder.mlp.2");  // [h, B]
@@ -336,8 +335,8 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         ggml_tensor * k_all = nullptr;
         ggml_tensor * vt_all = nullptr;
         if (dev) {
-            ggml_tensor * K = dev->k[nxt];
-            ggml_tensor * V = dev->vt[nxt];
+            ggml_tensor * K = dev->k;
+            ggml_tensor * V = dev->vt;
             const size_t kb = static_cast<size_t>(i) * H * K->nb[2], vb = static_cast<size_t>(i) * H * V->nb[2];
             auto k_frames = [&](ggml_tensor * src, int first, int n) {
                 return ggml_view_4d(ctx, src, hd, n, H, B, src->nb[1], src->nb[2], src->nb[3], kb + first * src->nb[1]);
@@ -346,16 +345,22 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
                 return ggml_view_4d(ctx, src, n, hd, H, B, src->nb[1], src->nb[2], src->nb[3],
                                     vb + first * sizeof(float));
             };
+            std::vector<std::pair<ggml_tensor *, ggml_tensor *>> kept;  // (K, Vt) copies of each range
+            for (auto & r : old_ranges) {
+                kept.emplace_back(ggml_cont(ctx, k_frames(K, r.first, r.second)),
+                                  ggml_cont(ctx, v_frames(V, r.first, r.second)));
+                ggml_build_forward_expand(gf, kept.back().first);
+                ggml_build_forward_expand(gf, kept.back().second);
+            }
+            int off = T;
+            for (size_t j = 0; j < old_ranges.size(); ++j) {
+                const int n = old_ranges[j].second;
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, kept[j].first, k_frames(K, off, n)));
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, kept[j].second, v_frames(V, off, n)));
+                off += n;
+            }
             ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_frames(K, 0, T)));
             ggml_build_forward_expand(gf, ggml_cpy(ctx, vt, v_frames(V, 0, T)));
-            int off = T;
-            for (auto & r : old_ranges) {
-                ggml_build_forward_expand(
-                    gf, ggml_cpy(ctx, k_frames(dev->k[cur], r.first, r.second), k_frames(K, off, r.second)));
-                ggml_build_forward_expand(
-                    gf, ggml_cpy(ctx, v_frames(dev->vt[cur], r.first, r.second), v_frames(V, off, r.second)));
-                off += r.second;
-            }
             k_all = k_frames(K, 0, T2p);
             vt_all = v_frames(V, 0, T2p);
         } else {  // no cache: this chunk only, padded
@@ -368,7 +373,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         ggml_tensor * cnn1 = nullptr;
         ggml_tensor * cnn2 = nullptr;
         if (dev) {
-            ggml_tensor * cc = dev->cnn[cur];
+            ggml_tensor * cc = dev->cnn;
             auto conv_cache = [&](size_t off) {
                 return ggml_cont(ctx, ggml_view_3d(ctx, cc, h, 2, B, cc->nb[1], cc->nb[3], i * cc->nb[2] + off));
             };
@@ -386,7 +391,7 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
         f = m.linear(ctx, gu::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
         x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, chunk(mod, 5)));
         if (dev) {  // this block's conv caches: conv1's then conv2's last 2 input frames
-            ggml_tensor * dc = dev->cnn[nxt];
+            ggml_tensor * dc = dev->cnn;
             auto dst = [&](size_t off) {
                 return ggml_view_3d(ctx, dc, h, 2, B, dc->nb[1], dc->nb[3], i * dc->nb[2] + off);
             };

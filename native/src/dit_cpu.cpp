@@ -158,7 +158,8 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
     int old_keep = 0;
     for (auto & r : old_ranges) old_keep += r.second;
     const int T2 = T + old_keep;
-    const int cur = dev ? dev->cur : 0, nxt = 1 - cur, cap = dev ? dev->capacity : T;
+    const auto moves = kept_moves(old_ranges, T);
+    const int cap = dev ? dev->capacity : T;
 
     m.xin.shape(d.in_channels, N);
     for (cpu::Rows * r : {&m.xh, &m.a, &m.y, &m.c1}) r->shape(h, N);
@@ -213,8 +214,8 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
                               [&](int o, int col, float v) { dst.row(o)[col + dc] = (v + v * sc[o]) + sh[o]; });
         });
     };
-    // The conv cache columns: segment b's first 2 columns from cnn[cur] (zeros without a cache),
-    // and after the fill its last 2 columns into cnn[nxt]. `part` 0: conv1's, 1: conv2's.
+    // The conv cache columns: segment b's first 2 columns from the cache (zeros without one), and
+    // after the fill its last 2 columns back into the same place. `part` 0: conv1's, 1: conv2's.
     auto cache_cols = [&](cpu::Rows & buf, int block, int part, bool save) {
         for (int b = 0; b < B; ++b)
             for (int f = 0; f < 2; ++f) {
@@ -223,10 +224,10 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
                 const int col = b * Tp + (save ? T + f : f);
                 if (save) {
                     if (!dev) continue;
-                    float * c = static_cast<float *>(dev->cnn[nxt]->data) + off;
+                    float * c = static_cast<float *>(dev->cnn->data) + off;
                     for (int o = 0; o < h; ++o) c[o] = buf.row(o)[col];
                 } else {
-                    const float * c = dev ? static_cast<const float *>(dev->cnn[cur]->data) + off : nullptr;
+                    const float * c = dev ? static_cast<const float *>(dev->cnn->data) + off : nullptr;
                     for (int o = 0; o < h; ++o) buf.row(o)[col] = c ? c[o] : 0.0f;
                 }
             }
@@ -253,22 +254,17 @@ std::vector<float> DitCpu::run(const float * x, const float * mu, const float * 
             float * K;
             float * Vt;
             int ldv;
-            if (dev) {
-                K = static_cast<float *>(dev->k[nxt]->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
-                Vt = static_cast<float *>(dev->vt[nxt]->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
+            if (dev) {  // in place: the kept older frames move behind this chunk's, then K/V of the chunk
+                K = static_cast<float *>(dev->k->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
+                Vt = static_cast<float *>(dev->vt->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
                 ldv = cap;
-                const float * Ko =
-                    static_cast<const float *>(dev->k[cur]->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
-                const float * Vo =
-                    static_cast<const float *>(dev->vt[cur]->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
-                int off = T;
-                for (auto & r : old_ranges) {
-                    std::memcpy(K + static_cast<size_t>(off) * hd, Ko + static_cast<size_t>(r.first) * hd,
-                                sizeof(float) * r.second * hd);
+                for (auto & mv : moves) {
+                    const int from = old_ranges[mv.first].first, n = old_ranges[mv.first].second, to = mv.second;
+                    std::memmove(K + static_cast<size_t>(to) * hd, K + static_cast<size_t>(from) * hd,
+                                 sizeof(float) * n * hd);
                     for (int e = 0; e < hd; ++e)
-                        std::memcpy(Vt + static_cast<size_t>(e) * cap + off,
-                                    Vo + static_cast<size_t>(e) * cap + r.first, sizeof(float) * r.second);
-                    off += r.second;
+                        std::memmove(Vt + static_cast<size_t>(e) * cap + to, Vt + static_cast<size_t>(e) * cap + from,
+                                     sizeof(float) * n);
                 }
             } else {
                 K = scr + static_cast<size_t>(T2) * T;

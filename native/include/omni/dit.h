@@ -73,7 +73,7 @@ public:
 
     // Moves a cache onto the device (capacity: the most attention frames it will ever hold
     // before bounding, i.e. keep_head + keep_tail + the longest chunk). Later calls then read
-    // and write it there, ping-ponging between two buffers, with no host copies.
+    // and update it there in place (one copy), with no host copies.
     void to_device(DitCache & cache, int batch, int capacity_frames);
     // Copies a device cache back into its host vectors (for inspection and tests).
     void to_host(DitCache & cache);
