@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import checks, placement
 from ..config import bench_taskset
-from ..errors import ConfigError, PipelineError
+from ..errors import ConfigError, OmniError
 from . import load_metrics
 from .load_metrics import KINDS, MODES
 from .manifest import manifest
@@ -35,7 +35,7 @@ from .schema import validate_load_run
 
 LOAD_SCHEMA_VERSION = 1
 START_DELAY_S = 0.3  # the phase's common start lies this far ahead of the command: all hosts read it
-HOST_TIMEOUT_S = 3600.0
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 WARMUP_TOKENS = 8  # the warm-up phase's reply length (it loads the encoders and sizes the buffers)
 WARMUP_UNITS = 2
 
@@ -112,16 +112,19 @@ class _Host:
             stdout=subprocess.PIPE,
             text=True,
             env=env,
+            cwd=PACKAGE_ROOT,  # `-m` imports from the working directory first: the package running now
         )
 
     def read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait(timeout=60)
-            raise PipelineError(f"a load benchmark process ended (exit status {code}); its errors are above")
+            raise OmniError(f"a load benchmark process ended (exit status {code}); its errors are above")
         msg = json.loads(line)
+        if msg.get("ready") is False:
+            raise OmniError(f"a load benchmark process could not load the module set: {msg['error']}")
         if msg.get("error"):
-            raise PipelineError(f"a load benchmark process failed: {msg['error']}")
+            raise OmniError(f"a load benchmark process failed: {msg['error']}")
         return msg
 
     def send(self, cmd: dict) -> None:
@@ -217,7 +220,7 @@ def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
     from ..demo import demo_model_dir
     from ..modelset.layout import discover
 
-    model_dir = opts.model_dir or str(demo_model_dir("real"))
+    model_dir = str(Path(opts.model_dir).resolve()) if opts.model_dir else str(demo_model_dir("real"))
     before_mask = checks.usable_cpus()
     if opts.cpus is not None:
         os.sched_setaffinity(0, opts.cpus)  # inherited by every process started below
@@ -283,7 +286,7 @@ def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
         },
         "cpus": placement.format_cpulist(cpus),
         "taskset": taskset,
-        "competitor": {"cpu": cpus[0]} if opts.competitor else None,
+        "competitor": {"cpu": cpus[0], "pid": competitor.pid} if competitor else None,
         "config": hosts[0]["resolved"] if hosts else None,
         "data_valid": not failed and not silent,
         "failures": failed + silent,
