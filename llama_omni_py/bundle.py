@@ -111,6 +111,7 @@ class StageBundle:
         self.shared = shared
         self.model_dir, self.device, self.config = shared.model_dir, shared.device, shared.config
         self.llm, self.tts, self.token2wav = llm, tts, token2wav
+        self._slot_token2wav = token2wav  # the stream over the shared weights
         self.inputs, self.placement = shared.inputs, shared.placement
         self._other_token2wav: dict[str, Token2Wav] = {}
         self._audio_stream = None
@@ -128,10 +129,16 @@ class StageBundle:
             placement.pin_current_thread(self.placement.stage_cpus)
 
     def reset(self) -> None:
-        """Back to a fresh slot for its next session: empty KV caches, a fresh Token2Wav stream."""
+        """Back to a fresh slot for its next session: empty KV caches, the slot's own Token2Wav
+        stream reset (one a session reconfigured is dropped), the engine's configuration."""
         self.llm.forget()
         self.tts.start_turn()
+        if self.token2wav is not self._slot_token2wav:
+            self._close_token2wav()
+            self.token2wav, self.placement, self.config = self._slot_token2wav, self.shared.placement, self.shared.config
         self.token2wav.reset()
+        if self._audio_stream is not None:
+            self._audio_stream.reset_stream()
 
     # -- Token2Wav ---------------------------------------------------------------------------
     @property
@@ -164,10 +171,12 @@ class StageBundle:
         self.config = replace(self.config, token2wav=config)
 
     def _close_token2wav(self) -> None:
-        self.token2wav.close()
+        if self.token2wav is not self._slot_token2wav:
+            self.token2wav.close()
         for t2w in self._other_token2wav.values():
             t2w.close()
         self._other_token2wav.clear()
 
     def close(self) -> None:
         self._close_token2wav()
+        self._slot_token2wav.close()
