@@ -237,6 +237,10 @@ def markdown_table(summary: dict) -> str:
         )
     goals = summary["goals"] or {}
     rows.append("")
+    top = summary["groups"][max(summary["groups"], key=int)]["engine"]["module_bytes"]
+    if top:
+        parts = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in top["reports"][0].items())
+        rows.append(f"- engine.memory() at {max(summary['groups'], key=int)} slots, MiB: {parts}")
     for name, g in goals.items():
         if name != "slots":
             verdict = {True: "met", False: "MISSED", None: "unknown"}[g["met"]]
