@@ -135,7 +135,8 @@ class StageBundle:
         self.tts.start_turn()
         if self.token2wav is not self._slot_token2wav:
             self._close_token2wav()
-            self.token2wav, self.placement, self.config = self._slot_token2wav, self.shared.placement, self.shared.config
+            self.token2wav, self.placement = self._slot_token2wav, self.shared.placement
+            self.config = self.shared.config
         self.token2wav.reset()
         if self._audio_stream is not None:
             self._audio_stream.reset_stream()

@@ -110,7 +110,7 @@ class OmniEngine:
             "token2wav_weights": int(t2w.weight_bytes),
             "llm_kv_per_slot": int(self.stages.llm.kv_bytes_per_slot),
             "tts_kv_per_slot": int(tts.kv_bytes),
-            "token2wav_state_per_slot": int(t2w.state_bytes),
+            "token2wav_state_per_slot": int(t2w.stream_bytes),
         }
 
     @property

@@ -9,6 +9,10 @@
 Token2Mel (conformer + DiT flow matching) runs on ``device``; the HiFT vocoder always runs on
 the CPU with its own pool of ``threads`` workers, optionally pinned to ``cpus``.
 
+``new_stream()`` gives another stream over the same loaded weights (one per session slot): streams
+keep their own caches, noise and buffers, may push from different threads at once, and each gives
+the audio it would give alone (docs/token2wav-streaming.md, "Many streams over one Token2Wav").
+
 ``cache_policy`` chooses how the streaming caches evolve between windows and how the final
 window is run: ``"llama.cpp-omni"`` (default; reproduces llama.cpp-omni's audio) or
 ``"reference"`` (the PyTorch stepaudio2 streaming path). See docs/token2wav-streaming.md.
@@ -49,6 +53,19 @@ class Token2Wav:
         if (path / ms.T2W_DIR).exists():
             validate(discover(path), ["token2wav"], self.device)
         self._native = core.Token2Wav(str(t2w_dir), c.to_native(self.device))
+
+    def new_stream(self) -> Token2Wav:
+        """Another stream over these weights, thread pools and voice prompt (nothing is loaded
+        again), with the same options and its own state, ready as after :meth:`reset`. Streams
+        may be driven from different threads at once; each one by one caller (or by one mel and
+        one vocoder thread with the split halves). The weights stay loaded while any stream is
+        open."""
+        if self._native is None:
+            raise InvalidArgumentError("new_stream on a closed Token2Wav")
+        stream = object.__new__(Token2Wav)
+        stream.config, stream.device = self.config, self.device
+        stream._native = self._native.new_stream()
+        return stream
 
     def push(self, tokens, final: bool = False) -> np.ndarray:
         """Appends speech codes (ints in 0..6560); returns the float32 24 kHz audio now ready."""
@@ -95,6 +112,18 @@ class Token2Wav:
     def engine(self) -> str:
         """Token2Mel's compute: "native" (the CPU engine) or "graph" (ggml graphs)."""
         return self._native.engine
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes loaded once and shared by every stream over them: Token2Mel and vocoder
+        weights and the voice prompt."""
+        return self._native.weight_bytes
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of this stream's own state (attention and conv caches on the host and on the
+        Token2Mel device, buffers), as of its last window or reset."""
+        return self._native.stream_bytes
 
     @property
     def threads(self) -> int:

@@ -51,7 +51,12 @@ class _Unit:
 
 
 class TtsModel:
-    """The TTS decoder (and its projector) on one device."""
+    """The TTS decoder (and its projector) on one device.
+
+    :meth:`new_slot` gives another TtsModel over the same weights with a KV cache of its own; slots
+    generating at the same time from different threads evaluate their code steps together in one
+    graph. ``batch_invariant=True`` keeps every step in a graph of its own, exactly as a lone slot
+    runs it (docs/slots.md#tts)."""
 
     def __init__(
         self,
@@ -63,10 +68,41 @@ class TtsModel:
         n_ctx: int = KV_POSITIONS,
         batch_invariant: bool = False,
     ):
-        self.tts = core.Tts(str(tts_path), str(projector_path or ""), device, threads, n_ctx, exact)
+        native = core.Tts(str(tts_path), str(projector_path or ""), device, threads, n_ctx, exact, batch_invariant)
+        self._attach(native, n_ctx)
+
+    def _attach(self, native, n_ctx: int) -> None:
+        self.tts = native
         self.n_ctx = n_ctx
         self._units: list[_Unit] = []
         self.slides = 0  # context slides in the current reply
+
+    def new_slot(self, n_ctx: int | None = None) -> TtsModel:
+        """Another TTS over the same weights, with an empty KV cache of ``n_ctx`` positions
+        (default: this one's) and its own reply state."""
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        slot = TtsModel.__new__(TtsModel)
+        slot._attach(self.tts.new_slot(n_ctx), n_ctx)
+        return slot
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights on the device, shared by every slot."""
+        return self.tts.weight_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of this slot's KV cache on the device."""
+        return self.tts.kv_bytes
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self.tts.batch_invariant
+
+    @property
+    def step_batches(self) -> tuple[int, int]:
+        """(graphs, rows) of the code steps all slots of these weights evaluated so far."""
+        return tuple(self.tts.step_batches)
 
     @property
     def dims(self):

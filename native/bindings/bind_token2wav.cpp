@@ -94,6 +94,10 @@ void register_token2wav(py::module_ & m) {
             },
             py::arg("window"), "The vocoder half: one mel window (in stream order) -> audio.")
         .def("reset", &Token2Wav::reset, py::call_guard<py::gil_scoped_release>())
+        .def("new_stream", &Token2Wav::new_stream, py::call_guard<py::gil_scoped_release>(),
+             "Another stream over the same weights, pools and voice prompt, with its own state.")
+        .def_property_readonly("weight_bytes", &Token2Wav::weight_bytes)
+        .def_property_readonly("stream_bytes", &Token2Wav::stream_bytes)
         .def_property_readonly("steps", &Token2Wav::steps)
         .def_property_readonly("threads", &Token2Wav::threads)
         .def_property_readonly("finished", &Token2Wav::finished)

@@ -29,9 +29,20 @@ void register_tts(py::module_ & m) {
         .def_readonly("text_eos", &TtsDims::text_eos);
 
     py::class_<Tts>(m, "Tts", "The TTS decoder (projector + LLaMA backbone + audio-code head) with its own KV cache.")
-        .def(py::init<const std::string &, const std::string &, const std::string &, int, int, bool>(),
+        .def(py::init<const std::string &, const std::string &, const std::string &, int, int, bool, bool>(),
              py::arg("tts_path"), py::arg("projector_path") = "", py::arg("device") = "cpu", py::arg("threads") = 1,
-             py::arg("n_ctx") = 4096, py::arg("exact") = false, py::call_guard<py::gil_scoped_release>())
+             py::arg("n_ctx") = 4096, py::arg("exact") = false, py::arg("batch_invariant") = false,
+             py::call_guard<py::gil_scoped_release>())
+        .def("new_slot", &Tts::new_slot, py::arg("n_ctx") = 4096, py::call_guard<py::gil_scoped_release>(),
+             "A new slot over the same weights with its own empty KV cache; slots decoding at the same time from "
+             "different threads share graphs for their code steps.")
+        .def_property_readonly("weight_bytes", &Tts::weight_bytes, "Bytes of the weights on the device (shared).")
+        .def_property_readonly("kv_bytes", &Tts::kv_bytes, "Bytes of this slot's KV cache on the device.")
+        .def_property_readonly("batch_invariant", &Tts::batch_invariant)
+        .def_property_readonly("step_batches", &Tts::step_batches,
+                               "(graphs, rows) of the code steps of all slots of these weights so far.")
+        .def("_fail_next_batch", &Tts::fail_next_batch,
+             "Tests: the next graph holding the code steps of two or more slots fails with DeviceError.")
         .def_property_readonly("dims", &Tts::dims)
         .def_property_readonly("n_past", &Tts::n_past)
         .def("clear", &Tts::clear)

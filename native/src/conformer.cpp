@@ -169,6 +169,9 @@ ConformerEncoder::~ConformerEncoder() = default;
 
 const ConformerDims & ConformerEncoder::dims() const { return impl_->d; }
 Engine ConformerEncoder::engine() const { return impl_->native ? Engine::Native : Engine::Graph; }
+size_t ConformerEncoder::weight_bytes() const {
+    return impl_->native ? impl_->native->weight_bytes() : impl_->w.bytes();
+}
 
 ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool last_chunk, const float * cnn_cache,
                                                const float * att_cache, int att_frames) {

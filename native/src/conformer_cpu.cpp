@@ -183,6 +183,19 @@ ConformerCpu::ConformerCpu(const GgufFile & g, const ConformerDims & dims, std::
 
 ConformerCpu::~ConformerCpu() = default;
 
+size_t ConformerCpu::weight_bytes() const {
+    using cpu::bytes_of;
+    const Impl & m = *impl_;
+    size_t n = m.embed.bytes() + m.up_embed.bytes() + m.pre1.bytes() + m.pre2.bytes() + m.up_conv.bytes();
+    for (const auto * v : {&m.embed_w, &m.embed_b, &m.up_embed_w, &m.up_embed_b, &m.after_w, &m.after_b})
+        n += bytes_of(*v);
+    for (const Impl::Layer & L : m.layers) {
+        n += L.qkv.bytes() + L.out.bytes() + L.pos.bytes() + L.w1.bytes() + L.w2.bytes();
+        for (const auto * v : {&L.bias_u, &L.bias_v, &L.mha_w, &L.mha_b, &L.ff_w, &L.ff_b}) n += bytes_of(*v);
+    }
+    return n;
+}
+
 ConformerChunk ConformerCpu::forward_chunk(const float * xs, int T, bool last_chunk, const float * cnn_cache,
                                            const float * att_cache, int att_frames) {
     Impl & m = *impl_;

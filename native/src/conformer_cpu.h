@@ -19,6 +19,8 @@ public:
     // As ConformerEncoder::forward_chunk (arguments already checked).
     ConformerChunk forward_chunk(const float * xs, int frames, bool last_chunk, const float * cnn_cache,
                                  const float * att_cache, int att_frames);
+    // Bytes of the packed weights and norms (shared by every stream of a Token2Wav).
+    size_t weight_bytes() const;
 
 private:
     struct Impl;

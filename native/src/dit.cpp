@@ -177,6 +177,12 @@ DitEstimator::~DitEstimator() = default;
 const DitDims & DitEstimator::dims() const { return impl_->d; }
 Engine DitEstimator::engine() const { return impl_->engine; }
 const DeviceInfo & DitEstimator::device() const { return impl_->backend->device(); }
+size_t DitEstimator::weight_bytes() const { return impl_->native ? impl_->native->weight_bytes() : impl_->w.bytes(); }
+
+size_t DitCache::bytes() const {
+    const size_t resident = device && device->buffer ? ggml_backend_buffer_get_size(device->buffer) : 0;
+    return (cnn.size() + att.size()) * sizeof(float) + resident;
+}
 
 void DitEstimator::to_device(DitCache & cache, int B, int capacity) {
     Impl & m = *impl_;

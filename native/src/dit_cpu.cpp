@@ -129,6 +129,19 @@ DitCpu::DitCpu(const GgufFile & g, const DitDims & dims, std::shared_ptr<ThreadP
 
 DitCpu::~DitCpu() = default;
 
+size_t DitCpu::weight_bytes() const {
+    using cpu::bytes_of;
+    const Impl & m = *impl_;
+    size_t n = m.in_proj.bytes() + m.final_linear.bytes();
+    for (const auto * v : {&m.t0_w, &m.t0_b, &m.t2_w, &m.t2_b, &m.final_ada_w, &m.final_ada_b}) n += bytes_of(*v);
+    for (const Impl::Block & b : m.blocks) {
+        n += b.qkv.bytes() + b.proj.bytes() + b.conv1.bytes() + b.conv2.bytes() + b.fc1.bytes() + b.fc2.bytes();
+        for (const auto * v : {&b.qn_w, &b.qn_b, &b.kn_w, &b.kn_b, &b.cn_w, &b.cn_b, &b.ada_w, &b.ada_b})
+            n += bytes_of(*v);
+    }
+    return n;
+}
+
 std::vector<float> DitCpu::run(const float * x, const float * mu, const float * t, const float * spks,
                                const float * cond, int B, int T, DitDeviceState * dev, int keep_head, int keep_tail) {
     Impl & m = *impl_;

@@ -24,6 +24,8 @@ public:
     // cond: [B][80][T]; t: [B]; spks: [B][80]. Returns [B][80][T].
     std::vector<float> run(const float * x, const float * mu, const float * t, const float * spks, const float * cond,
                            int B, int T, DitDeviceState * dev, int keep_head, int keep_tail);
+    // Bytes of the packed weights and the small host ones (shared by every stream).
+    size_t weight_bytes() const;
 
 private:
     struct Impl;

@@ -267,6 +267,24 @@ int HiftVocoder::threads() const { return impl_->pool.size(); }
 int HiftVocoder::base_channels() const { return impl_->base; }
 bool HiftVocoder::bf16() const { return impl_->precision == cpu::Precision::BF16; }
 
+size_t HiftVocoder::weight_bytes() const {
+    using cpu::bytes_of;
+    const Impl & m = *impl_;
+    size_t n = m.conv_pre.bytes() + m.conv_post.bytes() + bytes_of(m.f0_cls_w) + bytes_of(m.lin_w);
+    for (const PackedConv & c : m.f0_convs) n += c.bytes();
+    for (int i = 0; i < 3; ++i)
+        n +=
+            bytes_of(m.source_downs[i].w) + bytes_of(m.source_downs[i].b) + bytes_of(m.ups[i].w) + bytes_of(m.ups[i].b);
+    auto resblock_bytes = [](const ResBlock & r) {
+        size_t b = 0;
+        for (int j = 0; j < 3; ++j) b += r.c1[j].bytes() + r.c2[j].bytes() + bytes_of(r.a1[j]) + bytes_of(r.a2[j]);
+        return b;
+    };
+    for (const ResBlock & r : m.resblocks) n += resblock_bytes(r);
+    for (const ResBlock & r : m.source_resblocks) n += resblock_bytes(r);
+    return n;
+}
+
 std::vector<float> HiftVocoder::f0(const float * mel, int frames) {
     if (frames <= 0) throw InvalidArgument("mel has no frames");
     Impl & m = *impl_;

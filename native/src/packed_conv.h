@@ -24,6 +24,11 @@ namespace omni::cpu {
 
 enum class Precision { F32, BF16 };
 
+template <class T>
+size_t bytes_of(const std::vector<T> & v) {
+    return v.size() * sizeof(T);
+}
+
 struct PackedConv {
     int out = 0, in = 0, k = 1, dilation = 1, pad = 0;
     std::vector<float> w;  // F32: [panels][in*k][kPanel], K index = i*k + kk
@@ -35,6 +40,7 @@ struct PackedConv {
     bool has_bf16() const { return !w_bf16.empty(); }
     // How far x must extend right of column n - 1 for this conv (padding reach + tile overrun).
     int right_reach() const { return (k - 1) * dilation - pad + kTileCols; }
+    size_t bytes() const { return bytes_of(w) + bytes_of(w_bf16) + bytes_of(w_rows) + bytes_of(bias); }
 };
 
 // w: [out][in][k] (PyTorch Conv1d), bias: [out] or null. bf16: also pack the BF16 copy (needs

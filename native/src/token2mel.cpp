@@ -43,7 +43,19 @@ Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int th
 
 Token2Mel::~Token2Mel() = default;
 
+size_t Token2MelCache::bytes() const {
+    size_t n = (conformer_cnn.size() + conformer_att.size()) * sizeof(float) + sizeof(rng);
+    for (const DitCache & c : estimator) n += c.bytes();
+    return n;
+}
+
+size_t Token2Mel::weight_bytes() const {
+    const size_t host = embedding_.size() + spk_w_.size() + spk_b_.size() + proj_w_.size() + proj_b_.size();
+    return encoder_->weight_bytes() + dit_->weight_bytes() + host * sizeof(float);
+}
+
 void Token2Mel::caches_to_device(Token2MelCache & cache, int capacity) {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (cache.estimator.size() != static_cast<size_t>(n_steps_)) cache.estimator.assign(n_steps_, DitCache{});
     for (DitCache & c : cache.estimator) dit_->to_device(c, 2, capacity);
 }
@@ -72,6 +84,9 @@ std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chu
     if (!std::all_of(spk80.begin(), spk80.end(), [](float v) { return std::isfinite(v); })) {
         throw InvalidArgument("speaker embedding is not finite");
     }
+    // The encoder and the CFM steps of one stream at a time (the host pieces around them are
+    // per call); the rest of this function touches only `cache` and locals.
+    std::lock_guard<std::mutex> lock(mutex_);
     // Encoder over the token embeddings.
     std::vector<float> xs(static_cast<size_t>(n) * d_);
     for (int i = 0; i < n; ++i)

@@ -1,7 +1,7 @@
 #include "omni/token2wav.h"
 
 #include "omni/errors.h"
-#include "omni/gguf_file.h"
+#include "token2wav_voice.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,19 +11,13 @@ namespace omni {
 
 namespace {
 
-constexpr int kMaxEstimatorFrames = 600;  // llama.cpp-omni's TOKEN2WAV_FM_MAX_T_CACHE default
-constexpr int kRecentFrames = 100;  // reference policy: mel frames kept beside the prompt's
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<float> finite_tensor(const GgufFile & g, const std::string & name, size_t expect) {
-    std::vector<float> v = g.read_f32(name);
-    if (v.size() != expect) throw ModelFileError(g.path(), "tensor '" + name + "' has an unexpected size");
-    for (float x : v)
-        if (!std::isfinite(x)) throw ModelFileError(g.path(), "tensor '" + name + "' contains NaN or infinity");
-    return v;
+uint64_t next_stream_id() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Reference policy, conformer cache (layers, heads, frames, row): keep the prompt's frames and the
@@ -68,95 +62,48 @@ const char * cache_policy_name(CachePolicy p) {
     return p == CachePolicy::LlamaCppOmni ? "llama.cpp-omni" : "reference";
 }
 
-Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options) {
+Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) : opt_(options), id_(next_stream_id()) {
     if (options.first_window_codes < kMinFirstWindow || options.first_window_codes > kHop) {
         throw InvalidArgument("first_window_codes must be in " + std::to_string(kMinFirstWindow) + ".." +
                               std::to_string(kHop) + ", got " + std::to_string(options.first_window_codes));
     }
     t2m_ =
-        std::make_unique<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
-    vocoder_ = std::make_unique<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
-
-    // The fixed voice: speaker vector and the caches computed on the voice prompt.
-    GgufFile pc(dir + "/prompt_cache.gguf");
-    const int file_steps = static_cast<int>(pc.get_int("mtmd.prompt_cache.n_timesteps"));
-    if (file_steps != options.steps) {
-        throw ModelFileError(pc.path(),
-                             "the prompt cache was built for " + std::to_string(file_steps) + " CFM steps, not " +
-                                 std::to_string(options.steps) + "; use steps=" + std::to_string(file_steps) +
-                                 " or regenerate the cache");
-    }
-    const ConformerDims & ed = t2m_->encoder_dims();
-    const DitDims & dd = t2m_->estimator_dims();
-    const GgufTensorInfo & ca = pc.tensor("prompt_cache.conformer_att_cache");
-    const GgufTensorInfo & ea = pc.tensor("prompt_cache.estimator_att_cache");
-    const int layers = ed.blocks + ed.up_blocks, T = static_cast<int>(ca.ne.size() == 4 ? ca.ne[1] : 0);
-    if (ca.ne != std::vector<int64_t>{2 * ed.d_head, T, ed.heads, layers} || T <= 0 || T % 2) {
-        throw ModelFileError(pc.path(), "conformer_att_cache does not match the encoder");
-    }
-    const int Te = static_cast<int>(ea.ne.size() == 4 ? ea.ne[1] : 0);
-    const int per_step = dd.depth * dd.heads;
-    if (ea.ne != std::vector<int64_t>{2 * dd.head_dim, Te, static_cast<int64_t>(options.steps) * per_step, 2} ||
-        Te <= 0) {
-        throw ModelFileError(pc.path(), "estimator_att_cache does not match the estimator and steps");
-    }
-    spk_ = finite_tensor(pc, "prompt_cache.spk_cb", Token2Mel::kSpk);
-    prompt_cache_.conformer_cnn = finite_tensor(pc, "prompt_cache.conformer_cnn_cache", static_cast<size_t>(ed.d) * 6);
-    prompt_cache_.conformer_att = finite_tensor(pc, "prompt_cache.conformer_att_cache",
-                                                static_cast<size_t>(2 * ed.d_head) * T * ed.heads * layers);
-    prompt_cache_.conformer_frames = T;
-    const std::vector<float> ecnn = finite_tensor(
-        pc, "prompt_cache.estimator_cnn_cache", static_cast<size_t>(2 * dd.hidden) * 2 * options.steps * dd.depth * 2);
-    const std::vector<float> eatt =
-        finite_tensor(pc, "prompt_cache.estimator_att_cache",
-                      static_cast<size_t>(2 * dd.head_dim) * Te * options.steps * per_step * 2);
-    // Split the step-major packing into one DiT cache per step (batch 2 outermost in both).
-    const size_t cnn_block = static_cast<size_t>(2 * dd.hidden) * 2 * dd.depth;
-    const size_t att_block = static_cast<size_t>(2 * dd.head_dim) * Te * per_step;
-    prompt_cache_.estimator.assign(options.steps, DitCache{});
-    for (int s = 0; s < options.steps; ++s) {
-        DitCache & c = prompt_cache_.estimator[s];
-        c.att_frames = Te;
-        for (int b = 0; b < 2; ++b) {
-            const float * cs = ecnn.data() + (static_cast<size_t>(b) * options.steps + s) * cnn_block;
-            c.cnn.insert(c.cnn.end(), cs, cs + cnn_block);
-            const float * as = eatt.data() + (static_cast<size_t>(b) * options.steps + s) * att_block;
-            c.att.insert(c.att.end(), as, as + att_block);
-        }
-    }
-    conf_window_ = T;
-    if (options.cache_policy == CachePolicy::LlamaCppOmni) {
-        // The estimator cache stays the prompt's: of [chunk, prompt] only the prompt's Te frames
-        // are kept. llama.cpp-omni attends over at most 600 frames; beyond that its rule changes.
-        if (Te + 2 * kWindow > kMaxEstimatorFrames) {
-            throw ModelFileError(pc.path(),
-                                 "estimator_att_cache has " + std::to_string(Te) +
-                                     " frames; the llama.cpp-omni cache policy supports at most " +
-                                     std::to_string(kMaxEstimatorFrames - 2 * kWindow) +
-                                     " (use cache_policy='reference')");
-        }
-        est_window_ = Te;
-    } else {
-        est_window_ = std::min(Te, kMaxEstimatorFrames - kRecentFrames);
-    }
-    for (DitCache & c : prompt_cache_.estimator) {  // bounded inside the estimator call, on the device
-        if (options.cache_policy == CachePolicy::LlamaCppOmni) {
-            c.keep_head = 0;
-            c.keep_tail = Te;
-        } else {
-            c.keep_head = est_window_;
-            c.keep_tail = kRecentFrames;
-        }
-    }
+        std::make_shared<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
+    vocoder_ = std::make_shared<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
+    voice_ = load_voice(dir, options, *t2m_);
     reset();
+}
+
+Token2Wav::Token2Wav(std::shared_ptr<Token2Mel> t2m, std::shared_ptr<HiftVocoder> vocoder,
+                     std::shared_ptr<const Voice> voice, const Token2WavOptions & options)
+    : opt_(options),
+      t2m_(std::move(t2m)),
+      vocoder_(std::move(vocoder)),
+      voice_(std::move(voice)),
+      id_(next_stream_id()) {
+    reset();
+}
+
+std::unique_ptr<Token2Wav> Token2Wav::new_stream() const {
+    return std::unique_ptr<Token2Wav>(new Token2Wav(t2m_, vocoder_, voice_, opt_));
+}
+
+size_t Token2Wav::weight_bytes() const { return t2m_->weight_bytes() + vocoder_->weight_bytes() + voice_->bytes(); }
+
+// Called by the mel half only: the vocoder half's caches are counted at their fixed sizes, not
+// read (the other thread may be writing them).
+void Token2Wav::update_stream_bytes() {
+    constexpr size_t vocoder_side = (HiftVocoder::kMel * kMelCache + 2 * kSourceCache) * sizeof(float);
+    const size_t buffered = buffer_.size() * sizeof(int32_t);
+    stream_bytes_.store(sizeof(*this) + cache_.bytes() + buffered + vocoder_side, std::memory_order_relaxed);
 }
 
 Token2Wav::~Token2Wav() = default;
 
 void Token2Wav::reset() {
-    cache_ = prompt_cache_;
+    cache_ = voice_->prompt;
     // The estimator caches stay resident on the Token2Mel device from here on.
-    t2m_->caches_to_device(cache_, est_window_ + kRecentFrames + 2 * kWindow);  // enough for either policy
+    t2m_->caches_to_device(cache_, voice_->est_capacity);
     cache_.rng.seed(opt_.seed);
     buffer_.assign(3, kSilence);
     mel_cache_.clear();
@@ -166,6 +113,7 @@ void Token2Wav::reset() {
     next_vocode_ = next_mel_;  // windows of the stream before are refused from here on
     stream_windows_ = 0;
     last_ = total_ = Token2WavTimings{};
+    update_stream_bytes();
 }
 
 void Token2Wav::update_conformer_cache() {
@@ -174,22 +122,22 @@ void Token2Wav::update_conformer_cache() {
     if (opt_.cache_policy == CachePolicy::LlamaCppOmni) {
         // Every layer keeps its newest L frames (L = the prompt's). On the tiled token-rate
         // layers this keeps [new tail, older] out of order; that is the rule being reproduced.
-        if (frames > conf_window_) {
+        if (frames > voice_->conf_window) {
             cache_.conformer_att = keep_head_tail(cache_.conformer_att, static_cast<size_t>(layers) * ed.heads, frames,
-                                                  2 * ed.d_head, 0, conf_window_);
-            cache_.conformer_frames = conf_window_;
+                                                  2 * ed.d_head, 0, voice_->conf_window);
+            cache_.conformer_frames = voice_->conf_window;
         }
-    } else if (frames > conf_window_ + kRecentFrames) {
+    } else if (frames > voice_->conf_window + kRecentFrames) {
         cache_.conformer_att = trim_per_scale(cache_.conformer_att, ed.blocks, layers, ed.heads, frames, 2 * ed.d_head,
-                                              conf_window_, kRecentFrames);
-        cache_.conformer_frames = conf_window_ + kRecentFrames;
+                                              voice_->conf_window, kRecentFrames);
+        cache_.conformer_frames = voice_->conf_window + kRecentFrames;
     }
 }
 
 std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last, bool as_is, int * frames) {
     if (opt_.cache_policy == CachePolicy::Reference || n == kWindow || as_is) {
         std::vector<float> mel =
-            t2m_->chunk(tokens, n, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, frames);
+            t2m_->chunk(tokens, n, last, voice_->spk.data(), nullptr, nullptr, opt_.temperature, cache_, frames);
         update_conformer_cache();
         return mel;
     }
@@ -199,7 +147,7 @@ std::vector<float> Token2Wav::token2mel(const int32_t * tokens, int n, bool last
     padded.resize(kWindow, kSilence);
     int T = 0;
     std::vector<float> mel =
-        t2m_->chunk(padded.data(), kWindow, last, spk_.data(), nullptr, nullptr, opt_.temperature, cache_, &T);
+        t2m_->chunk(padded.data(), kWindow, last, voice_->spk.data(), nullptr, nullptr, opt_.temperature, cache_, &T);
     update_conformer_cache();
     const int keep = std::min(T, 2 * n);
     std::vector<float> out(static_cast<size_t>(Token2Mel::kMel) * keep);
@@ -214,8 +162,10 @@ MelWindow Token2Wav::mel_window(const int32_t * tokens, int n, bool last, bool a
     MelWindow w;
     w.last = last;
     w.seq = next_mel_++;
+    w.stream = id_;
     ++stream_windows_;
     w.mel = token2mel(tokens, n, last, as_is, &w.frames);
+    update_stream_bytes();
     add_timing(&Token2WavTimings::token2mel_ms, ms_since(t0));
     return w;
 }
@@ -229,7 +179,7 @@ void Token2Wav::add_timing(double Token2WavTimings::* field, double ms) {
 std::vector<float> Token2Wav::vocode_window(const MelWindow & w) {
     const auto t0 = std::chrono::steady_clock::now();
     const int frames = w.frames;
-    if (frames < 1 || w.mel.size() != static_cast<size_t>(HiftVocoder::kMel) * frames) {
+    if (w.stream != id_ || frames < 1 || w.mel.size() != static_cast<size_t>(HiftVocoder::kMel) * frames) {
         throw InvalidArgument("vocode: not a mel window of this stream");
     }
     if (w.seq != next_vocode_) {

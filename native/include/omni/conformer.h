@@ -40,6 +40,8 @@ public:
 
     const ConformerDims & dims() const;
     Engine engine() const;
+    // Bytes of the weights: the device buffer of the graph, or the native engine's packed copies.
+    size_t weight_bytes() const;
 
     // xs: (frames, in) token embeddings incl. 3 look-ahead tokens (not on the last chunk).
     // cnn_cache / att_cache may be null (first chunk); att_frames = cached frames (even).

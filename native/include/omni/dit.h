@@ -34,6 +34,7 @@ struct DitCache {
     // first `keep_head` and the last `keep_tail` frames (0, 0: unbounded).
     int keep_head = 0, keep_tail = 0;
     std::shared_ptr<DitDeviceState> device;
+    size_t bytes() const;  // host vectors plus the resident device buffer
 };
 
 // Keeps the first `head` and last `tail` frames of each slab of a [slabs][frames][row] buffer.
@@ -56,6 +57,8 @@ public:
     const DitDims & dims() const;
     Engine engine() const;
     const DeviceInfo & device() const;
+    // Bytes of the weights: the device buffer of the graphs, or the native engine's packed copies.
+    size_t weight_bytes() const;
 
     // One estimator call without caches (full attention over the T frames).
     // x, mu, cond: [B][80][T]; t: [B] (flow time in [0, 1]); spks: [B][80]. Returns [B][80][T].

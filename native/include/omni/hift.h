@@ -31,7 +31,10 @@ public:
     int threads() const;
     int base_channels() const;
     bool bf16() const;
+    size_t weight_bytes() const;  // the packed convolutions and the small host tensors
 
+    // Every call may come from any thread: calls take turns on the one pool and its buffers
+    // (the streams of a Token2Wav share one vocoder).
     // mel: [80][frames] -> f0 (Hz) per frame.
     std::vector<float> f0(const float * mel, int frames);
     // f0 per frame -> excitation, frames * 480 samples.

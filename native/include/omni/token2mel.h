@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct Token2MelCache {
     // per stream here, so sessions do not perturb each other).
     std::mt19937 rng{42};
     bool empty() const { return conformer_frames == 0; }
+    size_t bytes() const;  // host vectors plus the estimator caches resident on the device
 };
 
 class Token2Mel {
@@ -44,11 +46,15 @@ public:
     Engine engine() const { return dit_->engine(); }
     const ConformerDims & encoder_dims() const { return encoder_->dims(); }
     const DitDims & estimator_dims() const { return dit_->dims(); }
+    // Bytes of the weights (encoder, estimator and the host-side tables).
+    size_t weight_bytes() const;
 
     // One streaming chunk. tokens: n ids in 0..6560 incl. 3 look-ahead tokens (unless last);
     // spk: 192-d speaker vector (normalised here); cond: (80, frames) prompt mel or null (zeros);
     // noise: (80, frames) initial noise or null (drawn from cache.rng as llama.cpp-omni does:
     // N(0,1) in channel-fastest order). Returns the mel (80, frames); updates `cache`.
+    // Thread-safe: streams of a Token2Wav share one Token2Mel, each with its own cache; their
+    // chunks take turns (one backend, one engine pool, one graph allocator).
     std::vector<float> chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk, const float * cond,
                              const float * noise, float temperature, Token2MelCache & cache, int * frames_out);
 
@@ -56,6 +62,7 @@ public:
     void caches_to_device(Token2MelCache & cache, int capacity_frames);
 
 private:
+    std::mutex mutex_;  // one chunk (or cache upload) at a time: the backend is not reentrant
     std::shared_ptr<Backend> backend_;
     std::shared_ptr<ThreadPool> pool_;  // the native engine's workers (null for graphs)
     std::unique_ptr<ConformerEncoder> encoder_;

@@ -16,11 +16,19 @@
 // 3840-sample source cache; each chunk's first 3840 samples are cross-faded (Hamming, 7680) with
 // the previous chunk's held-back tail and its own last 3840 samples are held back until the final
 // push: 24000 samples per 25 tokens.
+//
+// Streams: new_stream() makes another stream over the same loaded weights (Token2Mel, vocoder,
+// their thread pools and backend, the voice prompt); each stream has its own buffers, caches,
+// noise generator and counters. Streams may push from different threads at once: Token2Mel and
+// the vocoder take one window at a time each, so windows of different streams take turns
+// (docs/token2wav-streaming.md, "Many streams over one Token2Wav"). One stream is still driven
+// by one caller (or, with the split halves, one mel thread and one vocoder thread).
 #pragma once
 
 #include "omni/hift.h"
 #include "omni/token2mel.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -63,6 +71,7 @@ struct MelWindow {
     int frames = 0;
     bool last = false;  // the stream's final window (the vocoder then emits its held-back tail)
     uint64_t seq = 0;  // order of making; vocode takes each window once, in this order
+    uint64_t stream = 0;  // the stream that made it (vocode refuses another stream's windows)
 };
 
 class Token2Wav {
@@ -72,6 +81,18 @@ public:
 
     Token2Wav(const std::string & token2wav_dir, const Token2WavOptions & options);
     ~Token2Wav();
+    Token2Wav(const Token2Wav &) = delete;
+    Token2Wav & operator=(const Token2Wav &) = delete;
+
+    // A new stream over this one's weights, pools, backend and voice prompt (nothing is read
+    // from disk), with the same options and its own state, as right after reset(). The weights
+    // live as long as any stream over them.
+    std::unique_ptr<Token2Wav> new_stream() const;
+    // Bytes held once for all streams (Token2Mel and vocoder weights, the voice prompt), and
+    // bytes of this stream's own state (attention and conv caches, on the host and on the
+    // Token2Mel device; buffers) as of its last window or reset. Safe to read from any thread.
+    size_t weight_bytes() const;
+    size_t stream_bytes() const { return stream_bytes_.load(std::memory_order_relaxed); }
 
     // Appends tokens (0..6560) and returns the audio that became ready. final=true flushes the
     // rest (tokens may then be empty); after it only reset() is accepted.
@@ -104,6 +125,13 @@ public:
     bool bf16() const { return opt_.bf16; }
 
 private:
+    struct Voice;  // the voice prompt: speaker vector and caches (read-only, shared)
+
+    Token2Wav(std::shared_ptr<Token2Mel> t2m, std::shared_ptr<HiftVocoder> vocoder, std::shared_ptr<const Voice> voice,
+              const Token2WavOptions & options);
+    static std::shared_ptr<const Voice> load_voice(const std::string & dir, const Token2WavOptions & options,
+                                                   const Token2Mel & t2m);
+    void update_stream_bytes();
     MelWindow mel_window(const int32_t * tokens, int n, bool last, bool as_is = false);
     std::vector<float> vocode_window(const MelWindow & w);
     std::vector<float> vocode_all(const std::vector<MelWindow> & windows);
@@ -113,11 +141,11 @@ private:
     void update_conformer_cache();
 
     Token2WavOptions opt_;
-    std::unique_ptr<Token2Mel> t2m_;
-    std::unique_ptr<HiftVocoder> vocoder_;
-    std::vector<float> spk_;
-    Token2MelCache prompt_cache_, cache_;
-    int conf_window_ = 0, est_window_ = 0;
+    std::shared_ptr<Token2Mel> t2m_;  // shared by the streams; thread-safe
+    std::shared_ptr<HiftVocoder> vocoder_;  // shared by the streams; thread-safe
+    std::shared_ptr<const Voice> voice_;
+    const uint64_t id_;  // MelWindow::stream of this stream's windows
+    Token2MelCache cache_;
     std::vector<int32_t> buffer_;
     std::vector<float> mel_cache_, source_cache_, tail_;  // mel_cache_: (80, kMelCache) channel-major
     bool finished_ = false;
@@ -125,6 +153,7 @@ private:
     int stream_windows_ = 0;  // windows made since the last reset()
     mutable std::mutex timing_mutex_;  // the two halves may run on two threads
     Token2WavTimings last_, total_;
+    std::atomic<size_t> stream_bytes_{0};
 };
 
 }  // namespace omni

@@ -2,6 +2,11 @@
 // TTS GGUF, which stock libllama rejects) + the audio-code head and emb_code feedback, with its
 // own KV cache on the session's device. The head runs in the same graph as the backbone, so a
 // step returns the 6562 logits directly.
+//
+// Slots (docs/slots.md#tts): the weights live once, shared by every Tts made with new_slot();
+// each slot owns only its KV cache and position. Slots decoding at the same time from different
+// threads have their one-row code steps evaluated together in one graph, unless the weights were
+// loaded with batch_invariant (then each step is its own graph, exactly as a lone slot runs it).
 #pragma once
 
 #include "omni/backend.h"
@@ -28,9 +33,24 @@ class Tts {
 public:
     // projector_gguf may be empty: then projector_semantic.* from the TTS file is used.
     // exact: widen F16 weights to F32 (exact arithmetic, twice the memory); else they stay F16.
+    // batch_invariant: never batch the code steps of several slots (see above).
     Tts(const std::string & tts_gguf, const std::string & projector_gguf, const std::string & device, int threads,
-        int n_ctx = 4096, bool exact = false);
+        int n_ctx = 4096, bool exact = false, bool batch_invariant = false);
     ~Tts();
+    Tts(const Tts &) = delete;
+    Tts & operator=(const Tts &) = delete;
+
+    // A new slot over the same weights, with an empty KV cache of n_ctx positions.
+    std::unique_ptr<Tts> new_slot(int n_ctx) const;
+    size_t weight_bytes() const;  // the shared weights on the device (once for all slots)
+    size_t kv_bytes() const;  // this slot's KV cache on the device
+    bool batch_invariant() const;
+    // Code steps evaluated by all slots of these weights so far: (graphs, rows). rows > graphs
+    // means steps of several slots shared a graph.
+    std::pair<int64_t, int64_t> step_batches() const;
+    // Fault injection for tests: the next graph holding the steps of two or more slots throws
+    // DeviceError (in every slot that took part).
+    void fail_next_batch();
 
     const TtsDims & dims() const;
     int n_past() const;
@@ -58,8 +78,10 @@ public:
     // session device). For benchmarks.
     std::pair<double, double> head_cost_ms(int reps);
 
+    struct Impl;  // per slot: the shared weights, the KV cache, n_past (native/src/tts_shared.h)
+
 private:
-    struct Impl;
+    explicit Tts(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
 
