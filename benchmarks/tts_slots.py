@@ -1,7 +1,8 @@
 """TTS slots: aggregate speech codes per second of 1, 2, 4 ... slots generating at the same time
 from their own threads over one set of weights, with their code steps batched into shared graphs
-and with batch_invariant (a graph per step), alternating round by round; the codes of both modes
-must be the same. Also the bytes of the shared weights and of one slot's KV cache.
+and with batch_invariant (exact: each slot's lone logits), alternating round by round; how often
+the batched mode's codes differ from the exact ones (slots whose codes differ, and the first
+differing code). Also the bytes of the shared weights and of one slot's KV cache.
 
     python benchmarks/tts_slots.py [--model-dir DIR] [--slots 1,2,4] [--codes 50] [--rounds 3]
                                    [--threads 2] [--device cpu] [--out FILE]
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
         run_slots(m, pools[name][:1], 5)
     walls: dict = {name: {n: [] for n in counts} for name in modes}
     fill: dict = {name: {n: [] for n in counts} for name in modes}
-    same = True
+    diverged: list = []  # per slot and run: None (same codes) or the index of the first differing code
     for r in range(args.rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))  # alternate which mode goes first
         for n in counts:
@@ -101,14 +102,15 @@ def main(argv=None) -> int:
                 wall, got[name], rows_per_graph = run_slots(modes[name], pools[name][:n], args.codes)
                 walls[name][n].append(wall)
                 fill[name][n].append(rows_per_graph)
-            same = same and got["batched"] == got["batch_invariant"]
+            for a, b in zip(got["batched"], got["batch_invariant"]):
+                diverged.append(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None))
     result: dict = {
         "device": args.device,
         "threads": args.threads,
         "codes_per_slot": args.codes,
         "rounds": args.rounds,
         "exact": args.exact,
-        "same_codes": same,
+        "first_differing_code": diverged,
         "modes": {},
     }
     for name in modes:
@@ -131,7 +133,9 @@ def main(argv=None) -> int:
     result["tts_ctx"] = KV_POSITIONS
     print(
         f"TTS {tts.dims.layers} x {tts.dims.hidden}, {args.threads} threads, {args.codes} codes per slot, "
-        f"median of {args.rounds}; same codes in both modes: {same}"
+        f"median of {args.rounds}; slot runs whose batched codes differ from the exact ones: "
+        f"{sum(i is not None for i in diverged)} of {len(diverged)} (first differing code: "
+        f"{sorted(i for i in diverged if i is not None)})"
     )
     print("slots | batched: codes/s, x one slot (median of per-round ratios), rows/graph | batch_invariant: same")
     for n in counts:
@@ -148,7 +152,7 @@ def main(argv=None) -> int:
         f"per slot at tts_ctx {KV_POSITIONS}"
     )
     write_result("tts_slots", result, [s.path("tts"), s.path("projector")], args.out)
-    return 0 if same else 1
+    return 0
 
 
 if __name__ == "__main__":

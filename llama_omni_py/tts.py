@@ -55,8 +55,8 @@ class TtsModel:
 
     :meth:`new_slot` gives another TtsModel over the same weights with a KV cache of its own; slots
     generating at the same time from different threads evaluate their code steps together in one
-    graph. ``batch_invariant=True`` keeps every step in a graph of its own, exactly as a lone slot
-    runs it (docs/slots.md#tts)."""
+    graph, whose sums may run in another order than a lone step's. ``batch_invariant=True`` gives
+    every slot exactly its lone logits, so the same seed gives the same codes (docs/slots.md#tts)."""
 
     def __init__(
         self,

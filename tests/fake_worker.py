@@ -1,10 +1,11 @@
 """A stand-in engine worker for the gateway's failure tests: the worker side of the backend protocol
 that the gateway uses (GET /health, WebSocket /backend with session.init -> session.created and
 input.append -> `--deltas` text deltas `--delay` s apart, then response.done; POST
-/sessions/{id}/close), and `--parent-pid` like a real worker. It loads no model, so tests can
-kill it mid-turn at a known point.
+/sessions/{id}/close), `--slots` sessions at once (one more is refused as busy, as a real worker
+does), and `--parent-pid` like a real worker. It loads no model, so tests can kill it mid-turn
+at a known point.
 
-    python fake_worker.py --port 0 [--parent-pid PID] [--deltas 40] [--delay 0.05] [--load-s 0]
+    python fake_worker.py --port 0 [--parent-pid PID] [--deltas 40] [--delay 0.05] [--load-s 0] [--slots 1]
 """
 
 from __future__ import annotations
@@ -21,6 +22,29 @@ from websockets.asyncio.server import serve
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
+from llama_omni_py.server.gateway.workers import LocalWorkers
+
+
+class FakeWorkers(LocalWorkers):
+    """LocalWorkers whose processes are this script (the tests' gateway over fake workers)."""
+
+    def __init__(self, n: int, *fake_args: str):
+        super().__init__(["cpu"] * n, [], pin=False)
+        self.fake_args = list(fake_args)
+
+    def command(self, device: str) -> list[str]:
+        import os
+        import sys
+
+        return [sys.executable, __file__, "--port", "0", "--parent-pid", str(os.getpid()), *self.fake_args]
+
+
+def gateway_config(**kw):
+    """A gateway that checks its workers often and restarts them at once."""
+    from llama_omni_py.server.gateway import GatewayConfig
+
+    return GatewayConfig(port=0, health_interval_s=0.2, restart_backoff_s=(0.2,), **kw)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -30,13 +54,14 @@ def main() -> None:
     ap.add_argument("--deltas", type=int, default=40)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--load-s", type=float, default=0.0, help="seconds /health says loading")
+    ap.add_argument("--slots", type=int, default=1, help="sessions served at once")
     args, _ = ap.parse_known_args()
     if args.parent_pid is not None:
         from llama_omni_py.server.lifeline import die_with_parent
 
         die_with_parent(args.parent_pid, grace_s=5.0)
     started = time.monotonic()
-    state = {"active": None, "turns": 0}
+    state = {"active": set(), "sessions": 0, "turns": 0, "most": 0}
 
     def reply(status: int, body: dict) -> Response:
         data = json.dumps(body).encode()
@@ -47,14 +72,22 @@ def main() -> None:
         if request.path == "/health":
             if time.monotonic() - started < args.load_s:
                 return reply(503, {"status": "loading"})
+            busy = len(state["active"])
             return reply(
                 200,
-                {"status": "ready", "session_active": state["active"] is not None, "capabilities": ["turn_based"]},
+                {
+                    "status": "ready",
+                    "session_active": busy > 0,
+                    "slots": args.slots,
+                    "slots_busy": busy,
+                    "slots_free": args.slots - busy,
+                    "most_at_once": state["most"],  # the most sessions it ever held at once
+                    "capabilities": ["turn_based"],
+                },
             )
         m = re.fullmatch(r"/sessions/([^/]+)/close", request.path)
         if m:
-            if state["active"] == m.group(1):
-                state["active"] = None
+            state["active"].discard(m.group(1))
             return reply(200, {"ok": True})
         if request.path != "/backend":
             return reply(404, {"error": "no route"})
@@ -66,8 +99,15 @@ def main() -> None:
             async for raw in ws:
                 msg = json.loads(raw)
                 if msg["type"] == "session.init":
-                    sid = f"fake_{state['turns']}"
-                    state["active"] = sid
+                    if len(state["active"]) >= args.slots:
+                        closed = {"type": "session.closed", "reason": "session_busy", "diagnostic": {"message": "busy"}}
+                        await ws.send(json.dumps(closed))
+                        await ws.close(1013, "session_busy")
+                        return
+                    sid = f"fake_{state['sessions']}"
+                    state["sessions"] += 1
+                    state["active"].add(sid)
+                    state["most"] = max(state["most"], len(state["active"]))
                     await ws.send(json.dumps({"type": "session.created", "session_id": sid}))
                 elif msg["type"] == "input.append":
                     rid = f"{sid}_resp"
@@ -79,11 +119,14 @@ def main() -> None:
                     done = {"type": "response.done", "response_id": rid, "text": "", "metrics": {"n_tokens": 1}}
                     await ws.send(json.dumps(done))
         finally:
-            if state["active"] == sid:
-                state["active"] = None
+            state["active"].discard(sid)
 
     async def run():
-        async with serve(backend, args.host, args.port, process_request=process_request) as server:
+        from llama_omni_py.server.routes import BodyConnection  # the close request's JSON body, as a worker
+
+        async with serve(
+            backend, args.host, args.port, process_request=process_request, create_connection=BodyConnection
+        ) as server:
             port = server.sockets[0].getsockname()[1] if hasattr(server, "sockets") else None
             port = port or list(server.server.sockets)[0].getsockname()[1]
             print(json.dumps({"listening": f"http://{args.host}:{port}", "port": port}), flush=True)

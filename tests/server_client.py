@@ -194,7 +194,7 @@ def slow_llm(monkeypatch, server, pause: float = 0.4) -> None:
     """Makes an in-process worker's LLM take `pause` s per 10-token chunk."""
     import time
 
-    llm = server.server.engine.session.llm
+    llm = server.server.engine.omni.bundle(0).llm
     real = llm.chunks
 
     def paced(*a, **k):

@@ -93,10 +93,9 @@ def test_duplex_bad_tokens_reach_every_duplex_session(tmp_path):
             return config
 
     engine = Engine(cfg)
-    engine.session = Session()
-    assert asyncio.run(engine.open_duplex(DuplexStart())).forbidden_token_ids == (198, 271)
+    assert asyncio.run(engine.open_duplex(Session(), DuplexStart())).forbidden_token_ids == (198, 271)
     own = DuplexStart(config=DuplexConfig(forbidden_token_ids=[5]))
-    assert asyncio.run(engine.open_duplex(own)).forbidden_token_ids == (5,)
+    assert asyncio.run(engine.open_duplex(Session(), own)).forbidden_token_ids == (5,)
     with pytest.raises(omni.ModelFileError):
         WorkerOptions(duplex_bad_tokens=str(tmp_path / "none.json")).server_config("127.0.0.1", 0, "cpu")
 

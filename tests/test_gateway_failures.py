@@ -17,29 +17,14 @@ import time
 from pathlib import Path
 
 import psutil
+from fake_worker import FakeWorkers, gateway_config
 from server_client import chat_request, http, wait_until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
-from llama_omni_py.server.gateway.workers import LocalWorkers
 
-FAKE = str(Path(__file__).with_name("fake_worker.py"))
-
-
-class FakeWorkers(LocalWorkers):
-    """LocalWorkers whose processes are fake_worker.py."""
-
-    def __init__(self, n: int, *fake_args: str):
-        super().__init__(["cpu"] * n, [], pin=False)
-        self.fake_args = list(fake_args)
-
-    def command(self, device: str) -> list[str]:
-        return [sys.executable, FAKE, "--port", "0", "--parent-pid", str(os.getpid()), *self.fake_args]
-
-
-def _config(**kw) -> GatewayConfig:
-    return GatewayConfig(port=0, health_interval_s=0.2, restart_backoff_s=(0.2,), **kw)
+_config = gateway_config
 
 
 async def _chat_until_end(url: str, on_chunk=None) -> list[dict]:
@@ -124,7 +109,7 @@ def test_workers_end_with_their_gateway(tmp_path):
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from test_gateway_failures import FakeWorkers\n"
+        "from fake_worker import FakeWorkers\n"
         "from llama_omni_py.server.gateway import GatewayConfig, run_gateway\n"
         "run_gateway(GatewayConfig(port=int(sys.argv[1])), [FakeWorkers(2)])\n"
     )

@@ -26,11 +26,12 @@ from server_client import (
     ws_chat,
 )
 
+from llama_omni_py.engine import OmniEngine
 from llama_omni_py.server import ServerConfig
 from llama_omni_py.server.engine import Engine
 from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
 from llama_omni_py.server.gateway.workers import StaticWorkers
-from llama_omni_py.session import OmniSession, SessionConfig
+from llama_omni_py.session import SessionConfig
 
 MODEL = "MiniCPM-o-4.5"
 SAMPLES_PER_CODE = 960  # 25 speech codes = 1 s = 24000 samples
@@ -479,7 +480,7 @@ def test_refusals_come_before_the_stream_with_retry_after(tiny_dir, monkeypatch)
 
     def slow(*a, **k):
         assert gate.wait(60)
-        return OmniSession(*a, **k)
+        return OmniEngine(*a, **k)
 
     cfg = ServerConfig(port=0, model_dir=str(tiny_dir), device="cpu", session=SessionConfig(**SESSION))
     with running_server(tiny_dir, engine=Engine(cfg, factory=slow), wait=False) as w:

@@ -154,3 +154,44 @@ def test_one_engine_per_accelerator_and_config_errors_name_the_field():
             GatewayConfig(**{field: value})
     with pytest.raises(ConfigError, match="idle_release_s"):
         GatewayConfig(idle_release_s=400, idle_timeout_s=300)
+
+
+def test_slots_least_busy_first_then_queue():
+    async def go():
+        pool = WorkerPool()
+        for i in range(2):
+            w = pool.add(Worker(f"worker_{i}", "127.0.0.1", 1000 + i))
+            pool.report_health(w, "idle", slots=2)
+        leases = [await pool.wait(pool.enqueue("chat", f"s{i}")) for i in range(4)]
+        assert [x.worker.id for x in leases] == ["worker_0", "worker_1", "worker_0", "worker_1"]  # least busy first
+        assert pool.slot_counts() == {"slots_total": 4, "slots_busy": 4, "slots_free": 0}
+        fifth = pool.enqueue("chat", "s4")
+        assert not fifth.future.done() and fifth.position == 1 and fifth.estimated_wait_s == 15.0
+        w1 = pool.workers["worker_1"]
+        assert w1.info()["slots_busy"] == 2 and [s["session_id"] for s in w1.info()["sessions"]] == ["s1", "s3"]
+        assert len(pool.running_tasks()) == 4 and pool.lease_of("s3", "chat") is leases[3]
+        pool.report_health(w1, "busy", slots_busy=2, slots=2)  # its own count includes the gateway's leases
+        assert w1.slots_free == 0 and not fifth.future.done()
+        leases[3].release()
+        assert fifth.future.done() and (await pool.wait(fifth)).worker is w1
+        return pool
+
+    asyncio.run(go())
+
+
+def test_slots_held_by_others_and_down_workers_take_nothing():
+    async def go():
+        pool = WorkerPool()
+        w = pool.add(Worker("worker_0", "127.0.0.1", 1000))
+        pool.report_health(w, "busy", slots_busy=2, slots=3)  # two sessions the gateway did not give
+        assert (w.status, w.slots_free) == ("busy_chat", 1)
+        first = await pool.wait(pool.enqueue("chat", "a"))
+        assert first.worker is w and w.slots_free == 0 and not pool.enqueue("chat", "b").future.done()
+        pool.mark_down(w, "offline", "gone")
+        assert w.status == "offline" and w.slots_free == 0 and pool.slot_free_times() == []
+        pool.report_health(w, "idle", slots=1)  # a worker of one slot, before slots: session_active only
+        assert w.slots_free == 0  # the gateway's lease holds it
+        first.release()
+        assert w.slots_busy == 1 and w.status == "busy_chat"  # the queued ticket took it
+
+    asyncio.run(go())

@@ -27,9 +27,10 @@ from server_client import (
     user,
 )
 
+from llama_omni_py.engine import OmniEngine
 from llama_omni_py.server import ServerConfig
 from llama_omni_py.server.engine import Engine
-from llama_omni_py.session import OmniSession, SessionConfig
+from llama_omni_py.session import SessionConfig
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +269,7 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
 
     def slow(*a, **k):
         assert gate.wait(60)
-        return OmniSession(*a, **k)
+        return OmniEngine(*a, **k)
 
     with running_server(tiny_dir, engine=None, wait=False) as s:  # warm-up included: ready means ready
         assert s.wait_ready() == "ready" and s.server.engine.warmup_s is not None
@@ -380,7 +381,7 @@ def test_first_audio_leaves_before_the_llm_finishes(tiny_dir, monkeypatch):
     # A reply of 60+ LLM tokens at a real LLM's pace (0.3 s per 10 tokens): the first audio delta
     # must reach the client while the LLM is still writing, and hold at most one second.
     with running_server(tiny_dir, max_new_tokens=80) as s:
-        llm = s.server.engine.session.llm
+        llm = s.server.engine.omni.bundle(0).llm
         real, llm_done = llm.chunks, []
 
         def paced(*a, **k):

@@ -172,7 +172,7 @@ def test_second_concurrent_session_is_refused_and_the_first_keeps_working(server
 
 
 def test_engine_error_closes_the_session(server, monkeypatch):
-    tts = server.server.engine.session.tts
+    tts = server.server.engine.omni.bundle(0).tts
 
     def broken(*a, **k):
         raise RuntimeError("boom")

@@ -1,7 +1,7 @@
-"""OmniServer, the engine worker: one engine, one backend-protocol session at a time, HTTP and
-WebSocket on one port (websockets' asyncio server). ``serve()`` runs it until SIGINT/SIGTERM
-(``llama-omni worker``); ``BackgroundServer`` runs it in a thread (tests, benchmarks). The gateway
-(gateway/) puts many of these behind one public API."""
+"""OmniServer, the engine worker: one engine of ``ServerConfig.slots`` session slots, one
+protocol session per slot, HTTP and WebSocket on one port (websockets' asyncio server).
+``serve()`` runs it until SIGINT/SIGTERM (``llama-omni worker``); ``BackgroundServer`` runs it
+in a thread (tests, benchmarks). The gateway (gateway/) puts many of these behind one public API."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class OmniServer:
             await Connection(ws, self).run()
 
     async def close_session(self, session_id: str, reason: str | None = None) -> bool:
-        """The HTTP control channel: True once the session is closed and its engine freed. The
+        """The HTTP control channel: True once the session is closed and its slot freed. The
         caller's reason (default ``client_closed``) becomes session.closed's ``reason``."""
         s = self.sessions.get(session_id)
         if s is None:

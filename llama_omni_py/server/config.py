@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .. import checks
 from ..config import SessionConfig
+from ..engine import MAX_SLOTS
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,7 @@ class ServerConfig:
     model_dir: str | None = None  # None: the tiny demo set (random weights)
     device: str = "auto"
     session: SessionConfig | None = None
+    slots: int = 1  # sessions served at once: one OmniEngine slot each (docs/serving.md, "Slots")
     max_message_bytes: int = 32 << 20  # one WebSocket message; larger closes the socket with 1009
     max_audio_seconds: float = 30.0  # input audio per turn (the audio encoder holds 30 s)
     max_new_tokens: int | None = None  # cap on generation.max_new_tokens (None: the session's limit)
@@ -36,6 +38,7 @@ class ServerConfig:
     def __post_init__(self):
         check = checks.that
         checks.listen_address(self.host, self.port)
+        checks.int_in("slots", self.slots, 1, MAX_SLOTS)
         check("session", self.session is None or isinstance(self.session, SessionConfig), "must be a SessionConfig")
         check(
             "max_message_bytes",

@@ -58,6 +58,7 @@ class Connection:
         self.finished = asyncio.Event()  # resources released (the HTTP close waits for it)
         self.too_big = False  # the WebSocket layer refused an oversize message
         self.duplex: BackendDuplex | None = None  # a full_duplex session
+        self.session = None  # the OmniSession of the engine slot this connection holds
         if hasattr(ws, "before_fail"):
             ws.before_fail = self._message_too_big
 
@@ -82,7 +83,7 @@ class Connection:
     async def terminate(
         self, reason: str, message: str | None = None, *, notify: bool = True, code: int | None = None
     ) -> None:
-        """Stops the session (idempotent): cancels the turn, frees the engine, then best-effort
+        """Stops the session (idempotent): cancels the turn, frees its slot, then best-effort
         session.closed and the socket close (``code``, else the reason's) go out through the writer."""
         if self.state == "closed":
             await self.finished.wait()
@@ -98,12 +99,12 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await worker  # returns once the engine stopped (within a chunk)
         self.pending.clear()
-        if self.duplex is not None:  # before the engine is free for the next session
+        if self.duplex is not None:  # before the slot is free for the next session
             with contextlib.suppress(Exception):
                 await self.duplex.close()
         if self.id is not None:
-            self.engine.release(self.id)
             self.server.sessions.pop(self.id, None)
+            await self.engine.release(self.id)
         while not self.out.empty():  # no model content after a fail-fast
             self.out.get_nowait()
         if notify:
@@ -168,13 +169,11 @@ class Connection:
         req = P.parse_init(msg, self.cfg.compat)
         start = D.parse_backend_start(msg.get("payload") or {}) if req.mode == "full_duplex" else None
         sid = uuid.uuid4().hex
-        refused = self.engine.claim(sid)
-        if refused is not None:
-            raise ProtocolError(refused[1], refused[0])
-        self.id = sid  # from here on terminate() frees the engine
+        self.session = await self.engine.claim(sid)  # ProtocolError when no slot is free
+        self.id = sid  # from here on terminate() frees the slot
         if start is not None:
             try:
-                self.duplex = BackendDuplex(await self.engine.open_duplex(start), sid, BACKEND)
+                self.duplex = BackendDuplex(await self.engine.open_duplex(self.session, start), sid, BACKEND)
             except OmniError as e:
                 raise ProtocolError(f"{type(e).__name__}: {e}", "omni_init_failed") from None
         self.init, self.state = req, "active"
@@ -225,7 +224,7 @@ class Connection:
         t0 = time.perf_counter()
         texts, audio, first_audio, audio_n = [], [], None, 0
         timings, prompt = None, None
-        chunks = self.engine.run(turn)
+        chunks = self.engine.run(self.session, turn)
         try:
             async for chunk in chunks:
                 timings = chunk.timings or timings
@@ -262,7 +261,7 @@ class Connection:
                         )
         finally:
             await chunks.aclose()  # stops the engine now, not when the generator is collected
-        limit = turn.max_new_tokens or self.engine.session.config.max_new_tokens
+        limit = turn.max_new_tokens or self.session.config.max_new_tokens
         full = (
             None
             if turn.streaming or not turn.speech
@@ -303,7 +302,7 @@ class Connection:
             except ConnectionClosed:
                 alive = False
                 asyncio.create_task(self.terminate("client_disconnected", notify=False))
-            except asyncio.TimeoutError:  # the client stopped reading: free the engine, drop the socket
+            except asyncio.TimeoutError:  # the client stopped reading: free the slot, drop the socket
                 alive = False
                 asyncio.create_task(self.terminate("client_too_slow", self._slow_text(), notify=False))
                 self.ws.transport.abort()

@@ -2,7 +2,7 @@
 (docs/server-protocol.md, "Full duplex"). The gateway relays its public ``/ws/duplex/{id}``
 here after the queue. Messages are handled one at a time, in order, like the demo's worker: a
 unit's ``result`` goes out before the next message is read. Errors in a message are an ``error``
-event and the session goes on; a lost socket or ``stop`` ends it and frees the engine."""
+event and the session goes on; a lost socket or ``stop`` ends it and frees its slot."""
 
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ class DemoDuplexConnection(EngineSocket):
         self._watchdog: asyncio.Task | None = None
 
     async def _end(self) -> None:
-        """Frees the engine (idempotent)."""
+        """Frees the slot (idempotent)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
         duplex, self.duplex = self.duplex, None
         if duplex is not None:
             await asyncio.to_thread(duplex.close)
-        self.engine.release(self.id)
+        await self.engine.release(self.id)
 
     async def _serve(self) -> None:
         while True:
@@ -55,7 +55,7 @@ class DemoDuplexConnection(EngineSocket):
             start = D.parse_prepare(msg)
             if self.duplex is not None:
                 await asyncio.to_thread(self.duplex.close)
-            self.duplex = await self.engine.open_duplex(start)
+            self.duplex = await self.engine.open_duplex(self.session, start)
             await self.send({"type": "prepared", "prompt_length": self.duplex.context.n_keep})
         elif kind == "audio_chunk":
             if self.paused:

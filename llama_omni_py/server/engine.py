@@ -1,18 +1,21 @@
-"""The one engine of a server process: an OmniSession loaded (and warmed up) in a worker thread,
-its readiness for /health, admission of one protocol session at a time, and turns run off the
-event loop. Everything here is touched from the event loop only, except inside the worker
-threads; health reads plain attributes and never waits on the engine."""
+"""The one engine of a server process: an OmniEngine of ``ServerConfig.slots`` session slots,
+loaded (and warmed up once) in a worker thread, its readiness for /health, admission of one
+protocol session per slot, and turns run off the event loop. Everything here is touched from the
+event loop only, except inside the worker threads; health reads plain attributes and never waits
+on the engine."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from ..demo import demo_config
-from ..errors import MediaError, OmniError
+from ..engine import OmniEngine
+from ..errors import MediaError, OmniError, ProtocolError, SlotsBusyError
 from ..results import SpeechChunk
 from ..session import OmniSession
 from .config import ServerConfig
@@ -23,18 +26,50 @@ log = logging.getLogger(__name__)
 WARMUP_TEXT = "Hello."
 
 
+def busy_text(slots: int) -> str:
+    if slots == 1:
+        return "another session is active; this backend serves one session at a time (1 slot)"
+    return f"all {slots} session slots are in use; this backend serves {slots} sessions at a time"
+
+
 class Engine:
-    def __init__(self, config: ServerConfig, factory=OmniSession):
+    """``factory(model_dir, device, slots=, config=)`` builds the OmniEngine (tests slow it down
+    or break it)."""
+
+    def __init__(self, config: ServerConfig, factory=OmniEngine):
         self.config = config
         self._factory = factory
         self.state = "loading"  # loading -> ready | failed
         self.error: str | None = None
-        self.session: OmniSession | None = None
-        self.active: str | None = None  # the protocol session holding the engine
-        self.busy = False  # a turn is running
+        self.omni: OmniEngine | None = None
+        self.held: dict[str, OmniSession] = {}  # protocol session id -> its slot's session
+        self._emptying: set[asyncio.Future] = set()  # slots whose session ended, being emptied for the next
+        self.running = 0  # turns running, over all slots
         self.load_s = self.warmup_s = None
         self.voice_ready = False  # the voice activity detector loads: half-duplex and Realtime served
         self.turns = 0
+
+    @property
+    def slots(self) -> int:
+        return self.config.slots
+
+    @property
+    def slots_busy(self) -> int:
+        return len(self.held) + len(self._emptying)
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running on some slot."""
+        return self.running > 0
+
+    @contextlib.contextmanager
+    def turn_running(self):
+        """Counts a turn as running (/health's ``busy``) and done."""
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
 
     # -- loading ---------------------------------------------------------------------------
     async def load(self) -> None:
@@ -42,8 +77,9 @@ class Engine:
             await asyncio.to_thread(self._load)
             self.state = "ready"
             log.warning(
-                "engine ready on %s (load %.1f s, warm-up %.1f s)",
-                self.session.device,
+                "engine ready on %s, %d slot(s) (load %.1f s, warm-up %.1f s)",
+                self.omni.device,
+                self.slots,
                 self.load_s,
                 self.warmup_s or 0.0,
             )
@@ -58,12 +94,13 @@ class Engine:
         cfg = c.session
         if cfg is None and c.model_dir is None:  # the demo set: short replies
             cfg = demo_config()
-        self.session = self._factory(c.model_dir, c.device, cfg)
+        self.omni = self._factory(c.model_dir, c.device, slots=c.slots, config=cfg)
         self.load_s = time.perf_counter() - t0
         self.voice_ready = self._load_vad()
-        if c.warmup:  # the first turn pays one-time costs; ready means a turn has run
+        if c.warmup:  # the first turn pays one-time costs (shared by every slot); ready means a turn has run
             t0 = time.perf_counter()
-            self.session.speak(WARMUP_TEXT, max_new_tokens=10)
+            with self.omni.session() as s:
+                s.speak(WARMUP_TEXT, max_new_tokens=10)
             self.warmup_s = time.perf_counter() - t0
 
     @staticmethod
@@ -79,11 +116,15 @@ class Engine:
 
     def health(self) -> tuple[int, dict]:
         if self.state == "ready":
+            busy = self.slots_busy
             return 200, {
                 "status": "ready",
                 "busy": self.busy,
-                "session_active": self.active is not None,
-                "device": self.session.device,
+                "session_active": busy > 0,
+                "slots": self.slots,
+                "slots_busy": busy,
+                "slots_free": self.slots - busy,
+                "device": self.omni.device,
                 "load_s": round(self.load_s, 3),
                 "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
                 "turns": self.turns,
@@ -94,20 +135,37 @@ class Engine:
         return 503, {"status": "loading"}
 
     # -- admission -------------------------------------------------------------------------
-    def claim(self, session_id: str) -> tuple[str, str] | None:
-        """None when `session_id` now holds the engine, else (reason, message)."""
+    async def claim(self, session_id: str) -> OmniSession:
+        """A slot of its own for ``session_id``: its OmniSession. ProtocolError (the refusal's
+        reason as ``code``) while loading, after a failed load, or when every slot is in use. A
+        slot whose session has ended is free once emptied (milliseconds): that is waited for."""
         if self.state == "loading":
-            return "engine_loading", "the models are still loading; poll /health until it answers 200"
+            raise ProtocolError("the models are still loading; poll /health until it answers 200", "engine_loading")
         if self.state == "failed":
-            return "omni_init_failed", f"the engine failed to load: {self.error}"
-        if self.active is not None:
-            return "session_busy", "another session is active; this backend serves one session at a time"
-        self.active = session_id
-        return None
+            raise ProtocolError(f"the engine failed to load: {self.error}", "omni_init_failed")
+        if session_id in self.held:
+            raise ProtocolError(f"session {session_id} is already active on this backend", "session_busy")
+        while self.slots_busy >= self.slots and self._emptying:
+            await asyncio.wait(set(self._emptying))
+        if self.slots_busy >= self.slots:
+            raise ProtocolError(busy_text(self.slots), "session_busy")
+        try:
+            session = self.omni.session()
+        except SlotsBusyError:  # not expected: held + emptying counts every taken slot
+            raise ProtocolError(busy_text(self.slots), "session_busy") from None
+        self.held[session_id] = session
+        return session
 
-    def release(self, session_id: str) -> None:
-        if self.active == session_id:
-            self.active = None
+    async def release(self, session_id: str) -> None:
+        """Gives the session's slot back (idempotent); returns once the slot is empty and free.
+        The caller has stopped what ran on it."""
+        session = self.held.pop(session_id, None)
+        if session is None:
+            return
+        emptying = asyncio.ensure_future(asyncio.to_thread(session.close))
+        self._emptying.add(emptying)
+        emptying.add_done_callback(self._emptying.discard)  # before any waiter in claim() wakes
+        await asyncio.shield(emptying)
 
     # -- turns -----------------------------------------------------------------------------
     @staticmethod
@@ -123,12 +181,12 @@ class Engine:
                 pass
         return out
 
-    async def run(self, turn: Turn) -> AsyncIterator[SpeechChunk]:
-        """The turn's chunks; cancelling the consumer stops generation within a chunk."""
-        self.busy = True
-        try:
+    async def run(self, session: OmniSession, turn: Turn) -> AsyncIterator[SpeechChunk]:
+        """The turn's chunks on the connection's ``session``; cancelling the consumer stops
+        generation within a chunk."""
+        with self.turn_running():
             audio = turn.audio + (await asyncio.to_thread(self._video_audio, turn) if turn.videos else [])
-            async for chunk in self.session.astream(
+            async for chunk in session.astream(
                 turn.text,
                 audio=audio or None,
                 image=turn.images or None,
@@ -142,21 +200,21 @@ class Engine:
                 stack_frames=turn.stack_frames,
                 seed=turn.seed,
                 max_slice_nums=turn.max_slice_nums,
-                llm=replace(self.session.config.llm, **turn.sampling) if turn.sampling else None,
+                llm=replace(session.config.llm, **turn.sampling) if turn.sampling else None,
             ):
                 yield chunk
             self.turns += 1
-        finally:
-            self.busy = False
 
-    async def open_duplex(self, start):
-        """A full-duplex session (``duplex_protocol.DuplexStart``) on the engine, forbidding the
-        server's duplex tokens; the caller holds the engine (claim) and closes the session."""
+    async def open_duplex(self, session, start):
+        """A full-duplex session (``duplex_protocol.DuplexStart``) on the connection's ``session``,
+        forbidding the server's duplex tokens; the caller closes it before releasing the slot."""
         cfg = start.config
         if self.config.duplex_forbidden_token_ids and not cfg.forbidden_token_ids:
             cfg = replace(cfg, forbidden_token_ids=self.config.duplex_forbidden_token_ids)
-        return await asyncio.to_thread(self.session.duplex, start.system_prompt, start.voice, cfg)
+        return await asyncio.to_thread(session.duplex, start.system_prompt, start.voice, cfg)
 
     async def close(self) -> None:
-        if self.session is not None:
-            await asyncio.to_thread(self.session.close)
+        for sid in list(self.held):
+            await self.release(sid)
+        if self.omni is not None:
+            await asyncio.to_thread(self.omni.close)

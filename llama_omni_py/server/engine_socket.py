@@ -1,7 +1,7 @@
-"""What every WebSocket that holds a worker's engine shares (the demo's duplex and half-duplex
-modes, the Realtime API in both its modes): JSON frames sent one at a time, the engine claimed
-for the connection's life -- refused with the protocol's error frame and close code 1013 when
-another session has it -- and released however the connection ends."""
+"""What every WebSocket that holds a slot of the worker's engine shares (the demo's duplex and
+half-duplex modes, the Realtime API in both its modes): JSON frames sent one at a time, a slot
+claimed for the connection's life -- refused with the protocol's error frame and close code 1013
+when every slot is taken -- and released however the connection ends."""
 
 from __future__ import annotations
 
@@ -27,12 +27,14 @@ def query(ws, key: str) -> str | None:
 
 class EngineSocket:
     """Subclasses implement ``_serve`` (the message loop) and ``_end`` (frees what the session
-    holds, then ``engine.release``; idempotent); ``_open`` starts their engine session after the claim
-    and ``refusal`` writes the busy error in their protocol."""
+    holds, then ``engine.release``; idempotent); ``_open`` starts their engine session on
+    ``self.session`` (the claimed slot's OmniSession) and ``refusal`` writes the busy error in
+    their protocol."""
 
     def __init__(self, ws, server, session_id: str):
         self.ws, self.server, self.engine = ws, server, server.engine
         self.id = session_id
+        self.session = None  # the OmniSession of the slot this connection holds
         self._send_lock = asyncio.Lock()
 
     async def send(self, msg: dict) -> None:
@@ -43,11 +45,12 @@ class EngineSocket:
         return {"type": "error", "error": message}
 
     async def run(self) -> None:
-        refused = self.engine.claim(self.id)
-        if refused is not None:
+        try:
+            self.session = await self.engine.claim(self.id)
+        except ProtocolError as refused:
             with contextlib.suppress(ConnectionClosed):
-                await self.send(self.refusal(*refused))
-                await self.ws.close(1013, refused[0])
+                await self.send(self.refusal(refused.code, str(refused)))
+                await self.ws.close(1013, refused.code)
             return
         try:
             await self._open()
@@ -73,7 +76,7 @@ class EngineSocket:
         raise NotImplementedError
 
     async def _open(self) -> None:
-        """Starts the connection's engine session (the engine is claimed)."""
+        """Starts the connection's engine session (its slot is claimed)."""
 
     async def _serve(self) -> None:
         raise NotImplementedError

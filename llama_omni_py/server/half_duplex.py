@@ -41,13 +41,13 @@ class HalfDuplexConnection(EngineSocket):
         self.server.half_duplex[self.id] = self  # POST /api/half_duplex/stop finds it here
 
     async def _end(self) -> None:
-        """Frees the engine (idempotent)."""
+        """Frees the slot (idempotent)."""
         self.server.half_duplex.pop(self.id, None)
         await self._end_turn()
         voice, self.voice = self.voice, None
         if voice is not None:
             voice.close()
-        self.engine.release(self.id)
+        await self.engine.release(self.id)
 
     def interrupt(self) -> bool:
         """Cuts the running reply (HTTP stop); False when none runs."""
@@ -90,7 +90,7 @@ class HalfDuplexConnection(EngineSocket):
             await self._end_turn()
             if self.voice is not None:
                 self.voice.close()
-            self.voice = self.engine.session.voice(
+            self.voice = self.session.voice(
                 start.system_prompt,
                 start.voice,
                 start.vad,
@@ -133,18 +133,16 @@ class HalfDuplexConnection(EngineSocket):
 
     async def _reply(self, utterance: SpeechStopped) -> None:
         voice, loop = self.voice, asyncio.get_running_loop()
-        self.engine.busy = True
         index = 0
         try:
-            async for chunk in iterate_in_thread(lambda: voice.respond(utterance), voice.interrupt, loop):
-                await self.send(H.chunk_event(chunk, index))
-                index += 1
-            self.engine.turns += 1
+            with self.engine.turn_running():
+                async for chunk in iterate_in_thread(lambda: voice.respond(utterance), voice.interrupt, loop):
+                    await self.send(H.chunk_event(chunk, index))
+                    index += 1
+                self.engine.turns += 1
         except (OmniError, ValueError) as e:
             await self.send({"type": "error", "error": str(e)})
             return
-        finally:
-            self.engine.busy = False
         record = voice.turns[-1]
         self.turn_index += 1
         done = {"type": "turn_done", "turn_index": self.turn_index, "text": record.text}

@@ -44,16 +44,16 @@ class RealtimeConnection(RealtimeSocket):
         self.vad_origin_ms = 0.0  # appended audio before the detector's stream began
 
     async def _open(self) -> None:
-        self.voice = self.engine.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
+        self.voice = self.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
         await self.send(R.event("session.created", session=self.cfg.session()))
 
     async def _end(self) -> None:
-        """Frees the engine (idempotent)."""
+        """Frees the slot (idempotent)."""
         await self._end_response()
         voice, self.voice = self.voice, None
         if voice is not None:
             voice.close()
-        self.engine.release(self.id)
+        await self.engine.release(self.id)
 
     def _recv_timeout(self) -> float | None:
         busy = self.response is not None and not self.response.done()
@@ -244,19 +244,17 @@ class RealtimeConnection(RealtimeSocket):
         out = ResponseEvents(self.send, self._item_added, self.cfg, modality)
         await out.start()
         failed = None
-        self.engine.busy = True
         try:
-            chunks = iterate_in_thread(
-                lambda: voice.respond(turn, speech=modality == "audio", max_new_tokens=limit), voice.interrupt, loop
-            )
-            async for chunk in chunks:
-                await out.text(chunk.text_delta)
-                await out.audio(chunk.audio)
-            self.engine.turns += 1
+            with self.engine.turn_running():
+                chunks = iterate_in_thread(
+                    lambda: voice.respond(turn, speech=modality == "audio", max_new_tokens=limit), voice.interrupt, loop
+                )
+                async for chunk in chunks:
+                    await out.text(chunk.text_delta)
+                    await out.audio(chunk.audio)
+                self.engine.turns += 1
         except (OmniError, ValueError) as e:
             failed = {"type": "server_error", "code": "generation_failed", "message": str(e)}
-        finally:
-            self.engine.busy = False
         record = voice.turns[-1] if voice.turns else None
         self.last_reply = (out.item_id, len(voice.history) - 1)
         if failed:

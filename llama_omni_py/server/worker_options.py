@@ -16,6 +16,10 @@ def _opt(default, help: str, type=None):  # noqa: A002 -- argparse's names
 @dataclass(frozen=True)
 class WorkerOptions:
     model_dir: str | None = _opt(None, "MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)", str)
+    slots: int = _opt(1, "sessions served at once, each on its own slot of one loaded model set (docs/serving.md)", int)
+    batch_invariant: bool = _opt(
+        False, "with --slots > 1: each slot's replies bit for bit what a lone session gives, without batching gain"
+    )
     threads: int | None = _opt(None, "LLM/TTS CPU threads (default: libllama's)", int)
     max_new_tokens: int = _opt(
         0, "cap on LLM tokens per turn: requests asking for more get this many (0: 256, 60 with the demo set)", int
@@ -36,6 +40,12 @@ class WorkerOptions:
         "a MiniCPM-o tokenizer_config.json: full duplex never says its bad_token_ids, as the reference's decoder",
         str,
     )
+
+    def __post_init__(self):
+        from .. import checks
+        from ..engine import MAX_SLOTS
+
+        checks.int_in("slots", self.slots, 1, MAX_SLOTS)
 
     @staticmethod
     def flag(name: str) -> str:
@@ -72,6 +82,7 @@ class WorkerOptions:
             "threads": self.threads,
             "token2wav": Token2WavConfig(threads=self.t2w_threads),
             "fidelity": self.fidelity,
+            "batch_invariant": self.batch_invariant,
         }
         if self.max_new_tokens:
             options["max_new_tokens"] = self.max_new_tokens
@@ -95,6 +106,7 @@ class WorkerOptions:
             model_dir=self.model_dir,
             device=device,
             session=session,
+            slots=self.slots,
             max_new_tokens=session.max_new_tokens,  # a cap, not only a default
             max_message_bytes=int(self.max_message_mb * 2**20),
             max_audio_seconds=self.max_audio_seconds,

@@ -25,8 +25,11 @@ Tts::Impl::Impl(std::shared_ptr<TtsShared> shared, int n_ctx_) : w(std::move(sha
     const TtsDims & d = w->d;
     ggml_init_params p{ggml_tensor_overhead() * 4, nullptr, true};
     kv_ctx = ggml_init(p);
-    k_cache = ggml_new_tensor_4d(kv_ctx, GGML_TYPE_F32, d.head_dim, n_ctx, d.heads, d.layers);
-    vt_cache = ggml_new_tensor_4d(kv_ctx, GGML_TYPE_F32, n_ctx, d.head_dim, d.heads, d.layers);
+    // F16 K and V as llama.cpp-omni's TTS context keeps them (libllama's default cache type), half
+    // the memory of F32; exact sessions (F32 weights) keep F32.
+    const ggml_type kv_type = w->w.keep_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    k_cache = ggml_new_tensor_4d(kv_ctx, kv_type, d.head_dim, n_ctx, d.heads, d.layers);
+    vt_cache = ggml_new_tensor_4d(kv_ctx, kv_type, n_ctx, d.head_dim, d.heads, d.layers);
     kv_buf = ggml_backend_alloc_ctx_tensors(kv_ctx, w->backend->get());
     if (!kv_buf) {
         ggml_free(kv_ctx);
@@ -204,7 +207,8 @@ std::vector<int32_t> Tts::generate(const float * rows, int n, TtsSampler & sampl
     size_t delivered = 0;
     std::vector<float> logits = forward(rows, n);  // the condition rows: alone, not batched
     // From here each step is one row; with sibling slots decoding too, the steps share graphs.
-    TtsBatcher * batcher = w.batch_invariant ? nullptr : &w.batcher;
+    // batch_invariant off the CPU: a graph per step (only the CPU graph has a bit-exact batched form).
+    TtsBatcher * batcher = w.batch_invariant && !w.backend->is_cpu() ? nullptr : &w.batcher;
     const TtsBatchScope present(batcher, false);
     auto deliver = [&]() {
         if (!on_group) return true;

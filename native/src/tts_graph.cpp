@@ -59,11 +59,11 @@ void evaluate_rows(TtsShared & m, const std::vector<TtsRows> & parts) {
         return ggml_view_3d(ctx, t, hd, H, s.part->n, t->nb[1], t->nb[2], static_cast<size_t>(s.col) * t->nb[2]);
     };
     // ggml's CPU backend hands a matmul of two or more contiguous columns to its tiled GEMM, which
-    // sums in another order than the one-column dot products of a lone step. A strided right-hand
-    // side already in the weight's type keeps every column on the dot-product path, so a batched
-    // step gives each slot the bits of its lone step (docs/slots.md#tts). Condition rows (several
-    // rows of one slot) keep the GEMM.
-    bool one_row_each = B > 1 && m.backend->is_cpu();
+    // sums in another order than the one-column dot products of a lone step. With batch_invariant,
+    // a strided right-hand side already in the weight's type keeps every column on the dot-product
+    // path, so a batched step gives each slot the bits of its lone step, at a cost in speed
+    // (docs/slots.md#tts). Condition rows (several rows of one slot) keep the GEMM.
+    bool one_row_each = B > 1 && m.batch_invariant && m.backend->is_cpu();
     for (const TtsRows & part : parts) one_row_each = one_row_each && part.n == 1;
     auto rhs = [&](ggml_tensor * t, ggml_type type) {  // t: contiguous [k, N]
         if (!one_row_each) return t;
@@ -96,7 +96,7 @@ void evaluate_rows(TtsShared & m, const std::vector<TtsRows> & parts) {
             ggml_tensor * k_dst =
                 ggml_view_3d(ctx, kc, hd, n, H, kc->nb[1], kc->nb[2], l * kc->nb[3] + n_past * kc->nb[1]);
             ggml_tensor * v_dst =
-                ggml_view_3d(ctx, vc, n, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3] + n_past * sizeof(float));
+                ggml_view_3d(ctx, vc, n, hd, H, vc->nb[1], vc->nb[2], l * vc->nb[3] + n_past * vc->nb[0]);
             ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, cols(k, s), 0, 2, 1, 3), k_dst));
             ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, cols(v, s), 1, 2, 0, 3), v_dst));
             ggml_tensor * K = ggml_view_3d(ctx, kc, hd, s.t2p, H, kc->nb[1], kc->nb[2], l * kc->nb[3]);

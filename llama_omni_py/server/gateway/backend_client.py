@@ -115,7 +115,7 @@ class BackendSession:
                 raise self._ended(ev)
 
     async def close(self, reason: str = "client_closed") -> None:
-        """Closes over the control channel (the worker answers once its engine is free), then the
+        """Closes over the control channel (the worker answers once its slot is free), then the
         socket. Idempotent; never raises."""
         if self.closed:
             return

@@ -1,5 +1,5 @@
 """``WS /ws/duplex/{session_id}`` and ``WS /ws/half_duplex/{session_id}``: sessions that hold a
-worker for their whole life. The queue part is the demo's (``queued``, ``queue_update`` every few
+worker's slot for their whole life. The queue part is the demo's (``queued``, ``queue_update`` every few
 seconds, always ``queue_done``); what runs on the worker is a handler registered for the
 session type by the engine that serves it (``register``). Until a worker advertises the
 capability, these routes answer with an error and close (1013). See docs/serving.md.
@@ -142,7 +142,7 @@ async def relay(websocket: WebSocket, channel: ClientChannel, lease, path: str, 
                     log.debug("client_diagnostic from %s: %s", lease.ticket.session_id, text[:200])
                     continue
                 if kind in ("pause", "resume"):
-                    worker.status = "duplex_paused" if kind == "pause" else lease.type.busy_status
+                    lease.status = "duplex_paused" if kind == "pause" else lease.type.busy_status
                 await upstream.send(text)
 
         async def worker_to_client() -> None:
@@ -155,7 +155,7 @@ async def relay(websocket: WebSocket, channel: ClientChannel, lease, path: str, 
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if tasks[0] in done and not tasks[1].done():
                 # The client left without `stop`: end the worker's session the same way, so that
-                # its engine is free before the worker goes back to the pool for the next session.
+                # its slot is free before the gateway gives it to the next session.
                 with contextlib.suppress(ConnectionClosed):
                     await upstream.send(json.dumps({"type": "stop"}))
                     await asyncio.wait({tasks[1]}, timeout=STOP_TIMEOUT_S)
@@ -178,12 +178,10 @@ async def half_duplex_stop(request) -> JSONResponse:
     if not isinstance(sid, str) or not sid:
         return JSONResponse({"success": False, "message": "session_id (a string) is required"}, 400)
     sid = _clean(sid)
-    pool = request.app.state.gateway.pool
-    worker = next(
-        (w for w in pool.workers.values() if w.session_id == sid and w.request_type == "half_duplex_audio"), None
-    )
-    if worker is None:
+    lease = request.app.state.gateway.pool.lease_of(sid, "half_duplex_audio")
+    if lease is None:
         return JSONResponse({"success": False, "message": f"no half-duplex session {sid} is running"}, 404)
+    worker = lease.worker
     try:
         status, answer = await asyncio.to_thread(
             http_json, f"{worker.url}/half_duplex/stop?session_id={sid}", "POST", None, 5.0, worker.secret

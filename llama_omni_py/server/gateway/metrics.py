@@ -1,5 +1,6 @@
 """Prometheus metrics of one gateway (its own registry, so several gateways can live in one
-process): turns, time to first audio, RTF, queue wait, refusals, queue length, workers by state."""
+process): turns, time to first audio, RTF, queue wait, refusals, queue length, workers by state,
+session slots (in all and per worker)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ class GatewayMetrics:
             "omni_worker_failures", "Turns that lost their worker after part of the reply was sent", registry=r
         )
         self.workers = Gauge("omni_workers", "Workers by state", ["status"], registry=r)
+        self.slots = Gauge("omni_slots", "Session slots of all workers: total, busy, free", ["state"], registry=r)
+        self.worker_slots = Gauge(
+            "omni_worker_slots", "Session slots of each worker: total, busy, free", ["worker", "state"], registry=r
+        )
         self._pool_view = pool_view
 
     def observe_done(self, done: dict) -> None:
@@ -56,4 +61,9 @@ class GatewayMetrics:
             self.queue_length.set(len(pool.queue))
             for status, n in pool.counts().items():
                 self.workers.labels(status=status).set(n)
+            for key, n in pool.slot_counts().items():
+                self.slots.labels(state=key.removeprefix("slots_")).set(n)
+            for w in pool.workers.values():
+                for state, n in (("total", w.slots), ("busy", w.slots_busy), ("free", w.slots_free)):
+                    self.worker_slots.labels(worker=w.id, state=state).set(n)
         return generate_latest(self.registry)

@@ -29,7 +29,6 @@ from .bodies import BodyTooLarge, read_body
 from .client_channel import SlowReader
 from .openai_request import ChatCompletion, OpenAIError, parse
 from .openai_stop import StopScanner
-from .pool import UNKNOWN_REMAINING_S
 from .turns import EndTurn, TurnFailed, run_turn
 
 OWNER = "llama-omni-py"
@@ -63,18 +62,10 @@ def _not_ready(gw) -> OpenAIError | None:
 
 def queue_wait_estimate(pool) -> float:
     """The wait a new ticket would be told if the queue took it: as the pool estimates queued
-    tickets, each worker frees after its session's expected length, taken in queue order."""
-    now = time.monotonic()
-    free = []
-    for w in pool.workers.values():
-        if w.busy and w.task_t0 is not None and w.request_type is not None:
-            left = pool.eta(w.request_type) - (now - w.task_t0)
-            free.append(left if left > 0 else UNKNOWN_REMAINING_S)
-        elif w.status == "idle":
-            free.append(0.0)
+    tickets, each slot frees after its session's expected length, taken in queue order."""
+    free = pool.slot_free_times()
     if not free:
         return float(LOADING_RETRY_S)
-    heapq.heapify(free)
     for ticket in pool.queue.values():
         heapq.heappush(free, heapq.heappop(free) + pool.eta(ticket.type.name))
     return free[0]

@@ -1,17 +1,17 @@
-"""The worker pool: engine workers (one engine, one session each), a FIFO queue of tickets and the
-leases that hand a worker to one session at a time.
+"""The worker pool: engine workers (one engine each, with one or more session slots), a FIFO queue
+of tickets and the leases that hand one slot of a worker to one session.
 
-Every request type goes through one queue. ``lease()`` is the one way to get a worker::
+Every request type goes through one queue. ``lease()`` is the one way to get a slot::
 
     async with pool.lease("chat", session_id, notify=send_queue_message) as lease:
-        ...  # lease.worker is yours until the block ends (or lease.release())
+        ...  # a slot of lease.worker is yours until the block ends (or lease.release())
 
-A ticket is served at once when an idle worker supports its session type; otherwise it waits,
-and ``notify`` gets ``queued`` (position, estimated wait, ticket id), then ``queue_update`` every
-``update_s`` and finally ``queue_done``. Dispatch walks the queue in order and gives each idle
-worker to the first ticket it can serve (first come, first served within a capability).
-Session types that hold a worker for their whole life (duplex) use the same lease; see
-docs/serving.md, "Adding a session type"."""
+A ticket is served at once when a worker that supports its session type has a free slot (the
+least busy such worker); otherwise it waits, and ``notify`` gets ``queued`` (position, estimated
+wait, ticket id), then ``queue_update`` every ``update_s`` and finally ``queue_done``. Dispatch
+walks the queue in order and gives each free slot to the first ticket it can serve (first come,
+first served within a capability). Session types that hold a slot for their whole life (duplex)
+use the same lease; see docs/serving.md, "Adding a session type" and "Slots"."""
 
 from __future__ import annotations
 
@@ -23,34 +23,12 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+
+from .worker_slots import ALIVE, SESSION_TYPES, STATUSES, SessionType, Worker, now_iso  # noqa: F401 -- Worker: pool's API
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SessionType:
-    name: str  # request_type in /status and /api/queue
-    busy_status: str  # the worker's status while it serves this type
-    capability: str  # what a worker must advertise to serve it
-    eta_s: float  # first guess of a session's length, until the running average has 3 samples
-    whole_life: bool  # holds the worker for the session's whole life (duplex), not one request
-
-
-SESSION_TYPES = {
-    t.name: t
-    for t in (
-        SessionType("chat", "busy_chat", "turn_based", 15.0, False),
-        SessionType("half_duplex_audio", "busy_half_duplex", "half_duplex", 180.0, True),
-        SessionType("realtime", "busy_half_duplex", "half_duplex", 180.0, True),  # the OpenAI Realtime API
-        SessionType("realtime_duplex", "duplex_active", "full_duplex", 120.0, True),  # ... with mode=full_duplex
-        SessionType("audio_duplex", "duplex_active", "full_duplex", 120.0, True),
-        SessionType("omni_duplex", "duplex_active", "full_duplex", 90.0, True),
-    )
-}
-BUSY = {t.busy_status for t in SESSION_TYPES.values()} | {"duplex_paused"}
-ALIVE = BUSY | {"idle", "loading"}  # a worker in one of these may still serve
-STATUSES = ("idle", *sorted(BUSY), "loading", "error", "offline")
 UNKNOWN_REMAINING_S = 15.0  # a session past its estimate is guessed to end within this
 EMA_ALPHA, EMA_MIN_SAMPLES = 0.3, 3
 
@@ -61,59 +39,6 @@ class QueueFull(Exception):
 
 class NoWorkerFor(Exception):
     """No worker in the pool can ever serve this session type."""
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-@dataclass
-class Worker:
-    id: str
-    host: str
-    port: int
-    gpu_id: int = 0
-    device: str = "?"
-    capabilities: frozenset = frozenset({"turn_based"})
-    status: str = "loading"
-    error: str | None = None
-    session_id: str | None = None
-    request_type: str | None = None
-    task_started_at: str | None = None
-    task_t0: float | None = None
-    total_requests: int = 0
-    total_ms: float = 0.0
-    last_heartbeat: str | None = None
-    leased: bool = False  # the gateway's own state: it wins over what /health reported
-    restarts: int = 0  # times the gateway started this worker again after it died
-    secret: str | None = field(default=None, repr=False)  # what the worker requires of this gateway
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def busy(self) -> bool:
-        return self.status in BUSY
-
-    def info(self) -> dict:
-        return {
-            "worker_id": self.id,
-            "host": self.host,
-            "port": self.port,
-            "gpu_id": self.gpu_id,
-            "device": self.device,
-            "status": self.status,
-            "error": self.error,
-            "current_session_id": self.session_id,
-            "total_requests": self.total_requests,
-            "avg_inference_time_ms": round(self.total_ms / self.total_requests, 1) if self.total_requests else 0.0,
-            "last_heartbeat": self.last_heartbeat,
-            "current_request_type": self.request_type,
-            "task_started_at": self.task_started_at,
-            "capabilities": sorted(self.capabilities),
-            "restarts": self.restarts,
-        }
 
 
 @dataclass
@@ -142,14 +67,24 @@ class Ticket:
 
 
 class Lease:
-    """A worker held by one session; ``release()`` (idempotent) gives it back."""
+    """A slot of a worker held by one session; ``release()`` (idempotent) gives it back."""
 
     def __init__(self, pool: WorkerPool, worker: Worker, ticket: Ticket):
         self.pool, self.worker, self.ticket = pool, worker, ticket
         self.waited_s = time.monotonic() - ticket.t0
         self.t0 = time.monotonic()
+        self.started_at = now_iso()
+        self.status = ticket.type.busy_status  # the worker's status while this is its newest session
         self.last_activity = self.t0
         self.released = False
+
+    def info(self) -> dict:
+        return {
+            "session_id": self.ticket.session_id,
+            "request_type": self.type.name,
+            "status": self.status,
+            "started_at": self.started_at,
+        }
 
     def touch(self) -> None:
         """Marks client activity (whole-life sessions: the idle clock restarts)."""
@@ -181,18 +116,29 @@ class WorkerPool:
         self._dispatch()
         return worker
 
-    def report_health(self, worker: Worker, status: str, error: str | None = None, **facts) -> None:
-        """What a health check found: idle (ready and free), busy (a session the gateway did not
-        give it), loading, error or offline. A worker the gateway has leased stays busy."""
+    def report_health(
+        self, worker: Worker, status: str, error: str | None = None, slots_busy: int | None = None, **facts
+    ) -> None:
+        """What a health check found: idle (ready, ``slots_busy`` of its slots taken, default
+        none), busy (ready, default every slot taken), loading, error or offline. The gateway's own
+        leases count as taken whatever the worker said."""
         worker.last_heartbeat = now_iso()
         for k, v in facts.items():
             setattr(worker, k, v)
         worker.error = error
-        if worker.leased:
-            return
-        worker.status = "busy_chat" if status == "busy" else status
-        if status == "idle":
+        if status in ("idle", "busy"):
+            worker.health = "ready"
+            if slots_busy is None:
+                slots_busy = worker.slots if status == "busy" else 0
+            worker.report_slots(worker.slots, slots_busy)
             self._dispatch()
+        else:
+            worker.health = status
+
+    def mark_down(self, worker: Worker, status: str, error: str | None) -> None:
+        """The gateway itself found the worker down (offline, error) or starting (loading); a
+        health check that finds it ready again brings it back."""
+        worker.health, worker.error = status, error
 
     # -- queue -----------------------------------------------------------------------------
     def session_type(self, name: str) -> SessionType:
@@ -202,13 +148,13 @@ class WorkerPool:
         return any(t.capability in w.capabilities for w in self.workers.values())
 
     def enqueue(self, type_name: str, session_id: str | None = None) -> Ticket:
-        """A ticket, assigned at once when a capable worker is idle, else queued (QueueFull when
-        the queue is at its limit; NoWorkerFor when no worker could ever serve it)."""
+        """A ticket, assigned at once when a capable worker has a free slot, else queued (QueueFull
+        when the queue is at its limit; NoWorkerFor when no worker could ever serve it)."""
         t = SESSION_TYPES[type_name]
         if not self.can_serve(t):
             raise NoWorkerFor(f"no worker of this server serves {t.name} sessions ({t.capability})")
         ticket = Ticket(f"q_{uuid.uuid4().hex[:12]}", t, session_id, asyncio.get_running_loop().create_future())
-        worker = self._idle_for(t)
+        worker = self._free_for(t)
         if worker is not None and not any(x.type.capability == t.capability for x in self.queue.values()):
             self._assign(ticket, worker)
             return ticket
@@ -230,27 +176,24 @@ class WorkerPool:
         return True
 
     async def wait(self, ticket: Ticket) -> Lease:
-        worker = await asyncio.shield(ticket.future)
-        return Lease(self, worker, ticket)
+        return await asyncio.shield(ticket.future)
 
     def release(self, lease: Lease) -> None:
         w, t = lease.worker, lease.type
         took = time.monotonic() - lease.t0
-        w.leased = False
-        w.session_id = w.request_type = w.task_started_at = w.task_t0 = None
+        if lease in w.leases:
+            w.leases.remove(lease)
         w.total_requests += 1
         w.total_ms += took * 1000
         avg, n = self.ema.get(t.name, (t.eta_s, 0))
         self.ema[t.name] = (took if n == 0 else EMA_ALPHA * took + (1 - EMA_ALPHA) * avg, n + 1)
-        if w.status in BUSY:
-            w.status = "idle"
         self._dispatch()
         self._recalc()
         self.changed.set()
 
     @contextlib.asynccontextmanager
     async def lease(self, type_name: str, session_id: str | None = None, notify=None, always_done: bool = False):
-        """Holds a worker for the block. ``notify(message)`` (async) gets the queue messages
+        """Holds a slot of a worker for the block. ``notify(message)`` (async) gets the queue messages
         (``queue_done`` even without a wait when ``always_done``, as duplex clients expect);
         leaving the block while queued cancels the ticket."""
         ticket = self.enqueue(type_name, session_id)
@@ -263,7 +206,7 @@ class WorkerPool:
         except BaseException:
             self.cancel(ticket.id)
             if ticket.future.done() and not ticket.future.cancelled():  # assigned as we left
-                Lease(self, ticket.future.result(), ticket).release()
+                ticket.future.result().release()
             raise
         finally:
             if updates is not None:
@@ -349,26 +292,25 @@ class WorkerPool:
         }
 
     # -- dispatch ----------------------------------------------------------------------------
-    def _idle_for(self, t: SessionType) -> Worker | None:
-        return next((w for w in self.workers.values() if w.status == "idle" and t.capability in w.capabilities), None)
+    def _free_for(self, t: SessionType) -> Worker | None:
+        """The least busy worker with a free slot that serves ``t`` (the first such on a tie)."""
+        free = [w for w in self.workers.values() if w.slots_free and t.capability in w.capabilities]
+        return min(free, key=lambda w: (w.slots_busy / w.slots, w.slots_busy), default=None)
 
     def _assign(self, ticket: Ticket, worker: Worker) -> None:
-        worker.leased = True
-        worker.status = ticket.type.busy_status
-        worker.session_id = ticket.session_id
-        worker.request_type = ticket.type.name
-        worker.task_started_at, worker.task_t0 = now_iso(), time.monotonic()
         ticket.position, ticket.estimated_wait_s = 0, 0.0
-        ticket.future.set_result(worker)
+        lease = Lease(self, worker, ticket)
+        worker.leases.append(lease)
+        ticket.future.set_result(lease)
         self.changed.set()
 
     def _dispatch(self) -> None:
-        """Gives idle workers to the oldest tickets they can serve."""
+        """Gives free slots to the oldest tickets they can serve."""
         for ticket in list(self.queue.values()):
             if ticket.future.done():
                 self.queue.pop(ticket.id, None)
                 continue
-            worker = self._idle_for(ticket.type)
+            worker = self._free_for(ticket.type)
             if worker is None:
                 continue
             self.queue.pop(ticket.id)
@@ -379,18 +321,24 @@ class WorkerPool:
         avg, n = self.ema.get(name, (self.eta_base.get(name, 30.0), 0))
         return avg if n >= EMA_MIN_SAMPLES else self.eta_base.get(name, 30.0)
 
-    def _recalc(self) -> None:
-        """Positions (1-based) and estimated waits: each queued ticket takes the worker that frees
-        first, which is then busy for that ticket's type's expected length."""
+    def slot_free_times(self) -> list[float]:
+        """When each slot of the pool is expected free (s from now; a min-heap): 0 for a free
+        slot, a leased one when its session's expected length is over (slots held by others and
+        slots of workers that are down are left out)."""
         now = time.monotonic()
         heap = []
         for w in self.workers.values():
-            if w.busy and w.task_t0 is not None and w.request_type is not None:
-                left = self.eta(w.request_type) - (now - w.task_t0)
+            for lease in w.leases if w.status in ALIVE else ():
+                left = self.eta(lease.type.name) - (now - lease.t0)
                 heap.append(left if left > 0 else UNKNOWN_REMAINING_S)
-            elif w.status == "idle":
-                heap.append(0.0)
+            heap += [0.0] * w.slots_free
         heapq.heapify(heap)
+        return heap
+
+    def _recalc(self) -> None:
+        """Positions (1-based) and estimated waits: each queued ticket takes the slot that frees
+        first, which is then busy for that ticket's type's expected length."""
+        heap = self.slot_free_times()
         for i, ticket in enumerate(self.queue.values()):
             ticket.position = i + 1
             if heap:
@@ -402,27 +350,46 @@ class WorkerPool:
 
     # -- views ---------------------------------------------------------------------------------
     def running_tasks(self) -> list[dict]:
+        """One entry per leased slot."""
         now = time.monotonic()
         out = []
         for w in self.workers.values():
-            if w.leased and w.task_t0 is not None:
-                elapsed = now - w.task_t0
+            for lease in w.leases:
+                elapsed = now - lease.t0
                 out.append(
                     {
                         "worker_id": w.id,
-                        "request_type": w.request_type,
-                        "started_at": w.task_started_at,
+                        "request_type": lease.type.name,
+                        "session_id": lease.ticket.session_id,
+                        "started_at": lease.started_at,
                         "elapsed_s": round(elapsed, 1),
-                        "estimated_remaining_s": round(max(0.0, self.eta(w.request_type) - elapsed), 1),
+                        "estimated_remaining_s": round(max(0.0, self.eta(lease.type.name) - elapsed), 1),
                     }
                 )
         return out
+
+    def lease_of(self, session_id: str, type_name: str) -> Lease | None:
+        """The running lease of that session and type (None: none runs)."""
+        for w in self.workers.values():
+            for lease in w.leases:
+                if lease.ticket.session_id == session_id and lease.type.name == type_name:
+                    return lease
+        return None
 
     def counts(self) -> dict:
         c = dict.fromkeys(STATUSES, 0)
         for w in self.workers.values():
             c[w.status] = c.get(w.status, 0) + 1
         return c
+
+    def slot_counts(self) -> dict:
+        """Slots of every worker: in all, taken, free now."""
+        ws = list(self.workers.values())
+        return {
+            "slots_total": sum(w.slots for w in ws),
+            "slots_busy": sum(w.slots_busy for w in ws),
+            "slots_free": sum(w.slots_free for w in ws),
+        }
 
     def queue_status(self) -> dict:
         self._recalc()

@@ -12,7 +12,7 @@ import logging
 
 from ...errors import ConfigError
 from ..worker_options import WorkerOptions
-from .pool import Worker
+from .worker_slots import Worker
 
 log = logging.getLogger(__name__)
 DEVICE = {"gpu": "cuda:0", "npu": "cann:0", "cpu": "cpu"}  # Ray makes the assigned device index 0

@@ -13,7 +13,8 @@ from .audio_store import AudioStore
 from .backend_client import WorkerUnavailable, health
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
-from .pool import Worker, WorkerPool
+from .pool import WorkerPool
+from .worker_slots import Worker
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,13 @@ class Gateway:
             facts["device"] = body["device"]
         if body.get("capabilities"):
             facts["capabilities"] = frozenset(body["capabilities"])
+        if isinstance(body.get("slots"), int) and body["slots"] >= 1:
+            facts["slots"] = body["slots"]
         if status == 200 and body.get("status") == "ready":
-            self.pool.report_health(worker, "busy" if body.get("session_active") else "idle", None, **facts)
+            active = bool(body.get("session_active"))
+            taken = body.get("slots_busy")  # a worker of one slot before slots: session_active says it
+            taken = taken if isinstance(taken, int) else None
+            self.pool.report_health(worker, "busy" if active else "idle", None, taken, **facts)
         elif body.get("status") == "loading":
             self.pool.report_health(worker, "loading", None, **facts)
         else:

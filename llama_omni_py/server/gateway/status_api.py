@@ -17,15 +17,24 @@ def _gw(request: Request):
 
 async def health(request: Request) -> JSONResponse:
     """200 when a worker can serve (idle or busy: requests queue), 503 while every worker is
-    still loading or none is usable."""
+    still loading or none is usable. Slots: per worker and in all (docs/serving.md, "Slots")."""
     gw = _gw(request)
     state = gw.state()
     body = {
         "status": {"ready": "healthy", "loading": "loading"}.get(state, "unavailable"),
         "timestamp": datetime.now(timezone.utc).isoformat(),
         "queue_length": len(gw.pool.queue),
+        **gw.pool.slot_counts(),
         "workers": [
-            {"worker_id": w.id, "status": w.status, "device": w.device, "error": w.error}
+            {
+                "worker_id": w.id,
+                "status": w.status,
+                "device": w.device,
+                "error": w.error,
+                "slots": w.slots,
+                "slots_busy": w.slots_busy,
+                "slots_free": w.slots_free,
+            }
             for w in gw.pool.workers.values()
         ],
     }
@@ -46,6 +55,7 @@ async def status(request: Request) -> JSONResponse:
             "loading_workers": c["loading"],
             "error_workers": c["error"],
             "offline_workers": c["offline"],
+            **gw.pool.slot_counts(),
             "queue_length": len(gw.pool.queue),
             "max_queue_size": gw.pool.max_queue_size,
             "running_tasks": gw.pool.running_tasks(),
@@ -54,8 +64,9 @@ async def status(request: Request) -> JSONResponse:
 
 
 async def workers(request: Request) -> JSONResponse:
-    ws = [w.info() for w in _gw(request).pool.workers.values()]
-    return JSONResponse({"total": len(ws), "workers": ws})
+    pool = _gw(request).pool
+    ws = [w.info() for w in pool.workers.values()]
+    return JSONResponse({"total": len(ws), **pool.slot_counts(), "workers": ws})
 
 
 async def queue(request: Request) -> JSONResponse:

@@ -77,7 +77,7 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
                     try:
                         done = await asyncio.wait_for(_on_worker(lease, inp, forwarded), gateway.config.turn_timeout_s)
                     except WorkerUnavailable as e:
-                        lease.worker.status, lease.worker.error = "offline", str(e)
+                        gateway.pool.mark_down(lease.worker, "offline", str(e))
                         log.warning("worker %s unavailable: %s", lease.worker.id, e)
                         if forwarded.any:
                             metrics.worker_failures.inc()

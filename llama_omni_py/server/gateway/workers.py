@@ -21,7 +21,7 @@ import time
 
 from ...config import ENV_WORKER_SECRET
 from ...errors import ConfigError
-from .pool import Worker
+from .worker_slots import Worker
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
@@ -131,7 +131,7 @@ class LocalWorkers:
                         fails[i] = 0
                     continue
                 worker = self.workers[i]
-                worker.status, worker.error = "offline", f"process {proc.pid} exited with status {proc.returncode}"
+                gateway.pool.mark_down(worker, "offline", f"process {proc.pid} exited with status {proc.returncode}")
                 delay = backoff[min(fails[i], len(backoff) - 1)]
                 log.error("worker_%d %s; starting it again in %g s", i, worker.error, delay)
                 fails[i] += 1
@@ -142,7 +142,8 @@ class LocalWorkers:
                     log.error("worker_%d did not start again: %s", i, e)
                     continue
                 self.procs[i], since[i] = new, time.monotonic()
-                worker.port, worker.status, worker.error = port, "loading", None
+                worker.port = port
+                gateway.pool.mark_down(worker, "loading", None)
                 worker.restarts += 1
                 gateway.metrics.worker_restarts.inc()
                 log.warning("worker_%d started again (pid %d): http://%s:%d", i, new.pid, self.host, port)

@@ -5,8 +5,10 @@
 //
 // Slots (docs/slots.md#tts): the weights live once, shared by every Tts made with new_slot();
 // each slot owns only its KV cache and position. Slots decoding at the same time from different
-// threads have their one-row code steps evaluated together in one graph, unless the weights were
-// loaded with batch_invariant (then each step is its own graph, exactly as a lone slot runs it).
+// threads have their one-row code steps evaluated together in one graph; its sums may run in
+// another order than a lone step's. With batch_invariant every slot gets exactly its lone
+// logits: on the CPU the batched graph keeps per-column dot products, elsewhere each step is a
+// graph of its own.
 #pragma once
 
 #include "omni/backend.h"
@@ -33,7 +35,7 @@ class Tts {
 public:
     // projector_gguf may be empty: then projector_semantic.* from the TTS file is used.
     // exact: widen F16 weights to F32 (exact arithmetic, twice the memory); else they stay F16.
-    // batch_invariant: never batch the code steps of several slots (see above).
+    // batch_invariant: each slot's steps give exactly its lone logits (see above).
     Tts(const std::string & tts_gguf, const std::string & projector_gguf, const std::string & device, int threads,
         int n_ctx = 4096, bool exact = false, bool batch_invariant = false);
     ~Tts();
