@@ -5,7 +5,7 @@ python benchmarks/run.py [--model-dir DIR] [--t2w-threads 1,2] [--tts-queue 1,16
 
 import sys
 
-from llama_omni_py.bench.runner import main
+from llama_omni_py.bench.arguments import main
 
 if __name__ == "__main__":
     sys.exit(main())

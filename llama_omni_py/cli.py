@@ -430,15 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
     WorkerOptions.add_arguments(wk)
     wk.set_defaults(func=cmd_worker)
 
-    from .bench import runner as bench_runner  # light: imports nothing native until it runs
+    from .bench import arguments as bench_arguments  # light: imports nothing native until it runs
 
     b = sub.add_parser(
         "bench",
         help="RTF, time to first audio, stage and queue times over a fixed prompt set; "
         "one JSON per configuration (exit 1 when a validity gate fails)",
     )
-    bench_runner.add_arguments(b)
-    b.set_defaults(func=bench_runner.main_from_args)
+    bench_arguments.add_arguments(b)
+    b.set_defaults(func=bench_arguments.main_from_args)
     return p
 
 

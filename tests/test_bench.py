@@ -15,7 +15,7 @@ import pytest
 from test_placement import _sysfs  # synthetic sysfs trees
 
 from llama_omni_py import cli
-from llama_omni_py.bench import metrics, pinning, prompts, runner
+from llama_omni_py.bench import arguments, metrics, pinning, prompts
 from llama_omni_py.bench.runner import exit_status
 from llama_omni_py.bench.schema import validate_run
 from llama_omni_py.errors import ConfigError
@@ -290,10 +290,10 @@ def test_checkout_wrapper_is_the_same_command():
 
 def test_engine_list_alternates_token2mel_engines():
     parser = argparse.ArgumentParser()
-    runner.add_arguments(parser)
-    opts = runner.options_from_args(parser.parse_args(["--t2w-engine", "graph,native", "--t2w-threads", "1"]))
+    arguments.add_arguments(parser)
+    opts = arguments.options_from_args(parser.parse_args(["--t2w-engine", "graph,native", "--t2w-threads", "1"]))
     assert [c.t2w_engine for c in opts.configs] == ["graph", "native"]
     assert [c.label.rsplit("-", 1)[-1] for c in opts.configs] == ["graph", "native"]
     with pytest.raises(ConfigError) as e:
-        runner.options_from_args(parser.parse_args(["--t2w-engine", "fast"]))
+        arguments.options_from_args(parser.parse_args(["--t2w-engine", "fast"]))
     assert e.value.field == "t2w_engine"

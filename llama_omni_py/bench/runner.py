@@ -1,15 +1,14 @@
 """``llama-omni bench``: the fixed prompt set through ``OmniSession.stream`` under one or more
 configurations, alternating per round so machine noise hits all of them alike; warm-up rounds
 are kept apart; each configuration's run is written as one JSON file (docs/benchmark-schema.md),
-validated against the package's JSON Schema. Exit status 1 when a run breaks a validity gate."""
+validated against the package's JSON Schema. Exit status 1 when a run breaks a validity gate
+(the command line: arguments.py)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,169 +286,3 @@ def write_runs(runs: list[dict], out_dir: str | Path) -> list[Path]:
 def exit_status(runs: list[dict], allow_realtime_miss: bool = False) -> int:
     bad = [r for r in runs if not (r["data_valid"] if allow_realtime_miss else r["valid"])]
     return 1 if bad else 0
-
-
-# -- command line (``llama-omni bench`` and benchmarks/run.py) ------------------------------------
-def _int_list(text: str) -> list[int | None]:
-    return [None if v in ("env", "") else int(v) for v in text.split(",")]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = BenchOptions()
-    p.add_argument(
-        "--mode",
-        choices=("simplex", "duplex"),
-        default="simplex",
-        help="simplex: the prompt set through OmniSession.stream; duplex: a full-duplex session fed one unit a second",
-    )
-    p.add_argument(
-        "--model-dir",
-        help="module set (default: the real-dimension random set, generated into the user "
-        "cache on first use: 6.4 GB, about a minute)",
-    )
-    p.add_argument("--device", default=d.device)
-    p.add_argument(
-        "--t2w-threads",
-        default="env",
-        help="comma list of vocoder thread counts to compare ('env': OMNI_T2W_THREADS or the default)",
-    )
-    p.add_argument("--tts-queue", default="env", help="comma list of TTS queue sizes ('env': OMNI_TTS_QUEUE or 16)")
-    p.add_argument("--pin", default="auto", help="comma list of auto,on,off (session placement)")
-    p.add_argument(
-        "--handoff",
-        default="window",
-        help="comma list of window,text_chunk: TTS -> Token2Wav every 25 codes, or a text chunk's codes at once",
-    )
-    p.add_argument(
-        "--t2w-engine",
-        default="auto",
-        help="comma list of auto,graph,native: Token2Mel's CPU compute (graph: ggml graphs; native: our CPU engine)",
-    )
-    p.add_argument("--prompts", default=",".join(d.prompts), help=f"comma list from {','.join(prompts.PROMPTS)}")
-    p.add_argument(
-        "--repeats", type=int, default=None, help=f"measured rounds (simplex: >= 3, default {d.repeats}; duplex: 1)"
-    )
-    p.add_argument("--warmup", type=int, default=d.warmup, help="warm-up rounds, recorded apart")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument(
-        "--codes-per-chunk",
-        type=int,
-        default=d.codes_per_chunk,
-        help="speech codes per TTS chunk (25 = 1 s of audio; random weights never stop on their own)",
-    )
-    p.add_argument("--threads", type=int, default=None, help="LLM/TTS threads (default: libllama's)")
-    p.add_argument("--seed", type=int, default=None, help=f"sampling seed (simplex {d.seed}, duplex 42)")
-    p.add_argument("--out-dir", default=d.out_dir, help="one JSON file per configuration is written here")
-    p.add_argument("--full-hash", action="store_true", help="sha256 of whole model files (default: size + first MiB)")
-    p.add_argument("--tag", default="", help="prefix of the run labels and file names")
-    p.add_argument(
-        "--allow-realtime-miss",
-        action="store_true",
-        help="exit 0 when only the realtime gate (Token2Wav queue wait) fails, e.g. on a small CPU host",
-    )
-    dx = p.add_argument_group("duplex (--mode duplex)")
-    dx.add_argument("--units", type=int, default=36, help="units of 1 s pushed (perf-duplex's case: 36)")
-    dx.add_argument("--interval", type=float, default=1.0, help="seconds between pushes (0: as fast as accepted)")
-    dx.add_argument("--inputs", help="folder of NNNN.wav (+ NNNN.jpg) units (default: a generated 540x960 case)")
-    dx.add_argument("--no-frames", action="store_true", help="audio only (no image with each unit)")
-    dx.add_argument("--force-listen-count", type=int, default=4, help="units that listen before the model may speak")
-    dx.add_argument("--warmup-units", type=int, default=2, help="units of a warm-up session, recorded apart")
-
-
-def options_from_args(a: argparse.Namespace) -> BenchOptions:
-    pins = {"auto": None, "on": True, "off": False}
-    try:
-        pin = [pins[v] for v in a.pin.split(",")]
-    except KeyError:
-        raise ConfigError("pin", f"each value must be auto, on or off, got {a.pin!r}") from None
-    try:
-        threads, queues = _int_list(a.t2w_threads), _int_list(a.tts_queue)
-    except ValueError as e:
-        raise ConfigError("t2w_threads/tts_queue", f"comma lists of integers or 'env': {e}") from None
-    lists = (threads, queues, pin, a.handoff.split(","), a.t2w_engine.split(","))
-    configs = tuple(RunConfig(t, q, p, h, e) for t, q, p, h, e in itertools.product(*lists))
-    return BenchOptions(
-        a.model_dir,
-        a.device,
-        configs,
-        tuple(a.prompts.split(",")),
-        MIN_REPEATS if a.repeats is None else a.repeats,
-        a.warmup,
-        a.max_new_tokens,
-        a.codes_per_chunk,
-        a.threads,
-        BenchOptions.seed if a.seed is None else a.seed,
-        a.out_dir,
-        a.full_hash,
-        a.allow_realtime_miss,
-        a.tag,
-    )
-
-
-def duplex_options_from_args(a: argparse.Namespace):
-    from .duplex import DuplexBenchOptions
-
-    simplex_only = {
-        "--handoff": a.handoff != "window",
-        "--t2w-engine": a.t2w_engine != "auto",
-        "--tts-queue": a.tts_queue != "env",
-        "--prompts": a.prompts != ",".join(BenchOptions().prompts),
-        "--codes-per-chunk": a.codes_per_chunk != BenchOptions().codes_per_chunk,
-        "--t2w-threads (a list)": "," in a.t2w_threads,
-        "--pin (a list)": "," in a.pin,
-    }
-    given = [k for k, v in simplex_only.items() if v]
-    if given:
-        raise ConfigError("mode", f"{', '.join(given)}: simplex options, not taken by --mode duplex")
-    pins = {"auto": None, "on": True, "off": False}
-    if a.pin not in pins:
-        raise ConfigError("pin", f"must be auto, on or off, got {a.pin!r}")
-    t2w = _int_list(a.t2w_threads)[0]
-    return DuplexBenchOptions(
-        model_dir=a.model_dir,
-        device=a.device,
-        units=a.units,
-        interval_s=a.interval,
-        inputs=a.inputs,
-        frames=not a.no_frames,
-        repeats=1 if a.repeats is None else a.repeats,
-        warmup_units=a.warmup_units,
-        threads=a.threads,
-        t2w_threads=t2w,
-        pin=pins[a.pin],
-        force_listen_count=a.force_listen_count,
-        seed=42 if a.seed is None else a.seed,
-        out_dir=a.out_dir,
-        tag=a.tag,
-    )
-
-
-def duplex_main(a: argparse.Namespace) -> int:
-    from . import duplex
-
-    opts = duplex_options_from_args(a)
-    record = duplex.run_duplex_bench(opts, log=lambda m: print(m, file=sys.stderr, flush=True))
-    path = duplex.write_duplex_run(record, opts.out_dir)
-    print(duplex.stage_table(record["runs"][-1]["summary"]))
-    ok = record["data_valid"] and (record["realtime_eligible"] or a.allow_realtime_miss)
-    print(f"{path}: {'valid' if record['data_valid'] else 'INVALID'}; realtime {record['realtime_eligible']}")
-    return 0 if ok else 1
-
-
-def main_from_args(a: argparse.Namespace) -> int:
-    if a.mode == "duplex":
-        return duplex_main(a)
-    opts = options_from_args(a)
-    runs = run_bench(opts, log=lambda m: print(m, file=sys.stderr, flush=True))
-    paths = write_runs(runs, opts.out_dir)
-    print(summary.markdown_table(runs))
-    for r, p in zip(runs, paths):
-        print(f"{p}: {'valid' if r['valid'] else 'INVALID -- ' + '; '.join(r['failed_gates'][:5])}")
-    print(f"total {runs[0]['elapsed_s']:.0f} s")
-    return exit_status(runs, opts.allow_realtime_miss)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="llama-omni bench", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return main_from_args(p.parse_args(argv))

@@ -1,4 +1,5 @@
-"""The JSON Schemas of benchmark runs (run.schema.json, duplex.schema.json; docs/benchmark-schema.md)."""
+"""The JSON Schemas of benchmark runs (run.schema.json, duplex.schema.json, load.schema.json;
+docs/benchmark-schema.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).with_name("run.schema.json")
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)
 def _schema(path: Path) -> dict:
     return json.loads(path.read_text())
 
@@ -32,3 +33,11 @@ DUPLEX_SCHEMA_PATH = Path(__file__).with_name("duplex.schema.json")
 def validate_duplex_run(run: dict) -> None:
     """Raises jsonschema.ValidationError naming the offending field."""
     _validate(run, DUPLEX_SCHEMA_PATH)
+
+
+LOAD_SCHEMA_PATH = Path(__file__).with_name("load.schema.json")
+
+
+def validate_load_run(run: dict) -> None:
+    """Raises jsonschema.ValidationError naming the offending field."""
+    _validate(run, LOAD_SCHEMA_PATH)
