@@ -10,7 +10,7 @@
 #
 # Results go to $OUT (default ./gpu-check-out): gpu-check.log
 # (every step's full output), summary.json, parity.json, llm_tts.json, token2wav.json,
-# duplex.json, bench/<run>.json -- 7 files, few enough to copy back from a remote machine. The last
+# duplex.json, load.json, bench/<run>.json -- 8 files, few enough to copy back from a remote machine. The last
 # lines printed are the summary.
 #
 # Environment:
@@ -18,7 +18,9 @@
 #                              CPU build, tests on "cpu", a 2-layer LLM, small benchmarks
 #   OMNI_GPU_CHECK_STEPS       comma list of steps to run (default: all, in this order):
 #                              env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench,
-#                              duplex
+#                              duplex,slots
+#   OMNI_GPU_CHECK_SLOTS       slot counts of the slots step (default 1,4 on the GPU: its N single-slot
+#                              workers hold N copies of the weights, so 8 does not fit beside them)
 #   OMNI_GPU_CHECK_LLM_LAYERS  LLM layers of the generated set (36 on the GPU, 2 with CPU=1)
 #   OMNI_GPU_CHECK_BUDGET_S    seconds the whole check may take (default 570 on the GPU, so it
 #                              ends inside a 10-minute command limit; 0 = none);
@@ -45,16 +47,16 @@ fi
 export OMNI_GPU_CHECK_WORK=$WORK OUT  # the steps (run as separate processes) use the same folders
 CARRY=${OMNI_GPU_CHECK_CARRY:-$ROOT/.carry}
 JOBS=${OMNI_GPU_CHECK_JOBS:-$(nproc)}
-ALL_STEPS=env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench,duplex
+ALL_STEPS=env,deps,models,llama,core,info,parity,validate,llm_tts,token2wav,bench,duplex,slots
 STEPS=",${OMNI_GPU_CHECK_STEPS:-$ALL_STEPS},"
 if [ "$CPU_MODE" = 1 ]; then
   DEV=cpu LAYERS=${OMNI_GPU_CHECK_LLM_LAYERS:-2} BUDGET=${OMNI_GPU_CHECK_BUDGET_S:-0}
   GEN_WORKERS=2 T2W_THREADS=1,2 BENCH_ARGS=(--t2w-threads 2 --pin off --prompts story --repeats 3 --warmup 1)
-  DUPLEX_UNITS=5
+  DUPLEX_UNITS=5 SLOTS=${OMNI_GPU_CHECK_SLOTS:-1,2}
 else
   DEV=cuda:0 LAYERS=${OMNI_GPU_CHECK_LLM_LAYERS:-36} BUDGET=${OMNI_GPU_CHECK_BUDGET_S:-570}
   GEN_WORKERS=4 T2W_THREADS=4,8,16 BENCH_ARGS=(--t2w-threads 8 --repeats 3 --warmup 1)
-  DUPLEX_UNITS=20
+  DUPLEX_UNITS=20 SLOTS=${OMNI_GPU_CHECK_SLOTS:-1,4}
 fi
 SITE=$WORK/site MODELS=$WORK/models
 mkdir -p "$OUT" "$WORK"
@@ -201,6 +203,13 @@ step_bench() {
     --out-dir "$OUT/bench" --allow-realtime-miss
 }
 
+step_slots() {  # an engine of N slots against N single-slot workers, text and duplex sessions at once
+  rm -rf "$WORK/load-bench"
+  "${PYRUN[@]}" -m llama_omni_py bench --mode load --device "$DEV" --model-dir "$MODELS" --slots "$SLOTS" \
+    --kinds text,duplex --max-new-tokens 64 --repeats 1 --out-dir "$WORK/load-bench"
+  cp "$WORK"/load-bench/*.json "$OUT/load.json"
+}
+
 if [ "${1:-}" = --step ]; then  # one step, run by run_step; its first failing command fails it
   [ "$CPU_MODE" = 1 ] || find_cuda
   set -e
@@ -256,6 +265,7 @@ if [ $BUILT -eq 0 ] && [ -d "$MODELS" ]; then
   run_step token2wav 30
   run_step bench 90
   run_step duplex 45
+  run_step slots 90
 fi
 
 say "done in $(( $(date +%s) - START ))s"

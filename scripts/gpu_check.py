@@ -85,6 +85,23 @@ def _stage_medians(requests: list[dict]) -> dict:
     return {k: statistics.median(r["stage_ms"][k] for r in requests if k in r["stage_ms"]) for k in names}
 
 
+def _slots_summary(load: dict | None) -> dict | None:
+    """Per slot count of the load run: the engine's and the workers' audio per second, the slowest
+    engine session's wall RTF (real time when below 1) and the mean LLM batch."""
+    if not load:
+        return None
+    out = {}
+    for n, g in load.get("summary", {}).get("groups", {}).items():
+        e, w = g.get("engine", {}), g.get("workers", {})
+        out[n] = {
+            "engine_audio_per_wall_s": e.get("audio_per_wall_s"),
+            "workers_audio_per_wall_s": w.get("audio_per_wall_s"),
+            "engine_session_rtf_max": (e.get("session_wall_rtf") or {}).get("max"),
+            "engine_mean_llm_batch": (e.get("scheduler") or {}).get("llm_mean_batch"),
+        }
+    return out
+
+
 def summary(args) -> int:
     out = Path(args.out)
     steps = []
@@ -96,6 +113,7 @@ def summary(args) -> int:
     llm_tts = _load(out / "llm_tts.json") or {}
     t2w = _load(out / "token2wav.json") or {}
     duplex = _load(out / "duplex.json")
+    load = _load(out / "load.json")
     bench = [b for b in (_load(p) for p in sorted((out / "bench").glob("*.json"))) if b]
     result = {
         "steps": steps,
@@ -112,6 +130,7 @@ def summary(args) -> int:
             for r in t2w.get("results", [])
         ],
         "duplex": {"config": duplex["config"], "summary": duplex["runs"][-1]["summary"]} if duplex else None,
+        "slots": _slots_summary(load),
         "bench": [
             {
                 "label": b["label"],
@@ -152,6 +171,12 @@ def summary(args) -> int:
     if duplex:
         headline = _source("bench.duplex_metrics").headline
         lines.append(f"duplex ({duplex['config']['device']}): " + headline(result["duplex"]["summary"]))
+    for n, g in (result["slots"] or {}).items():
+        lines.append(
+            f"slots {n}: engine {_fmt(g['engine_audio_per_wall_s'])} s audio per s (workers "
+            f"{_fmt(g['workers_audio_per_wall_s'])}), slowest session wall RTF {_fmt(g['engine_session_rtf_max'])}, "
+            f"mean LLM batch {_fmt(g['engine_mean_llm_batch'], 2)}"
+        )
     for b in result["bench"]:
         s = b["summary"]
         stages = ", ".join(f"{k} {v:.0f}" for k, v in b["stage_ms_median"].items())

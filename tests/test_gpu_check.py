@@ -68,9 +68,26 @@ def test_summary_reads_what_the_steps_wrote(tmp_path):
         json.dumps({"config": {"device": "cuda:0"}, "runs": [{"summary": summarise(frames, 1.0), "frames": frames}],
                     "manifest": {}})
     )  # fmt: skip
+    group = lambda audio, rtf, batch: {  # noqa: E731 -- one mode's part of a load run's group
+        "audio_per_wall_s": audio,
+        "session_wall_rtf": {"max": rtf},
+        "scheduler": {"llm_mean_batch": batch},
+    }
+    (tmp_path / "load.json").write_text(
+        json.dumps({"summary": {"groups": {"4": {"engine": group(3.5, 0.8, 3.9), "workers": group(2.0, 1.4, 1.0)}}}})
+    )
     info = tmp_path / "info.json"
     info.write_text(json.dumps({"devices": [{"id": "cuda:0", "description": "NVIDIA H200"}]}))
     out = _run("summary", str(tmp_path), str(steps), "--info", str(info))
+    assert summary_slots(tmp_path) == {
+        "4": {
+            "engine_audio_per_wall_s": 3.5,
+            "workers_audio_per_wall_s": 2.0,
+            "engine_session_rtf_max": 0.8,
+            "engine_mean_llm_batch": 3.9,
+        }
+    }
+    assert "slots 4: engine 3.500 s audio per s (workers 2.000), slowest session wall RTF 0.800" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [s["status"] for s in summary["steps"]] == ["ok", "failed", "skipped"]
     assert summary["parity"] == {"passed": 1, "failed": ["vpm"], "worst_rel_l2": 0.5}
@@ -79,3 +96,7 @@ def test_summary_reads_what_the_steps_wrote(tmp_path):
     assert summary["duplex"]["summary"]["core"]["rtf"] == pytest.approx(0.3)  # 6 x 50 ms per second of audio
     assert "manifest" not in summary["duplex"]
     assert "RTF 0.100" in out and "| parity | failed | 40 | exit 1 |" in out and "duplex (cuda:0)" in out
+
+
+def summary_slots(out_dir):
+    return json.loads((out_dir / "summary.json").read_text())["slots"]
