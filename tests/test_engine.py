@@ -1,11 +1,11 @@
 """OmniEngine: N session slots over one loaded module set (docs/slots.md). Replies of concurrent
 slots equal a lone session's with the same seed (batch_invariant: bit for bit)."""
 
-import threading
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from threads import in_threads
 
 import llama_omni_py as omni
 from llama_omni_py.demo import demo_config
@@ -22,24 +22,6 @@ def _reply(session, k):
     return r.text, r.audio
 
 
-def _concurrently(fn, n):
-    out, errors = [None] * n, []
-
-    def body(k):
-        try:
-            out[k] = fn(k)
-        except BaseException as e:  # noqa: BLE001 -- reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
-    assert not errors, errors
-    return out
-
-
 @pytest.fixture(scope="module")
 def lone_replies(tiny_dir):
     with omni.OmniSession(tiny_dir, "cpu", _config(batch_invariant=True)) as s:
@@ -49,7 +31,7 @@ def lone_replies(tiny_dir):
 def test_concurrent_slots_reply_as_lone_sessions_bit_for_bit(tiny_dir, lone_replies):
     with omni.OmniEngine(tiny_dir, "cpu", slots=3, config=_config(batch_invariant=True)) as engine:
         sessions = [engine.session() for _ in range(3)]
-        got = _concurrently(lambda k: _reply(sessions[k], k), 3)
+        got = in_threads(lambda k: _reply(sessions[k], k), 3)
         for k in range(3):
             assert got[k][0] == lone_replies[k][0]
             np.testing.assert_array_equal(got[k][1], lone_replies[k][1])
@@ -62,7 +44,7 @@ def test_batched_slots_run_together_and_speak(tiny_dir):
     with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=_config()) as engine:
         engine.stages.llm.scheduler._gather_s = 1.0  # every generating slot is waited for
         a, b = engine.session(), engine.session()
-        got = _concurrently(lambda k: (a, b)[k].speak(QUESTIONS[k], seed=7), 2)
+        got = in_threads(lambda k: (a, b)[k].speak(QUESTIONS[k], seed=7), 2)
         for r in got:
             assert r.audio.size > 0 and r.timings.n_tokens > 0
         assert engine.scheduler_stats["llm_mean_batch"] > 1.0  # the two replies' steps ran together
@@ -112,7 +94,7 @@ def test_duplex_sessions_on_two_slots_equal_lone_ones(tiny_dir):
         lone = [run(s, k) for k in range(2)]
     with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=_config(batch_invariant=True)) as engine:
         sessions = [engine.session() for _ in range(2)]
-        got = _concurrently(lambda k: run(sessions[k], k), 2)
+        got = in_threads(lambda k: run(sessions[k], k), 2)
     for k in range(2):
         assert got[k][0] == lone[k][0]
         np.testing.assert_array_equal(got[k][1], lone[k][1])

@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+from threads import in_threads
 
 from llama_omni_py.config import LlmSampling
 from llama_omni_py.errors import InvalidArgumentError
@@ -33,24 +34,6 @@ def _forced_run(slot, s, barrier=None):
     return np.stack(out)
 
 
-def _in_threads(fn, n):
-    results, errors = [None] * n, []
-
-    def body(k):
-        try:
-            results[k] = fn(k)
-        except BaseException as e:  # noqa: BLE001 -- reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    return results
-
-
 @pytest.fixture(scope="module")
 def alone(tiny_dir):
     """Each slot's hidden states from a lone context."""
@@ -64,7 +47,7 @@ def alone(tiny_dir):
 def test_batch_invariant_slots_equal_lone_contexts_bit_for_bit(tiny_dir, alone):
     ctx = _context(tiny_dir, 3, batch_invariant=True)
     barrier = threading.Barrier(3)
-    got = _in_threads(lambda s: _forced_run(ctx.slot(s), s, barrier), 3)
+    got = in_threads(lambda s: _forced_run(ctx.slot(s), s, barrier), 3)
     for s in range(3):
         np.testing.assert_array_equal(got[s], alone[s])
     assert ctx.scheduler.mean_batch == 1.0  # every step alone
@@ -74,7 +57,7 @@ def test_batched_steps_stay_within_the_stated_tolerance(tiny_dir, alone):
     ctx = _context(tiny_dir, 3)
     ctx.scheduler._gather_s = 5.0  # every looping slot is waited for: batches of 3, whatever the load
     barrier = threading.Barrier(3)
-    got = _in_threads(lambda s: _forced_run(ctx.slot(s), s, barrier), 3)
+    got = in_threads(lambda s: _forced_run(ctx.slot(s), s, barrier), 3)
     assert ctx.scheduler.mean_batch > 2.5  # the steps really ran together
     for s in range(3):
         scale = np.abs(alone[s]).max()
@@ -90,7 +73,7 @@ def test_slot_generation_equals_lone_generation_with_batch_invariant(tiny_dir):
 
     lone = [reply(LanguageModel(discover(tiny_dir).llm, "cpu", 512, 1, prompt_cache=False), s) for s in range(2)]
     ctx = _context(tiny_dir, 2, batch_invariant=True)
-    got = _in_threads(lambda s: reply(LanguageModel.slot(ctx, s, prompt_cache=False), s), 2)
+    got = in_threads(lambda s: reply(LanguageModel.slot(ctx, s, prompt_cache=False), s), 2)
     for s in range(2):
         assert got[s][0] == lone[s][0]
         np.testing.assert_array_equal(got[s][1], lone[s][1])
@@ -143,7 +126,7 @@ def test_prefill_chunks_let_other_slots_step_in_between(tiny_dir):
     def run(k):
         return (stepper if k == 0 else prefiller)(k)
 
-    _in_threads(run, 2)
+    in_threads(run, 2)
     chunks = [i for i, name in enumerate(order) if name == "eval_tokens"][1:]  # the first is slot 0's prompt
     assert len(chunks) == 6
     steps_inside = [i for i, name in enumerate(order) if name == "decode_many" and chunks[0] < i < chunks[-1]]
