@@ -2,10 +2,12 @@
 
 The main API is :class:`OmniSession` (``speak()`` / ``stream()`` / ``astream()``) configured by
 :class:`SessionConfig`; it returns :class:`SpeakResult` and :class:`SpeechChunk`, each with
-:class:`Timings`. :class:`Token2Wav`, :class:`AudioEncoder` and :class:`ImageEncoder` run one
-module alone. :func:`backends` / :func:`resolve_device` name the devices of this build,
-:func:`discover` / :func:`validate` check a module set, :func:`make_models` writes one with random
-weights. Every foreseeable failure raises a subclass of :class:`OmniError`.
+:class:`Timings`; a message's parts in order are :class:`Image`, :class:`Audio`, :class:`Video`
+and text (video frames and their audio: :class:`VideoConfig`). :class:`Token2Wav`,
+:class:`AudioEncoder` and :class:`ImageEncoder` run one module alone. :func:`backends` /
+:func:`resolve_device` name the devices of this build, :func:`discover` / :func:`validate` check
+a module set, :func:`make_models` writes one with random weights. Every foreseeable failure raises
+a subclass of :class:`OmniError`.
 """
 
 from .errors import *  # noqa: F401,F403
@@ -16,6 +18,7 @@ __version__ = "0.1.0"
 from .apm import AudioEncoder  # noqa: E402
 from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
+from .content import Audio, Image, Video  # noqa: E402
 from .duplex import DuplexResult, DuplexSession  # noqa: E402
 from .engine import OmniEngine  # noqa: E402
 from .modelset.generate import make_models  # noqa: E402
@@ -23,6 +26,7 @@ from .modelset.layout import ModelSet, discover, validate  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
 from .session import OmniSession  # noqa: E402
 from .token2wav import Token2Wav  # noqa: E402
+from .video import VideoConfig  # noqa: E402
 from .vision import VisionConfig  # noqa: E402
 from .vpm import EncodedImage, ImageEncoder  # noqa: E402
 
@@ -37,6 +41,10 @@ __all__ = [
     "Token2WavConfig",
     "DuplexConfig",
     "VisionConfig",
+    "VideoConfig",
+    "Image",
+    "Audio",
+    "Video",
     "DuplexSession",
     "DuplexResult",
     "SpeakResult",

@@ -32,8 +32,12 @@ from .backend import resolve_device
 from .constants import INPUT_SAMPLE_RATE
 from .media import MAX_AUDIO_SECONDS, load_audio
 from .modelset import spec as ms
+from .video import audio_rows
 
 WINDOW_SECONDS = 30.0
+CHUNK_SAMPLES = 30 * INPUT_SAMPLE_RATE  # the reference's audio feature chunk
+ENCODER_RATE = 50  # encoder positions per second (after the stride-2 convolution)
+TAIL_ZEROS = 800  # zeros after a chunk: more than a log-mel window (400) past its last frame
 
 
 class AudioEncoder:
@@ -77,6 +81,55 @@ class AudioEncoder:
             if samples[i : i + step].size >= INPUT_SAMPLE_RATE // 10
         ]  # under 0.1 s yields no embedding
         return np.concatenate(parts) if parts else np.zeros((0, self.apm.dims.llm_embd), np.float32)
+
+    def encode_long(self, samples: np.ndarray) -> np.ndarray:
+        """16 kHz samples of any length -> embeddings, in 30 s windows whatever the mode (a video's
+        audio segment: never clamped)."""
+        x = load_audio(samples, max_seconds=None)
+        step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
+        parts = [self._encode(x[i : i + step]) for i in range(0, x.size, step)]
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def encode_as_reference(
+        self, clips: list[np.ndarray], merge: bool = True, chunk_seconds: float | None = 1.0
+    ) -> list[np.ndarray]:
+        """A message's audio clips as the reference encodes them (``audio_feature_extract`` and
+        ``get_audio_embedding`` of MiniCPM-o 4.5): with ``merge`` the clips are joined
+        (``merge_audio_from_same_content``), and the audio is cut into 30 s chunks; each chunk's
+        log-mel is that of the chunk zero-padded to 30 s, normalised over it, and cut to
+        ceil(n/160) frames; the encoder attends in blocks of ``chunk_seconds`` (None: fully). The
+        rows are handed back in order, ``video.audio_rows(len(clip))`` to each clip (a clip of
+        1280 samples or fewer gets none)."""
+        clips = [np.asarray(c, np.float32).reshape(-1) for c in clips]
+        groups = [np.concatenate(clips)] if merge and clips else clips
+        chunks = [g[i : i + CHUNK_SAMPLES] for g in groups for i in range(0, g.size, CHUNK_SAMPLES)]
+        longest = max((-(-c.size // 160) for c in chunks), default=0)
+        block = int(round(chunk_seconds * ENCODER_RATE)) if chunk_seconds else 0
+        rows = [self._reference_chunk(c, longest, block) for c in chunks]
+        e = self.apm.dims.llm_embd
+        pool = np.concatenate(rows) if rows else np.zeros((0, e), np.float32)
+        out, at = [], 0
+        for c in clips:
+            n = min(audio_rows(c.size), pool.shape[0] - at)  # the reference fills its slots in order
+            out.append(pool[at : at + n])
+            at += n
+        return out
+
+    def _reference_chunk(self, samples: np.ndarray, longest: int, block: int) -> np.ndarray:
+        frames = -(-samples.size // 160)
+        if audio_rows(samples.size) == 0:
+            return np.zeros((0, self.apm.dims.llm_embd), np.float32)
+        # The reference pads to 30 s with zeros (a whole 30 s chunk is not padded); every frame past
+        # the audio's last window is then silence (log-mel -10), so 800 zeros give the same frames
+        # and the same maximum.
+        padded = np.zeros(min(samples.size + TAIL_ZEROS, CHUNK_SAMPLES), np.float32)
+        padded[: samples.size] = samples
+        mel = self.apm.log_mel(padded, zero_tail=False)[:, :frames]
+        if frames % 2 and frames < longest:
+            # A shorter chunk of the reference's batch is padded with zero features, which its
+            # stride-2 convolution reads past an odd length; one zero frame gives the same.
+            mel = np.concatenate([mel, np.zeros((mel.shape[0], 1), np.float32)], axis=1)
+        return self.apm.encode_mel(np.ascontiguousarray(mel), block)
 
     def encode_chunk(self, samples) -> np.ndarray:
         """The next piece (16 kHz samples, 0.1-30 s; 1 s is the model's rhythm) of a live stream."""

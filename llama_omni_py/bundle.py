@@ -79,7 +79,7 @@ class SharedStages:
         report(self.STEPS[1])
         self.placement = plan_placement(device, c, c.token2wav_config)
         self.inputs = InputEncoder(
-            model_dir, device, self._encoder_threads(), c.audio_mode, c.stack_frames, c.audio_rule, c.vision_config
+            model_dir, device, self._encoder_threads(), c.audio_mode, c.audio_rule, c.vision_config, c.video
         )
         report(self.STEPS[2])
         self.token2wav = build_token2wav(model_dir, device, self.placement, c.token2wav_config)

@@ -7,6 +7,7 @@ error is a :class:`ConfigError` naming the field), and the one reader of environ
       tts: TtsSampling          speech-code sampling (None: the fidelity's)
       token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
       vision: VisionConfig      image slicing rules and max_slice_nums
+      video: VideoConfig        frames per video, frame rule, stacking, audio segments
       placement and queues      pin, numa_node, tts_queue, audio_queue
       limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed
 
@@ -14,7 +15,7 @@ Environment overrides (read here and nowhere else; an explicit field wins):
 OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE (numa_node),
 OMNI_T2W_PROFILE (print a stage profile when a session closes), OMNI_CPU_ISA (the CPU kernel set of
 the native engines: generic, avx2, avx512 or neon; default: the best this CPU runs), OMNI_FFMPEG
-(the ffmpeg program), XDG_CACHE_HOME (where generated sets go), OMNI_BENCH_TASKSET (set by
+and OMNI_FFPROBE (the ffmpeg and ffprobe programs), XDG_CACHE_HOME (where generated sets go), OMNI_BENCH_TASKSET (set by
 scripts/bench-pinned.sh for the benchmark manifest).
 """
 
@@ -28,6 +29,7 @@ from . import checks
 from .constants import CODES_PER_SECOND, DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
 from .fidelity import DEFAULTS, FIDELITIES
+from .video import VideoConfig
 from .vision.config import VisionConfig
 from .vision.slicing import MAX_SLICE_NUMS
 
@@ -107,6 +109,16 @@ def cache_dir(environ=None) -> Path:
 def ffmpeg_name(environ=None) -> str:
     """The ffmpeg program to run: OMNI_FFMPEG, else "ffmpeg" on the PATH."""
     return (os.environ if environ is None else environ).get("OMNI_FFMPEG") or "ffmpeg"
+
+
+def ffprobe_name(environ=None) -> str:
+    """The ffprobe program to run: OMNI_FFPROBE, else the ffprobe beside OMNI_FFMPEG when that
+    names a path, else "ffprobe" on the PATH."""
+    env = os.environ if environ is None else environ
+    if env.get("OMNI_FFPROBE"):
+        return env["OMNI_FFPROBE"]
+    ffmpeg = env.get("OMNI_FFMPEG") or ""
+    return str(Path(ffmpeg).with_name("ffprobe")) if os.sep in ffmpeg else "ffprobe"
 
 
 def bench_taskset(environ=None) -> str | None:
@@ -300,7 +312,7 @@ class SessionConfig:
 
     threads: int | None = None  # LLM/TTS/encoder CPU threads; None: libllama's default for the LLM, 1 for the
     # TTS, the stage threads' CPUs (at most 16) for the audio and image encoders
-    n_ctx: int = 4096  # LLM context (tokens)
+    n_ctx: int = 8192  # LLM context (tokens): holds a 64-frame, 64-second video with its audio
     prompt_cache: bool = True  # keep the KV of the prefix a prompt shares with the previous one
     max_new_tokens: int = 256  # LLM tokens per reply
     max_audio_per_chunk: int = MAX_AUDIO_PER_CHUNK  # TTS codes per 10-token chunk before it is cut
@@ -320,7 +332,7 @@ class SessionConfig:
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
     audio_fidelity: str | None = None  # the audio encoder's rules: "llama.cpp-omni" or "reference"
     prompt_fidelity: str | None = None  # whose prompt layout: "llama.cpp-omni" or "reference"
-    stack_frames: int = 1  # video frames per video; more than 1 logs a warning
+    video: VideoConfig = field(default_factory=VideoConfig)  # frames, audio segments (video.py)
     # image slicing: rules (None: the fidelity's) and max_slice_nums (None: the rules' default)
     vision: VisionConfig = field(default_factory=VisionConfig)
     exact: bool = False  # F32 weights and KV caches (tests); else the files' F16
@@ -356,6 +368,7 @@ class SessionConfig:
             ("tts", TtsSampling),
             ("token2wav", Token2WavConfig),
             ("vision", VisionConfig),
+            ("video", VideoConfig),
         ):
             if name == "tts" and self.tts is None:
                 continue
@@ -373,7 +386,6 @@ class SessionConfig:
         if self.numa_node is not None:
             checks.int_in("numa_node", self.numa_node, 0, 4095)
         checks.choice("audio_mode", self.audio_mode, AUDIO_MODES)
-        checks.int_in("stack_frames", self.stack_frames, 1, 64)
         if not isinstance(self.prompt_cache, bool):
             raise ConfigError("prompt_cache", f"must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.exact, bool):

@@ -20,13 +20,15 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
 
 import numpy as np
 
-from .config import ffmpeg_name
+from .config import ffmpeg_name, ffprobe_name
 from .constants import INPUT_SAMPLE_RATE as SAMPLE_RATE
 from .errors import MediaError
 
@@ -100,23 +102,39 @@ def _ffmpeg_input(path: str, **options):
     return ffmpeg.input(path, f=demuxer, protocol_whitelist="file", **options)
 
 
-def ffmpeg_binary() -> str:
-    """Path of ffmpeg (OMNI_FFMPEG overrides); a clear error naming the package when absent."""
-    name = ffmpeg_name()
+def demuxer_args(path: str) -> list[str]:
+    """The input options that open ``path`` with its sniffed demuxer and only the file protocol,
+    for a command line built by hand (ffprobe, frame selection)."""
+    with open(path, "rb") as f:
+        demuxer = sniff_demuxer(f.read(200))
+    if demuxer is None:
+        raise MediaError("unsupported video format (accepted: " + VIDEO_FORMATS + ")")
+    return ["-f", demuxer, "-protocol_whitelist", "file"]
+
+
+def ffmpeg_binary(tool: str = "ffmpeg") -> str:
+    """Path of ffmpeg or ffprobe (OMNI_FFMPEG / OMNI_FFPROBE override); a clear error naming the
+    package when absent."""
+    name = ffmpeg_name() if tool == "ffmpeg" else ffprobe_name()
     path = shutil.which(name)
     if not path:
         raise MediaError(
-            f"ffmpeg was not found ('{name}'); install it, e.g. `apt-get install ffmpeg` "
+            f"{tool} was not found ('{name}'); install it, e.g. `apt-get install ffmpeg` "
             "(Debian/Ubuntu package 'ffmpeg')"
         )
     return path
 
 
 def run_ffmpeg(
-    args: list[str], data: bytes | None = None, *, timeout: float = FFMPEG_TIMEOUT, retries: int = 1
+    args: list[str],
+    data: bytes | None = None,
+    *,
+    timeout: float = FFMPEG_TIMEOUT,
+    retries: int = 1,
+    tool: str = "ffmpeg",
 ) -> bytes:
-    """Runs ffmpeg with `args` (feeding `data` on stdin); returns stdout."""
-    cmd = [ffmpeg_binary(), *args]
+    """Runs ffmpeg (or ``tool="ffprobe"``) with `args` (feeding `data` on stdin); returns stdout."""
+    cmd = [ffmpeg_binary(tool), *args]
     last: MediaError | None = None
     for attempt in range(retries + 1):
         if attempt:
@@ -133,7 +151,7 @@ def run_ffmpeg(
         except subprocess.TimeoutExpired:
             err = _stop_group(proc)
             last = MediaError(
-                f"ffmpeg did not finish within {timeout:g} s",
+                f"{tool} did not finish within {timeout:g} s",
                 returncode=proc.returncode,
                 command=cmd,
                 stderr=_tail(err),
@@ -141,8 +159,105 @@ def run_ffmpeg(
             continue
         if proc.returncode == 0:
             return out
-        last = MediaError("ffmpeg failed", returncode=proc.returncode, command=cmd, stderr=_tail(err))
+        last = MediaError(f"{tool} failed", returncode=proc.returncode, command=cmd, stderr=_tail(err))
     raise last
+
+
+def stream_ffmpeg_frames(args: list[str], *, timeout: float = FFMPEG_TIMEOUT) -> Iterator[np.ndarray]:
+    """Runs ffmpeg with ``args`` writing PPM images to stdout and yields each as (h, w, 3) uint8
+    as soon as it is read, so that only one frame is held at a time. The whole run is bounded by
+    ``timeout`` (the process group is killed then); a failure raises MediaError with ffmpeg's
+    stderr, and a failure before the first frame is retried once."""
+    cmd = [ffmpeg_binary(), *args]
+    for attempt in range(2):
+        if attempt:
+            time.sleep(RETRY_DELAY)
+        run = _FrameRun(cmd, timeout)
+        yielded = 0
+        try:
+            while True:
+                frame = _read_ppm(run.proc.stdout)
+                if frame is None:
+                    run.at_end = True
+                    break
+                yielded += 1
+                yield frame
+        finally:
+            run.finish()
+        if run.failure() is None:
+            return
+        if yielded or attempt:
+            raise run.failure()
+
+
+class _FrameRun:
+    """One ffmpeg process whose stdout is read as it goes: stderr collected on a thread, the
+    process group killed at the deadline or when the reader stops early."""
+
+    def __init__(self, cmd: list[str], timeout: float):
+        self.cmd, self.timeout, self.at_end = cmd, timeout, False
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
+        self._err: list[bytes] = []
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        self.expired = threading.Event()
+        self._timer = threading.Timer(timeout, self._expire)
+        self._timer.start()
+
+    def _read_stderr(self) -> None:
+        self._err.append(self.proc.stderr.read())
+
+    def _expire(self) -> None:
+        self.expired.set()
+        self._kill()
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def finish(self) -> None:
+        if not self.at_end:  # the caller stopped early, or a frame was malformed
+            self._kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=max(KILL_GRACE, self.timeout))
+        self._timer.cancel()
+        self.proc.stdout.close()
+        self._reader.join(KILL_GRACE)
+
+    def failure(self) -> MediaError | None:
+        stderr = _tail(self._err[0] if self._err else b"")
+        if self.expired.is_set():
+            return MediaError(f"ffmpeg did not finish within {self.timeout:g} s", command=self.cmd, stderr=stderr)
+        if self.proc.returncode == 0 or not self.at_end:
+            return None
+        return MediaError("ffmpeg failed", returncode=self.proc.returncode, command=self.cmd, stderr=stderr)
+
+
+def _read_ppm(f) -> np.ndarray | None:
+    """The next binary PPM (P6, 8-bit) image of a stream, or None at its end."""
+    fields: list[bytes] = []
+    token = b""
+    while len(fields) < 4:
+        c = f.read(1)
+        if not c:
+            if fields or token:
+                raise MediaError("truncated frame from ffmpeg")
+            return None
+        if c.isspace():
+            if token:
+                fields.append(token)
+                token = b""
+        else:
+            token += c
+    if fields[0] != b"P6" or fields[3] != b"255":
+        raise MediaError("ffmpeg returned an unexpected image format")
+    w, h = int(fields[1]), int(fields[2])
+    pixels = f.read(w * h * 3)
+    if len(pixels) != w * h * 3:
+        raise MediaError("truncated frame from ffmpeg")
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3).copy()
 
 
 def _stop_group(proc: subprocess.Popen) -> bytes:

@@ -88,6 +88,30 @@ class EncodedAudio:
     encode_ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class EncodedMessage:
+    """A message's content, encoded, in order: ("text", str), ("image", EncodedImage), ("frame",
+    (64, n_embd) block: a video frame), ("audio", (n, n_embd) rows; n may be 0). ``video``: it
+    holds a video's frames; ``omni``: and its audio -- the reference's omni mode, whose parts are
+    joined by "" instead of newlines (docs/media-and-encoders.md#prompt-layout)."""
+
+    parts: tuple
+    video: bool = False
+    omni: bool = False
+
+    @property
+    def has_images(self) -> bool:
+        return any(kind in ("image", "frame") for kind, _ in self.parts)
+
+    @property
+    def has_media(self) -> bool:
+        return any(kind != "text" for kind, _ in self.parts)
+
+    @property
+    def text(self) -> str:
+        return "".join(x for kind, x in self.parts if kind == "text")
+
+
 @dataclass
 class Prompt:
     """A token sequence with optional embedding slots: segments of ('tokens', list[int]) or
@@ -99,49 +123,72 @@ class Prompt:
         return sum(len(x) for kind, x in self.segments)
 
 
+def join_of(message: EncodedMessage, style: str) -> str:
+    """What separates a message's parts: the reference joins them with newlines, or with nothing
+    in omni mode (``modeling_minicpmo.py`` ``chat``); llama.cpp-omni's simplex pipeline puts
+    them side by side, and its evaluation CLI writes a newline after every frame and audio
+    segment of a video."""
+    if style == "llama.cpp-omni":
+        return "\n" if message.video else ""
+    return "" if message.omni else "\n"
+
+
+def legacy_message(user_text: str, user_audio: Sequence = (), user_images: Sequence = ()) -> EncodedMessage:
+    """The keyword layout: images (an ndarray is a video frame), then audio, then the text."""
+    parts = [("frame" if isinstance(im, np.ndarray) else "image", im) for im in user_images]
+    parts += [("audio", a) for a in user_audio]
+    if user_text:
+        parts.append(("text", user_text))
+    return EncodedMessage(tuple(parts))
+
+
 def simplex_speech_prompt(
     model,
-    user_text: str,
+    user_text: str = "",
     reference_audio: np.ndarray | None = None,
     user_audio: Sequence[np.ndarray] = (),
     user_images: Sequence = (),
     *,
-    system_prompt: str | None = None,
-    history: Sequence[tuple[str, str | EncodedAudio]] = (),
+    user: EncodedMessage | None = None,
+    system_prompt: str | None | bool = None,
+    history: Sequence[tuple] = (),
     tts_template: bool = True,
     style: str = "llama.cpp-omni",
     image_layout: str | None = None,
     image_ids: bool = True,
 ) -> Prompt:
     """System prompt (voice-clone wording with the reference-audio slot; its role text is
-    `system_prompt` when given), earlier turns of `history` ((role, text or EncodedAudio), role user
-    or assistant), the user turn (images, audio as <|audio_start|>..<|audio_end|>, then text) and the
-    assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`, else the plain one.
-    Embedding blocks must be (n, n_embd) of the LLM.
+    `system_prompt` when given, and False leaves the system turn out), earlier turns of `history`
+    ((role, text, EncodedAudio or EncodedMessage), role user or assistant), the user turn and
+    the assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`, else the plain
+    one. The user turn is ``user`` (its parts in order), or -- the keyword form -- the images,
+    then the audio, then `user_text`. Embedding blocks must be (n, n_embd) of the LLM.
 
     `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
     for token as its simplex pipeline does (the voice slot even without a voice, its second user
     header, its shorter role text when the turn has an image); "reference" as the reference's chat
-    template and processor do (the parts of a message joined by newlines).
+    template and processor do. A message's parts are joined as :func:`join_of` says.
 
     An image is an :class:`~llama_omni_py.vpm.EncodedImage` (overview and slices, laid out as
     `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
-    layout has them) or one (n, n_embd) block (a video frame: <image>..</image>, no id)."""
+    layout has them); a frame one (n, n_embd) block (<image>..</image>, no id)."""
     if style not in PROMPT_STYLES:
         raise InvalidArgumentError(f"style must be one of {PROMPT_STYLES}, got {style!r}")
-    if not isinstance(user_text, str):
-        raise InvalidArgumentError("text must be a string")
-    if system_prompt is not None and not isinstance(system_prompt, str):
-        raise InvalidArgumentError("system_prompt must be a string")
+    if user is None:
+        if not isinstance(user_text, str):
+            raise InvalidArgumentError("text must be a string")
+        user = legacy_message(user_text, user_audio, user_images)
+    if system_prompt is not None and not isinstance(system_prompt, str) and system_prompt is not False:
+        raise InvalidArgumentError("system_prompt must be a string, None or False")
     for turn in history:
         if not (
             isinstance(turn, (tuple, list))
             and len(turn) == 2
             and turn[0] in ROLES
-            and isinstance(turn[1], (str, EncodedAudio))
+            and isinstance(turn[1], (str, EncodedAudio, EncodedMessage))
         ):
             raise InvalidArgumentError(f"history items must be (role, text) with role in {ROLES}, got {turn!r}")
-    if not user_text.strip() and not user_audio and not user_images:
+    if not user.text.strip() and not user.has_media:
         raise InvalidArgumentError("empty input: give text, audio or an image")
 
     def tok(s: str, special: bool = True):
@@ -155,45 +202,61 @@ def simplex_speech_prompt(
             raise InvalidArgumentError(f"an embedding block must be finite (n, {n_embd}), got {emb.shape}")
         return ("embeddings", emb)
 
+    numbered = [0]  # <image_id>s count the prompt's images
+
+    def body(message: EncodedMessage) -> list:
+        """A message's parts in order, joined; runs of text (and the newlines between them) are
+        tokenized together, as client text, so a client cannot write control tokens."""
+        join, out, text = join_of(message, style), [], []
+        for i, (kind, x) in enumerate(message.parts):
+            if i:
+                text.append(join)
+            if kind == "text":
+                text.append(x)
+                continue
+            if "".join(text):
+                out.append(tok("".join(text), special=False))
+            text = []
+            if kind == "frame":
+                out += [tok("<image>"), block(x), tok("</image>")]
+            elif kind == "audio":
+                rows = np.asarray(x)
+                out += [tok("<|audio_start|>"), *([block(rows)] if rows.shape[0] else []), tok("<|audio_end|>")]
+            else:
+                layout = placeholder_parts(x.grid, image_layout or style, numbered[0] if image_ids else None)
+                numbered[0] += 1
+                out += [block(x.blocks[p]) if isinstance(p, int) else tok(p) for p in layout]
+        if "".join(text):
+            out.append(tok("".join(text), special=False))
+        return out
+
     lco = style == "llama.cpp-omni"
-    # client text never becomes control tokens
-    role = [tok(system_prompt, special=False)] if system_prompt is not None else []
-    if not role:
-        role = [tok(ROLE_CHAT + ("" if lco and user_images else ROLE_IDENTITY))]
-    if lco:  # the voice slot is there even when empty
-        seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>")]
-        seg += [block(reference_audio)] if reference_audio is not None else []
-        seg += [tok("<|audio_end|>"), *role]
-    elif reference_audio is not None:
-        seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>"), block(reference_audio)]
-        seg += [tok("<|audio_end|>\n"), *role]
-    else:
-        seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
-    seg.append(tok("<|im_end|>\n"))
-    if lco:  # its first user turn has the header twice (docs/fidelity.md), so has it in history
-        seg.append(tok("<|im_start|>user\n"))
+    seg: list = []
+    if system_prompt is not False:
+        # client text never becomes control tokens
+        role = [tok(system_prompt, special=False)] if system_prompt is not None else []
+        if not role:
+            role = [tok(ROLE_CHAT + ("" if lco and user.has_images else ROLE_IDENTITY))]
+        if lco:  # the voice slot is there even when empty
+            seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>")]
+            seg += [block(reference_audio)] if reference_audio is not None else []
+            seg += [tok("<|audio_end|>"), *role]
+        elif reference_audio is not None:
+            seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>"), block(reference_audio)]
+            seg += [tok("<|audio_end|>\n"), *role]
+        else:
+            seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
+        seg.append(tok("<|im_end|>\n"))
+        if lco:  # its first user turn has the header twice (docs/fidelity.md), so has it in history
+            seg.append(tok("<|im_start|>user\n"))
     for who, content in history:  # earlier turns, then the user turn opens
         if isinstance(content, EncodedAudio):
-            body = [tok("<|audio_start|>"), block(content.embeddings), tok("<|audio_end|>")]
-        else:
-            body = [tok(content, special=False)]
-        seg += [tok(f"<|im_start|>{who}\n"), *body, tok("<|im_end|>\n")]
+            content = EncodedMessage((("audio", content.embeddings),))
+        elif isinstance(content, str):
+            content = EncodedMessage((("text", content),))
+        seg += [tok(f"<|im_start|>{who}\n"), *body(content), tok("<|im_end|>\n")]
     seg.append(tok("<|im_start|>user\n"))
-    parts, numbered = [], 0
-    for image in user_images:
-        if isinstance(image, np.ndarray):  # a video frame
-            parts.append([tok("<image>"), block(image), tok("</image>")])
-            continue
-        layout = placeholder_parts(image.grid, image_layout or style, numbered if image_ids else None)
-        numbered += 1
-        parts.append([block(image.blocks[p]) if isinstance(p, int) else tok(p) for p in layout])
-    parts += [[tok("<|audio_start|>"), block(b), tok("<|audio_end|>")] for b in user_audio]
-    for i, part in enumerate(parts):
-        if i and not lco:  # the reference joins a message's parts with newlines
-            seg.append(tok("\n"))
-        seg += part
-    if user_text:
-        seg.append(tok(("\n" if parts and not lco else "") + user_text, special=False))
+    seg += body(user)
     if tts_template:
         seg.append(tok(ASSISTANT_SPEECH_PREFIX))
     else:  # llama.cpp-omni opens a plain assistant turn, without the empty thinking block

@@ -40,6 +40,9 @@ class MediaStats:
     vpm_ms: float = 0.0
     vision_slices: int = 0  # vision encoder inputs: each image's overview and slices, each video frame
     vision_tokens: int = 0  # LLM embedding rows they gave (64 per input)
+    video_frames: int = 0  # frames the request's videos gave (stacked images included)
+    audio_segments: int = 0  # audio segments of its videos
+    audio_tokens: int = 0  # LLM embedding rows of all its audio (clips and segments)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Timings:
     tts_slides: int = 0  # times the TTS context dropped its oldest chunks
     vision_slices: int = 0  # vision encoder inputs: each image's overview and slices, each video frame
     vision_tokens: int = 0  # LLM embedding rows they gave (64 per input)
+    video_frames: int = 0  # frames the request's videos gave (stacked images included)
+    audio_segments: int = 0  # audio segments of its videos
+    audio_tokens: int = 0  # LLM embedding rows of all its audio (clips and segments)
     audio_s: float = 0.0
     wall_rtf: float | None = None
     compute_rtf: float | None = None

@@ -93,46 +93,60 @@ class OmniSession:
         self,
         text: str | None = None,
         *,
+        content=None,
         audio=None,
         image=None,
         video=None,
+        video_audio=None,
         voice=None,
         seed: int | None = None,
         max_new_tokens: int | None = None,
-        system_prompt: str | None = None,
+        system_prompt: str | None | bool = None,
         history=(),
         speech: bool = True,
         tts_template: bool | None = None,
+        max_frames: int | None = None,
         stack_frames: int | None = None,
+        omni: bool | None = None,
         llm: LlmSampling | None = None,
         max_slice_nums=None,
     ) -> Iterator[SpeechChunk]:
         """Yields SpeechChunks as audio becomes ready; the last has ``is_final`` and ``timings``.
 
-        audio/image/video: a path, bytes or array (see media.py), or a list of them; voice:
-        reference audio for the system prompt's voice slot (the Token2Wav voice stays the set's
-        prompt_cache voice); seed: -1 draws one (reported in timings.seed); system_prompt
-        replaces the assistant role text; history: earlier (role, text) turns, role "user" or
-        "assistant"; speech=False gives a text-only reply; tts_template (default: speech) ends the
-        prompt with the speech prefix; stack_frames: video frames per video; llm: this reply's
-        LLM sampling (temperature, top_p, ...) instead of ``config.llm``; max_slice_nums: slices
-        per image besides its overview, 0..9 (0 or 1: the overview only), or a list with one per
-        image; None: ``config.vision`` (9 under the reference rules)."""
-        request = Request(
+        content: the user message as a list of parts in order -- text, ``omni.Image``,
+        ``omni.Audio``, ``omni.Video``, EncodedAudio (llama_omni_py.content); or, as shorthand,
+        text and audio/image/video: a path, bytes or array (see media.py), or a list of them,
+        laid out as images, videos, audio, text. A video is its frames each followed by the audio
+        of its second (``config.video``; video_audio: a separate audio track per video;
+        max_frames, stack_frames: this request's). voice: reference audio for the system
+        prompt's voice slot (the Token2Wav voice stays the set's prompt_cache voice); seed: -1
+        draws one (reported in timings.seed); system_prompt replaces the assistant role text
+        (False: no system turn); history: earlier (role, content) turns, role "user" or
+        "assistant", content a str, EncodedAudio or list of parts; speech=False gives a
+        text-only reply; tts_template (default: speech) ends the prompt with the speech prefix;
+        omni: join the parts as the reference's omni mode (None: when a video brings audio); llm:
+        this reply's LLM sampling (temperature, top_p, ...) instead of ``config.llm``;
+        max_slice_nums: slices per image besides its overview, 0..9 (0 or 1: the overview only),
+        or a list with one per image; None: ``config.vision`` (9 under the reference rules)."""
+        request = Request.of(
             text,
-            audio,
-            image,
-            video,
-            voice,
-            self.config.seed if seed is None else seed,
-            max_new_tokens,
-            system_prompt,
-            tuple(history),
-            speech,
-            speech if tts_template is None else tts_template,
-            stack_frames,
-            llm,
-            max_slice_nums,
+            audio=audio,
+            image=image,
+            video=video,
+            video_audio=video_audio,
+            content=content,
+            voice=voice,
+            seed=self.config.seed if seed is None else seed,
+            max_new_tokens=max_new_tokens,
+            system_prompt=system_prompt,
+            history=tuple(history),
+            speech=speech,
+            tts_template=speech if tts_template is None else tts_template,
+            llm=llm,
+            max_slice_nums=max_slice_nums,
+            max_frames=max_frames,
+            stack_frames=stack_frames,
+            omni=omni,
         )
         return self._stream(request)
 

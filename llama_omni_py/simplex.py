@@ -30,13 +30,13 @@ def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[
     messages are left out, a whole turn at a time (the system prompt always stays)."""
     llm, style = bundle.llm, bundle.config.prompt_rule
     prompt = build_prompt(llm.model, r, media, style=style)
-    history = list(r.history)
+    history = list(media.history)
     while history and prompt.token_count() + limit > llm.n_ctx:
         history.pop(0)
         while history and history[0][0] != "user":  # a turn starts with the user
             history.pop(0)
         prompt = build_prompt(llm.model, r, media, tuple(history), style)
-    dropped = len(r.history) - len(history)
+    dropped = len(media.history) - len(history)
     if dropped:
         log.info("left out the %d oldest messages to fit the context (%d tokens)", dropped, llm.n_ctx)
     llm.check_fits(prompt, limit)

@@ -4,15 +4,12 @@ default are :class:`~llama_omni_py.vision.VisionConfig`'s, docs/media-and-encode
 Blocks of one size -- the slices of an image, the overview too when it has their size, a
 video's frames -- go through the encoder together, in one graph evaluation.
 
-Video gives one frame by default, each frame one overview (frames are not sliced).
-``stack_frames > 1`` encodes that many frames one second apart as separate 64-embedding blocks,
-with a warning: several frames are known to drive MiniCPM-o into repetition collapse
-(docs/ascend.md).
+A video frame is one overview (frames are not sliced); which frames a video gives, and the
+audio between them, is llama_omni_py.video's.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +19,10 @@ from . import checks
 from ._native import core
 from .backend import resolve_device
 from .errors import ConfigError
-from .media import FRAME_TIME, load_frame
+from .media import load_frame
 from .modelset import spec as ms
 from .vision import MAX_SLICE_NUMS, SlicedImage, VisionConfig, normalize, slice_image
 
-log = logging.getLogger(__name__)
-
-FRAME_SPACING = 1.0  # seconds between stacked video frames
 BATCH = 16  # images per graph evaluation at most (the reference's vision_batch_size)
 
 
@@ -85,28 +79,39 @@ class ImageEncoder:
         )
         return slice_image(load_frame(image), n, self.vision.rule, self.vpm.dims.max_side)
 
+    def overview(self, image: np.ndarray) -> np.ndarray:
+        """(h, w, 3) uint8 RGB -> its uint8 overview (no slices), as the rules resize it."""
+        return slice_image(image, 0, self.vision.rule, self.vpm.dims.max_side).overview
+
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """(h, w, 3) uint8 RGB -> the normalised (3, H, W) float32 overview (no slices)."""
-        return self.normalize(slice_image(image, 0, self.vision.rule, self.vpm.dims.max_side).overview)
+        return self.normalize(self.overview(image))
 
     def normalize(self, image: np.ndarray) -> np.ndarray:
         """(h, w, 3) uint8 -> (3, h, w) float32 with the file's mean and std."""
         return normalize(image, self.vpm.dims.mean, self.vpm.dims.std)
 
-    def encode_pixels(self, images: list[np.ndarray]) -> list[np.ndarray]:
+    def encode_pixels(self, images: list[np.ndarray], prepare=None) -> list[np.ndarray]:
         """Normalised (3, H, W) images -> their (64, llm_embd) blocks, in order; images of one size
-        are encoded together (at most ``BATCH`` per evaluation)."""
+        are encoded together (at most ``BATCH`` per evaluation). ``prepare`` turns each item into
+        such an image just before its batch (a video's uint8 overviews are normalised ``BATCH`` at
+        a time, not all at once); the sizes are then the items' (h, w, 3)."""
+        if prepare is not None:
+            shapes = [(x.shape[2], x.shape[0], x.shape[1]) for x in images]
+        else:
+            shapes = [x.shape for x in images]
+        prepare = prepare or (lambda x: x)
         out: list = [None] * len(images)
         by_shape: dict[tuple, list[int]] = {}
-        for i, x in enumerate(images):
-            by_shape.setdefault(x.shape, []).append(i)
+        for i, shape in enumerate(shapes):
+            by_shape.setdefault(shape, []).append(i)
         for idx in by_shape.values():
             for start in range(0, len(idx), BATCH):
                 part = idx[start : start + BATCH]
                 if len(part) == 1:
-                    out[part[0]] = self.vpm.encode(images[part[0]])
+                    out[part[0]] = self.vpm.encode(prepare(images[part[0]]))
                     continue
-                blocks = self.vpm.encode(np.stack([images[i] for i in part]))
+                blocks = self.vpm.encode(np.stack([prepare(images[i]) for i in part]))
                 for i, block in zip(part, blocks):
                     out[i] = block
         return out
@@ -123,15 +128,7 @@ class ImageEncoder:
         blocks = self.encode_pixels([self.normalize(x) for x in (s.overview, *s.slices)])
         return EncodedImage(tuple(blocks), s.plan.grid)
 
-    def encode_video(self, video, stack_frames: int = 1, at: float = FRAME_TIME) -> list[np.ndarray]:
-        """One (64, llm_embd) block per frame; one frame unless asked otherwise."""
-        if not isinstance(stack_frames, int) or stack_frames < 1:
-            raise ConfigError("stack_frames", f"must be a positive integer, got {stack_frames!r}")
-        if stack_frames > 1:
-            log.warning(
-                "stack_frames=%d: several video frames can drive MiniCPM-o into repetition collapse; "
-                "1 is the safe default",
-                stack_frames,
-            )
-        frames = [load_frame(video, at=at + i * FRAME_SPACING) for i in range(stack_frames)]
-        return self.encode_pixels([self.preprocess(f) for f in frames])
+    def encode_overviews(self, overviews: list[np.ndarray]) -> list[np.ndarray]:
+        """uint8 overviews (:meth:`overview` of video frames) -> one (64, llm_embd) block each,
+        in batches of one size, normalised a batch at a time."""
+        return self.encode_pixels(list(overviews), self.normalize)

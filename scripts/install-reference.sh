@@ -7,10 +7,12 @@
 set -euo pipefail
 python3 -m pip install -q "torch==2.13.0" einops scipy
 python3 -m pip install -q --no-deps "minicpmo-utils==1.0.7"
+# its video and audio utilities (get_video_frame_audio_segments) read with decord and librosa
+python3 -m pip install -q "decord==0.6.0" "librosa==0.11.0"
 # transformers 4.52 (minicpmo-utils pins <4.53): Qwen3 and LLaMA references for the LLM and TTS.
 python3 -m pip install -q "transformers==4.52.4"
 python3 - <<'PY'
 import importlib.util, sys
-missing = [m for m in ("torch", "einops", "scipy", "stepaudio2", "transformers") if importlib.util.find_spec(m) is None]
+missing = [m for m in ("torch", "einops", "scipy", "stepaudio2", "transformers", "decord", "librosa") if importlib.util.find_spec(m) is None]
 sys.exit(f"reference install incomplete: {missing}" if missing else 0)
 PY

@@ -2,7 +2,6 @@
 (blocks, batching, thin images past the position tables), video frames, bad input. Slicing
 itself: test_image_slicing.py."""
 
-import logging
 import subprocess
 
 import numpy as np
@@ -56,15 +55,14 @@ def test_tiny_image_is_upscaled(encoder):
     assert out.shape[0] == 64 and np.isfinite(out).all()
 
 
-def test_video_is_one_frame_unless_asked(encoder, clip, caplog):
-    with caplog.at_level(logging.WARNING):
-        assert len(encoder.encode_video(clip)) == 1
-        assert not caplog.records
-        blocks = encoder.encode_video(clip, stack_frames=2)
-    assert len(blocks) == 2 and not np.array_equal(blocks[0], blocks[1])  # testsrc moves
-    assert any("repetition collapse" in r.getMessage() for r in caplog.records)
-    with pytest.raises(omni.ConfigError, match="stack_frames"):
-        encoder.encode_video(clip, stack_frames=0)
+def test_video_frames_encode_in_batches(encoder, clip):
+    # a video's overviews go through the encoder together; each block is what it is alone
+    frames = [encoder.overview(media.load_frame(clip, at=t)) for t in (0.0, 0.5, 1.0)]
+    together = encoder.encode_overviews(frames)
+    assert len(together) == 3 and not np.array_equal(together[0], together[2])  # testsrc moves
+    for f, block in zip(frames, together):
+        alone = encoder.vpm.encode(encoder.normalize(f))
+        assert np.abs(block - alone).max() <= 1e-4 * np.abs(alone).max()
 
 
 def test_empty_image_is_a_media_error(encoder):

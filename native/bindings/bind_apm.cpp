@@ -11,13 +11,13 @@ namespace {
 
 using f32mel = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-py::array_t<float> encode(Apm & a, const f32mel & mel, std::vector<float> (Apm::*fn)(const float *, int, int *)) {
+template <typename Fn> py::array_t<float> encode(Apm & a, const f32mel & mel, Fn fn) {
     if (mel.ndim() != 2 || mel.shape(0) != a.dims().n_mel) throw InvalidArgument("mel must be (n_mel, frames)");
     std::vector<float> out;
     int n = 0;
     {
         py::gil_scoped_release release;
-        out = (a.*fn)(mel.data(), static_cast<int>(mel.shape(1)), &n);
+        out = fn(a, mel.data(), static_cast<int>(mel.shape(1)), &n);
     }
     return to_numpy(out, {static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(a.dims().llm_embd)});
 }
@@ -56,10 +56,22 @@ void register_apm(py::module_ & m) {
             py::arg("audio"), py::arg("zero_tail") = false,
             "16 kHz samples -> log-mel (n_mel, samples / 160); zero_tail: zeros past the end, not reflection.")
         .def(
-            "encode_mel", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel); }, py::arg("mel"),
-            "Mel (n_mel, frames <= 3000) -> LLM embeddings (frames/10, llm_embd).")
+            "encode_mel",
+            [](Apm & a, f32array mel, int chunk) {
+                return encode(a, mel, [chunk](Apm & x, const float * m, int f, int * n) {
+                    return x.encode_mel(m, f, n, chunk);
+                });
+            },
+            py::arg("mel"), py::arg("chunk") = 0,
+            "Mel (n_mel, 9..3000 frames) -> LLM embeddings ((frames+1)//2//5, llm_embd); chunk > 0: block-causal "
+            "attention over blocks of that many encoder positions (50 per second).")
         .def(
-            "encode_mel_streaming", [](Apm & a, f32array mel) { return encode(a, mel, &Apm::encode_mel_streaming); },
+            "encode_mel_streaming",
+            [](Apm & a, f32array mel) {
+                return encode(a, mel, [](Apm & x, const float * m, int f, int * n) {
+                    return x.encode_mel_streaming(m, f, n);
+                });
+            },
             py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
         .def("reset_stream", &Apm::reset_stream, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("stream_position", &Apm::stream_position)

@@ -34,8 +34,9 @@ struct Apm::Impl : GraphModule {
 
     Impl() : GraphModule("apm", 1024) {}
     void ensure_cache(Stream & s);
-    // stream null: a whole clip on its own; else a chunk of that stream
-    std::vector<float> encode(const float * mel, int frames, int * tokens_out, Stream * stream);
+    // stream null: a whole clip on its own; else a chunk of that stream. chunk > 0 (a clip
+    // only): each position attends to its block of `chunk` positions and every block before it.
+    std::vector<float> encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk = 0);
 };
 
 void Apm::Impl::ensure_cache(Stream & s) {
@@ -167,9 +168,10 @@ std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out, bool z
     return mel;
 }
 
-std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_out) {
+std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_out, int chunk) {
+    if (chunk < 0) throw InvalidArgument("chunk must be 0 (full attention) or a positive block size");
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    return impl_->encode(mel, frames, tokens_out, nullptr);
+    return impl_->encode(mel, frames, tokens_out, nullptr, chunk);
 }
 
 std::vector<float> Apm::encode_mel_streaming(const float * mel, int frames, int * tokens_out) {
@@ -186,14 +188,14 @@ void Apm::reset_stream() {
 int Apm::stream_position() const { return stream_->pos; }
 int Apm::stream_resets() const { return stream_->resets; }
 
-std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, Stream * stream) {
+std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk) {
     Impl & m = *this;
     const bool streaming = stream != nullptr;
     int stream_pos = streaming ? stream->pos : 0;
     const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
-    if (frames < 2 * d.pool || T > d.positions) {
-        throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool) + " to " +
-                              std::to_string(2 * d.positions) + " mel frames (0.1 to 30 s), got " +
+    if (T < d.pool || T > d.positions) {  // one pooled row at least: 2 * pool - 1 frames
+        throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool - 1) + " to " +
+                              std::to_string(2 * d.positions) + " mel frames (0.09 to 30 s), got " +
                               std::to_string(frames));
     }
     // A chunk that would run past the position table starts a new window (llama.cpp-omni's
@@ -218,6 +220,13 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0),
                                       m.w.taps("encoder.conv2.weight", 3), m.W("encoder.conv2.bias"));
     x = gelu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
+    // The block-causal mask of a chunked clip: key block <= query block, as the reference's
+    // subsequent_chunk_mask with every left block kept.
+    ggml_tensor * mask = nullptr;
+    if (chunk > 0 && !streaming && chunk < T) {
+        mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T);
+        ggml_set_input(mask);
+    }
     ggml_tensor * pos = m.W("encoder.positional_embedding");
     x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], static_cast<size_t>(off) * pos->nb[1]));
     for (int i = 0; i < d.layers; ++i) {
@@ -244,7 +253,7 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
         ggml_tensor * k = heads(key, Tk);
         ggml_tensor * vt =
             ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, value, hd, H, Tk), 1, 2, 0, 3));  // [Tk, hd, H]
-        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), nullptr, 1.0f / std::sqrt(float(hd)), 0.0f);
+        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
         ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
         x = ggml_add(ctx, x, m.linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
         h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".mlp_ln.weight"), m.W(b + ".mlp_ln.bias"));
@@ -268,6 +277,13 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
         for (int t = 0; t < frames; ++t)
             rows[static_cast<size_t>(t) * d.n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
     ggml_backend_tensor_set(in, rows.data(), 0, ggml_nbytes(in));
+    if (mask) {
+        std::vector<float> blocked(static_cast<size_t>(T) * T);
+        for (int qi = 0; qi < T; ++qi)
+            for (int ki = 0; ki < T; ++ki)
+                blocked[static_cast<size_t>(qi) * T + ki] = ki / chunk <= qi / chunk ? 0.0f : -INFINITY;
+        ggml_backend_tensor_set(mask, blocked.data(), 0, ggml_nbytes(mask));
+    }
     m.compute(gf, streaming ? "encode_stream" : "encode");
     std::vector<float> out(static_cast<size_t>(E) * n_tok);
     ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));

@@ -93,6 +93,36 @@ class ReferenceApm:
         return out
 
     @torch.inference_mode()
+    def encode_batch(self, mels: list, chunk: int = 0) -> list:
+        """MiniCPM-o 4.5's ``get_audio_embedding``: the mels padded with zeros to the longest into
+        one batch, a key-padding mask past each length (after the stride-2 convolution), with
+        ``chunk`` > 0 the block-causal chunk mask (every left block kept), and each item's pooled
+        rows cut to ((c - 5) // 5 + 1)."""
+        e = self.enc
+        lens = torch.tensor([m.shape[1] for m in mels])
+        batch = torch.zeros(len(mels), mels[0].shape[0], int(lens.max()))
+        for i, m in enumerate(mels):
+            batch[i, :, : m.shape[1]] = torch.from_numpy(m)
+        x = self.gelu(e.conv2(self.gelu(e.conv1(batch)))).permute(0, 2, 1)
+        t = x.shape[1]
+        x = x + e.embed_positions.weight[:t]
+        after_conv = (lens - 1) // 2 + 1
+        masked = torch.arange(t)[None, :] >= after_conv[:, None]  # keys past each length
+        masked = masked[:, None, None, :].expand(len(mels), 1, t, t)
+        if chunk > 0:
+            q, k = torch.arange(t)[:, None], torch.arange(t)[None, :]
+            masked = masked | (k // chunk > q // chunk)[None, None]
+        mask = torch.zeros(masked.shape).masked_fill(masked, float("-inf"))
+        for layer in e.layers:
+            x = layer(x, mask, layer_head_mask=None)[0]
+        x = e.layer_norm(x)
+        w1, b1, w2, b2 = self.p
+        x = torch.relu(x @ w1.T + b1) @ w2.T + b2
+        pooled = torch.nn.functional.avg_pool1d(x.transpose(1, 2), self.pool, self.pool).transpose(1, 2)
+        rows = (after_conv - self.pool) // self.pool + 1
+        return [pooled[i, : int(rows[i])].numpy() for i in range(len(mels))]
+
+    @torch.inference_mode()
     def log_mel(self, audio: np.ndarray) -> np.ndarray:
         """WhisperFeatureExtractor's recipe (without padding to 30 s), in float64."""
         stft = torch.stft(

@@ -38,8 +38,11 @@ public:
     // zero_tail: the last frame's window reaches past the end into zeros (llama.cpp-omni's front
     // end) instead of the reflected samples of torch.stft's centring (the reference's).
     std::vector<float> log_mel(const float * samples, int n, int * frames_out, bool zero_tail = false) const;
-    // Encodes up to positions*2 mel frames (30 s): (tokens, llm_embd), tokens = frames / 2 / 5.
-    std::vector<float> encode_mel(const float * mel, int frames, int * tokens_out);
+    // Encodes 9 to positions*2 mel frames (30 s): (tokens, llm_embd), tokens = (frames + 1) / 2 / 5.
+    // chunk > 0: block-causal attention over blocks of `chunk` encoder positions (50 per second),
+    // each attending to itself and every block before it (the reference's chunked audio
+    // attention); 0: full attention.
+    std::vector<float> encode_mel(const float * mel, int frames, int * tokens_out, int chunk = 0);
     // Streaming (llama.cpp-omni's mode, fed 1 s chunks): the chunk attends over every position
     // encoded since the last reset and takes the next positions. A chunk that would pass the
     // position table (1500 = 30 s) clears the history first, counted in stream_resets().
