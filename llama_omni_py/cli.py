@@ -206,20 +206,24 @@ def cmd_speak(args) -> int:
     from .config import SessionConfig
     from .demo import demo_config
     from .session import OmniSession
+    from .video import VideoConfig
     from .vision import VisionConfig
 
     if args.text is None and not (args.audio or args.image or args.video):
         raise InvalidArgumentError("give text, --audio, --image or --video")
     output = check_output_path(args.output)
-    for name in ("audio", "image", "video"):
+    for name in ("audio", "image", "video", "video_audio"):
         src = getattr(args, name)
         if src is not None and not Path(src).is_file():
-            raise InvalidArgumentError(f"--{name} {src!r}: no such file")
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} {src!r}: no such file")
+    if args.video_audio and not args.video:
+        raise InvalidArgumentError("--video-audio is the audio track of --video: give --video too")
     options = {
         "threads": args.threads,
         "seed": args.seed,
         "fidelity": args.fidelity,
         "vision": VisionConfig(rules=args.image_rules, max_slice_nums=args.max_slice_nums),
+        "video": VideoConfig(max_frames=args.max_frames, frame_rule=args.frame_rule, stack_frames=args.stack_frames),
     }
     if args.max_new_tokens:
         options["max_new_tokens"] = args.max_new_tokens
@@ -230,7 +234,9 @@ def cmd_speak(args) -> int:
         progress.finish(
             f"\rloading [{'#' * 20}] done in {time.perf_counter() - t0:.1f} s on {session.device}; generating ..."
         )
-        result = session.speak(args.text, audio=args.audio, image=args.image, video=args.video)
+        result = session.speak(
+            args.text, audio=args.audio, image=args.image, video=args.video, video_audio=args.video_audio
+        )
     result.save(output)
     t = result.timings
     ttfa = "-" if t.time_to_first_audio_s is None else f"{t.time_to_first_audio_s:.2f} s"
@@ -358,7 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", default="reply.wav", help="24 kHz WAV to write")
     sp.add_argument("--audio", help="spoken question (any format ffmpeg reads)")
     sp.add_argument("--image", help="an image to ask about")
-    sp.add_argument("--video", help="a video (one frame is used)")
+    sp.add_argument("--video", help="a video, watched as frames with the audio of each (docs/media-and-encoders.md)")
+    sp.add_argument("--video-audio", help="a separate audio track for --video (instead of its own)")
+    sp.add_argument("--max-frames", type=int, default=64, help="frames of the video at most (1-1024; 1: one frame)")
+    sp.add_argument(
+        "--frame-rule",
+        choices=["minicpmo-utils", "evalkit"],
+        default="minicpmo-utils",
+        help="which frames and audio segments: the model's own utility or the evaluation kit's",
+    )
+    sp.add_argument("--stack-frames", type=int, default=1, help="sub-frames per second tiled into one image (1: off)")
     sp.add_argument(
         "--max-slice-nums",
         type=int,

@@ -416,7 +416,7 @@ def test_stop_sequence_ends_the_turn_and_its_audio(client, gw, monkeypatch):
 
 
 def test_context_overflow_is_context_length_exceeded(client):
-    messages = [{"role": "user", "content": "hello world " * 500}]  # about 5500 tokens; the context is 4096
+    messages = [{"role": "user", "content": "hello world " * 1000}]  # about 11000 tokens; the context is 8192
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as info:
             for _ in (

@@ -17,6 +17,7 @@ from collections import deque
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 
+from ..content import Video
 from ..errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
 from . import duplex_protocol as D
 from . import protocol as P
@@ -207,9 +208,8 @@ class Connection:
             except ProtocolError as e:
                 await self.terminate(e.code, str(e))
             except MediaError as e:
-                await self.terminate(
-                    "video_decode_failed" if getattr(turn, "videos", None) else "media_decode_failed", str(e)
-                )
+                video = any(isinstance(p, Video) for p in getattr(turn, "content", ()))
+                await self.terminate("video_decode_failed" if video else "media_decode_failed", str(e))
             except InvalidArgumentError as e:
                 await self.terminate("invalid_input", str(e))
             except OmniError as e:

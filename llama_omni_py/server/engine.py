@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..demo import demo_config
 from ..engine import OmniEngine
-from ..errors import MediaError, OmniError, ProtocolError, SlotsBusyError
+from ..errors import OmniError, ProtocolError, SlotsBusyError
 from ..results import SpeechChunk
 from ..session import OmniSession
 from .config import ServerConfig
@@ -168,36 +168,18 @@ class Engine:
         await asyncio.shield(emptying)
 
     # -- turns -----------------------------------------------------------------------------
-    @staticmethod
-    def _video_audio(turn: Turn) -> list:
-        """Each video's audio track (16 kHz); a video without one adds nothing."""
-        from ..media import load_audio
-
-        out = []
-        for v in turn.videos:
-            try:
-                out.append(load_audio(v))
-            except MediaError:
-                pass
-        return out
-
     async def run(self, session: OmniSession, turn: Turn) -> AsyncIterator[SpeechChunk]:
         """The turn's chunks on the connection's ``session``; cancelling the consumer stops
         generation within a chunk."""
         with self.turn_running():
-            audio = turn.audio + (await asyncio.to_thread(self._video_audio, turn) if turn.videos else [])
             async for chunk in session.astream(
-                turn.text,
-                audio=audio or None,
-                image=turn.images or None,
-                video=turn.videos or None,
+                content=turn.content,
                 voice=turn.voice,
                 max_new_tokens=turn.max_new_tokens,
                 system_prompt=turn.system_prompt,
                 history=turn.history,
                 speech=turn.speech,
                 tts_template=turn.tts_template,
-                stack_frames=turn.stack_frames,
                 seed=turn.seed,
                 max_slice_nums=turn.max_slice_nums,
                 llm=replace(session.config.llm, **turn.sampling) if turn.sampling else None,

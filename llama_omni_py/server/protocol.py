@@ -17,8 +17,10 @@ import numpy as np
 
 from .. import checks
 from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
+from ..content import Audio, Image, Video
 from ..errors import ProtocolError
 from ..results import Timings
+from ..video import MAX_FRAMES, MAX_STACK_FRAMES
 from ..vision import MAX_SLICE_NUMS
 from . import jsonio
 
@@ -32,7 +34,6 @@ INPUT_RATE = INPUT_SAMPLE_RATE  # input audio: float32 mono
 OUTPUT_RATE = OUTPUT_SAMPLE_RATE  # output audio: float32 mono
 AUDIO_DELTA = OUTPUT_RATE  # samples per audio delta (about one second)
 MAX_VOICE_SECONDS = 30.0  # a reference voice (the audio encoder holds 30 s)
-MAX_STACK_FRAMES = 8
 
 
 @dataclass
@@ -47,13 +48,11 @@ class InitRequest:
 
 @dataclass
 class Turn:
-    """One turn_based push: the last user message's inputs plus earlier turns' text."""
+    """One turn_based push: the last user message's parts in order (text; content.Audio of
+    16 kHz float32, content.Image of JPEG bytes, content.Video of MP4 bytes with its options) plus
+    earlier turns' text."""
 
-    text: str = ""
-    audio: list = field(default_factory=list)  # float32 arrays, 16 kHz
-    images: list = field(default_factory=list)  # encoded image bytes
-    videos: list = field(default_factory=list)  # MP4 bytes
-    stack_frames: int | None = None
+    content: list = field(default_factory=list)
     history: list = field(default_factory=list)  # (role, text)
     system_prompt: str | None = None
     streaming: bool = True
@@ -64,6 +63,14 @@ class Turn:
     sampling: dict = field(default_factory=dict)  # LLM sampling overrides (temperature, top_p, top_k)
     seed: int | None = None  # None: the session's seed
     max_slice_nums: object = None  # int, or a tuple with one per image; None: the session's
+
+    @property
+    def text(self) -> str:
+        return "".join(p for p in self.content if isinstance(p, str))
+
+    @property
+    def images(self) -> list:
+        return [p for p in self.content if isinstance(p, Image)]
 
 
 def decode(raw) -> dict:
@@ -190,10 +197,13 @@ def _text_of(items: list, where: str) -> str:
 
 
 def _media(turn: Turn, items: list, where: str, max_audio_s: float, compat: bool) -> None:
+    """The user message's items, in order, as parts of ``turn.content``."""
     audio_s = 0.0
     for i, item in enumerate(items):
         at, t = f"{where}.content[{i}]", item["type"]
-        if t == "audio":
+        if t == "text":
+            turn.content.append(item["text"])
+        elif t == "audio":
             x = float_pcm(item.get("data"), f"{at}.data", "invalid_audio", max_audio_s - audio_s)
             if x.size < INPUT_RATE // 10:
                 raise ProtocolError(
@@ -202,23 +212,34 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float, compat: bool
                     "invalid_audio",
                 )
             audio_s += x.size / INPUT_RATE
-            turn.audio.append(x)
+            turn.content.append(Audio(x))
         elif t == "image":
             data = _b64(item.get("data"), f"{at}.data", "invalid_media")
             png = data[:8] == b"\x89PNG\r\n\x1a\n"
             if not (data[:3] == b"\xff\xd8\xff" or (compat and png)):
                 what = "a PNG: images must be JPEG (PNG only with --compat)" if png else "not a JPEG image"
                 raise ProtocolError(f"{at}.data is {what}", "invalid_media")
-            turn.images.append(data)
+            turn.content.append(Image(data))
         elif t == "video":
-            data = _b64(item.get("data"), f"{at}.data", "invalid_media")
-            if data[4:8] != b"ftyp":
-                raise ProtocolError(f"{at}.data is not an MP4 file", "invalid_media")
-            n = item.get("stack_frames", 1)
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ProtocolError(f"{at}.stack_frames must be a positive integer", "invalid_input")
-            turn.videos.append(data)
-            turn.stack_frames = max(turn.stack_frames or 1, min(n, MAX_STACK_FRAMES))
+            turn.content.append(_video(item, at))
+
+
+def _video(item: dict, at: str) -> Video:
+    """A video item: MP4 bytes, watched as frames with their audio; ``audio`` (raw float32 PCM, as
+    every audio item) a separate track for it, ``max_frames`` and ``stack_frames`` its options."""
+    data = _b64(item.get("data"), f"{at}.data", "invalid_media")
+    if data[4:8] != b"ftyp":
+        raise ProtocolError(f"{at}.data is not an MP4 file", "invalid_media")
+    options = {}
+    for key, hi in (("max_frames", MAX_FRAMES), ("stack_frames", MAX_STACK_FRAMES)):
+        n = item.get(key)
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= hi):
+            raise ProtocolError(f"{at}.{key} must be an integer in 1..{hi}, got {json.dumps(n)[:20]}", "invalid_input")
+        options[key] = n
+    track = item.get("audio")
+    if track is not None:
+        track = float_pcm(track, f"{at}.audio", "invalid_audio")
+    return Video(data, track, **options)
 
 
 def parse_turn(
@@ -248,9 +269,9 @@ def parse_turn(
         elif m["role"] != "user":
             raise ProtocolError("the last message must be the user's", "invalid_input")
         else:
-            turn.text = _text_of(items, where)
+            _text_of(items, where)  # every text item is a string
             _media(turn, items, where, max_audio_s, compat)
-    if not (turn.text.strip() or turn.audio or turn.images or turn.videos):
+    if not (turn.text.strip() or any(not isinstance(p, str) for p in turn.content)):
         raise ProtocolError("the user message has no text, audio, image or video", "empty_messages")
     turn.streaming = _bool(inp, "streaming", True)
     gen = object_field(inp, "generation")
@@ -366,6 +387,9 @@ def timings_metrics(t: Timings, wall_clock_ms: float) -> dict:
         "kv_cache_length": t.prompt_tokens + t.n_tokens,
         "vision_slices": t.vision_slices,
         "vision_tokens": t.vision_tokens,
+        "video_frames": t.video_frames,
+        "audio_segments": t.audio_segments,
+        "audio_tokens": t.audio_tokens,
         "seed": t.seed,
     }
     # time to first audio, step by step (ms after the turn started in the engine)

@@ -11,7 +11,8 @@ namespace {
 
 using f32mel = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-template <typename Fn> py::array_t<float> encode(Apm & a, const f32mel & mel, Fn fn) {
+template <typename Fn>
+py::array_t<float> encode(Apm & a, const f32mel & mel, Fn fn) {
     if (mel.ndim() != 2 || mel.shape(0) != a.dims().n_mel) throw InvalidArgument("mel must be (n_mel, frames)");
     std::vector<float> out;
     int n = 0;
@@ -58,9 +59,8 @@ void register_apm(py::module_ & m) {
         .def(
             "encode_mel",
             [](Apm & a, f32array mel, int chunk) {
-                return encode(a, mel, [chunk](Apm & x, const float * m, int f, int * n) {
-                    return x.encode_mel(m, f, n, chunk);
-                });
+                return encode(
+                    a, mel, [chunk](Apm & x, const float * m, int f, int * n) { return x.encode_mel(m, f, n, chunk); });
             },
             py::arg("mel"), py::arg("chunk") = 0,
             "Mel (n_mel, 9..3000 frames) -> LLM embeddings ((frames+1)//2//5, llm_embd); chunk > 0: block-causal "
@@ -68,9 +68,8 @@ void register_apm(py::module_ & m) {
         .def(
             "encode_mel_streaming",
             [](Apm & a, f32array mel) {
-                return encode(a, mel, [](Apm & x, const float * m, int f, int * n) {
-                    return x.encode_mel_streaming(m, f, n);
-                });
+                return encode(a, mel,
+                              [](Apm & x, const float * m, int f, int * n) { return x.encode_mel_streaming(m, f, n); });
             },
             py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
         .def("reset_stream", &Apm::reset_stream, py::call_guard<py::gil_scoped_release>())

@@ -70,7 +70,7 @@ MAX_STOPS = 4
 # image_url.detail -> max_slice_nums: "low" is the overview alone (64 rows), "high" and "auto"
 # the model's full slicing (up to 9 slices besides the overview, as its processor does).
 IMAGE_DETAIL = {"low": 1, "high": 9, "auto": 9}
-_DATA_URL = re.compile(r"data:(image/[A-Za-z0-9.+-]+)?(;[A-Za-z0-9=.+-]+)*;base64,(.*)", re.S)
+_DATA_URL = re.compile(r"data:([a-z]+/[A-Za-z0-9.+-]+)?(;[A-Za-z0-9=.+-]+)*;base64,(.*)", re.S)
 
 
 class OpenAIError(Exception):
@@ -318,17 +318,18 @@ def _user_content(content, where: str) -> tuple[list, int, list]:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
             items.append({"type": "text", "text": part["text"]})
-        elif kind == "input_audio" and isinstance(part.get("input_audio"), dict):
-            spec = part["input_audio"]
-            if spec.get("format") not in ("wav", "mp3"):
-                raise bad(f"{at}.input_audio.format must be wav or mp3", f"{at}.input_audio.format")
-            data = _b64(spec.get("data"), f"{at}.input_audio.data")
+        elif kind in ("input_audio", "audio_url") and isinstance(part.get(kind), dict):
+            if kind == "input_audio":
+                spec = part["input_audio"]
+                if spec.get("format") not in ("wav", "mp3"):
+                    raise bad(f"{at}.input_audio.format must be wav or mp3", f"{at}.input_audio.format")
+                data, what, param = _b64(spec.get("data"), f"{at}.input_audio.data"), spec["format"], "data"
+            else:  # vLLM's form: a data URL of any audio format ffmpeg reads
+                data, what, param = _data_url(part["audio_url"], f"{at}.audio_url", "audio"), "audio", "url"
             try:
                 x = load_audio(data, None)
             except MediaError as e:
-                raise bad(
-                    f"{at}.input_audio.data could not be decoded as {spec['format']}: {e}", f"{at}.input_audio.data"
-                ) from None
+                raise bad(f"{at}.{kind}.{param} could not be decoded as {what}: {e}", f"{at}.{kind}.{param}") from None
             audio_s += x.size / INPUT_RATE
             if audio_s > MAX_AUDIO_SECONDS:
                 raise bad(
@@ -338,25 +339,35 @@ def _user_content(content, where: str) -> tuple[list, int, list]:
                 raise bad(f"{at}.input_audio is shorter than 0.1 s", f"{at}.input_audio")
             items.append({"type": "audio", "data": P.pcm_b64(x)})
             rows += audio_rows(x.size)
+        elif kind == "video_url" and isinstance(part.get("video_url"), dict):
+            data = _data_url(part["video_url"], f"{at}.video_url", "video")
+            if data[4:8] != b"ftyp":
+                raise bad(f"{at}.video_url is not an MP4 file", f"{at}.video_url.url")
+            items.append({"type": "video", "data": base64.b64encode(data).decode("ascii")})
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            url = part["image_url"].get("url")
-            m = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
-            if m is None:
-                raise bad(
-                    f"{at}.image_url.url must be a data URL (data:image/...;base64,...); this server fetches "
-                    "no remote URLs",
-                    f"{at}.image_url.url",
-                )
+            data = _data_url(part["image_url"], f"{at}.image_url", "image")
             detail = part["image_url"].get("detail") or "auto"  # SDKs send null for "not given"
             if detail not in IMAGE_DETAIL:
                 raise bad(f"{at}.image_url.detail must be low, high or auto, got {detail!r}", f"{at}.image_url.detail")
             slices.append(IMAGE_DETAIL[detail])
-            data = _b64(m.group(3), f"{at}.image_url.url")
             try:
                 jpeg = audio_codec.to_jpeg(data)
             except MediaError as e:
                 raise bad(f"{at}.image_url is not an image ffmpeg can read: {e}", f"{at}.image_url.url") from None
             items.append({"type": "image", "data": base64.b64encode(jpeg).decode("ascii")})
         else:
-            raise bad(f"{at} must be a text, input_audio or image_url part", f"{at}.type")
+            raise bad(f"{at} must be a text, input_audio, audio_url, image_url or video_url part", f"{at}.type")
     return items, rows, slices
+
+
+def _data_url(spec: dict, at: str, kind: str) -> bytes:
+    """The bytes of a part's ``url``, which must be a base64 data URL (of a ``kind`` MIME type when
+    it names one): this server fetches no remote URLs."""
+    url = spec.get("url")
+    m = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+    if m is None or (m.group(1) and not m.group(1).startswith(kind + "/")):
+        raise bad(
+            f"{at}.url must be a data URL (data:{kind}/...;base64,...); this server fetches no remote URLs",
+            f"{at}.url",
+        )
+    return _b64(m.group(3), f"{at}.url")
