@@ -1,4 +1,4 @@
-"""``llama-omni``: info | make-models | speak | serve | bench.
+"""``llama-omni``: info | make-models | speak | serve | worker | bench | eval.
 
 Every user error (a bad argument, path, model file or device) prints one line
 ``llama-omni: error: ...`` and exits with status 2; output paths are checked before any work.
@@ -454,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_arguments.add_arguments(b)
     b.set_defaults(func=bench_arguments.main_from_args)
+
+    from .eval.cli import add_parser as add_eval  # light: nothing native until a command runs
+
+    add_eval(sub)
     return p
 
 

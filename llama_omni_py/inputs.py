@@ -23,7 +23,7 @@ from .config import LlmSampling
 from .content import Audio, Image, Video, parts, shorthand
 from .errors import InvalidArgumentError
 from .media import MAX_AUDIO_SECONDS, load_audio
-from .prompt import ROLES, EncodedAudio, EncodedMessage, Prompt, simplex_speech_prompt
+from .prompt import LAYOUTS, ROLES, EncodedAudio, EncodedMessage, Prompt, simplex_speech_prompt
 from .results import MediaStats
 from .video import MAX_FRAMES, MAX_STACK_FRAMES, VideoConfig, load_video
 from .vision import VisionConfig, slice_counts, slices_of
@@ -49,6 +49,7 @@ class Request:
     max_frames: int | None = None  # video overrides for this request (None: the session's VideoConfig)
     stack_frames: int | None = None
     omni: bool | None = None  # the reference's omni mode ("" joins); None: when a video brings audio
+    prompt_style: str | None = None  # prompt.LAYOUTS; None: the session's prompt rules
 
     def __post_init__(self):
         object.__setattr__(self, "content", parts(self.content))
@@ -73,6 +74,8 @@ class Request:
         for name in ("speech", "tts_template"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.prompt_style is not None:
+            checks.choice("prompt_style", self.prompt_style, LAYOUTS, config=False)
         if self.omni is not None and not isinstance(self.omni, bool):
             raise InvalidArgumentError(f"omni must be True, False or None, got {self.omni!r}")
         images = sum(isinstance(p, Image) for p in self.content)

@@ -22,6 +22,10 @@ ROLE_CHAT = "你的任务是用这种声音模式来当一个助手。请认真�
 ROLE_IDENTITY = "你是由面壁智能开发的人工智能助手：面壁小钢炮。"
 NO_VOICE = "Use the <reserved_53> voice."  # the reference's system text when there is no voice sample
 PROMPT_STYLES = ("llama.cpp-omni", "reference")
+# llama.cpp-omni's evaluation CLIs: its system turn, one user header, the thinking block without
+# <|tts_bos|> (its decoder runs with TTS off), a newline after every media part.
+EVAL_CLI_STYLE = "llama.cpp-omni-eval"
+LAYOUTS = (*PROMPT_STYLES, EVAL_CLI_STYLE)
 ASSISTANT_TEXT_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 ASSISTANT_SPEECH_PREFIX = ASSISTANT_TEXT_PREFIX + "<|tts_bos|>"
 ASSISTANT_PLAIN_PREFIX = "<|im_end|>\n<|im_start|>assistant\n"  # llama.cpp-omni's without the TTS template
@@ -128,6 +132,8 @@ def join_of(message: EncodedMessage, style: str) -> str:
     in omni mode (``modeling_minicpmo.py`` ``chat``); llama.cpp-omni's simplex pipeline puts
     them side by side, and its evaluation CLI writes a newline after every frame and audio
     segment of a video."""
+    if style == EVAL_CLI_STYLE:
+        return "\n"
     if style == "llama.cpp-omni":
         return "\n" if message.video else ""
     return "" if message.omni else "\n"
@@ -167,13 +173,14 @@ def simplex_speech_prompt(
     `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
     for token as its simplex pipeline does (the voice slot even without a voice, its second user
     header, its shorter role text when the turn has an image); "reference" as the reference's chat
-    template and processor do. A message's parts are joined as :func:`join_of` says.
+    template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do. A
+    message's parts are joined as :func:`join_of` says.
 
     An image is an :class:`~llama_omni_py.vpm.EncodedImage` (overview and slices, laid out as
     `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
     layout has them); a frame one (n, n_embd) block (<image>..</image>, no id)."""
-    if style not in PROMPT_STYLES:
-        raise InvalidArgumentError(f"style must be one of {PROMPT_STYLES}, got {style!r}")
+    if style not in LAYOUTS:
+        raise InvalidArgumentError(f"style must be one of {LAYOUTS}, got {style!r}")
     if user is None:
         if not isinstance(user_text, str):
             raise InvalidArgumentError("text must be a string")
@@ -230,7 +237,8 @@ def simplex_speech_prompt(
             out.append(tok("".join(text), special=False))
         return out
 
-    lco = style == "llama.cpp-omni"
+    cli = style == EVAL_CLI_STYLE
+    lco = style == "llama.cpp-omni" or cli
     seg: list = []
     if system_prompt is not False:
         # client text never becomes control tokens
@@ -247,7 +255,7 @@ def simplex_speech_prompt(
         else:
             seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
         seg.append(tok("<|im_end|>\n"))
-        if lco:  # its first user turn has the header twice (docs/fidelity.md), so has it in history
+        if lco and not cli:  # its simplex server writes the first user header twice (docs/fidelity.md)
             seg.append(tok("<|im_start|>user\n"))
     for who, content in history:  # earlier turns, then the user turn opens
         if isinstance(content, EncodedAudio):
@@ -259,6 +267,6 @@ def simplex_speech_prompt(
     seg += body(user)
     if tts_template:
         seg.append(tok(ASSISTANT_SPEECH_PREFIX))
-    else:  # llama.cpp-omni opens a plain assistant turn, without the empty thinking block
-        seg.append(tok(ASSISTANT_PLAIN_PREFIX if lco else ASSISTANT_TEXT_PREFIX))
+    else:  # llama.cpp-omni's server opens a plain assistant turn, without the empty thinking block
+        seg.append(tok(ASSISTANT_PLAIN_PREFIX if lco and not cli else ASSISTANT_TEXT_PREFIX))
     return Prompt(seg)

@@ -108,6 +108,7 @@ class OmniSession:
         max_frames: int | None = None,
         stack_frames: int | None = None,
         omni: bool | None = None,
+        prompt_style: str | None = None,
         llm: LlmSampling | None = None,
         max_slice_nums=None,
     ) -> Iterator[SpeechChunk]:
@@ -124,7 +125,9 @@ class OmniSession:
         (False: no system turn); history: earlier (role, content) turns, role "user" or
         "assistant", content a str, EncodedAudio or list of parts; speech=False gives a
         text-only reply; tts_template (default: speech) ends the prompt with the speech prefix;
-        omni: join the parts as the reference's omni mode (None: when a video brings audio); llm:
+        omni: join the parts as the reference's omni mode (None: when a video brings audio);
+        prompt_style: this reply's prompt layout ("reference", "llama.cpp-omni", or
+        "llama.cpp-omni-eval", its evaluation CLIs'; None: the session's prompt rules); llm:
         this reply's LLM sampling (temperature, top_p, ...) instead of ``config.llm``;
         max_slice_nums: slices per image besides its overview, 0..9 (0 or 1: the overview only),
         or a list with one per image; None: ``config.vision`` (9 under the reference rules)."""
@@ -147,6 +150,7 @@ class OmniSession:
             max_frames=max_frames,
             stack_frames=stack_frames,
             omni=omni,
+            prompt_style=prompt_style,
         )
         return self._stream(request)
 

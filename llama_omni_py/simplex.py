@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[Prompt, PromptStats]:
     """The request's prompt; when it and the reply do not fit the LLM context, the oldest earlier
     messages are left out, a whole turn at a time (the system prompt always stays)."""
-    llm, style = bundle.llm, bundle.config.prompt_rule
+    llm, style = bundle.llm, r.prompt_style or bundle.config.prompt_rule
     prompt = build_prompt(llm.model, r, media, style=style)
     history = list(media.history)
     while history and prompt.token_count() + limit > llm.n_ctx:

@@ -17,6 +17,9 @@ the frames and cut the audio, chosen by name in :class:`VideoConfig`:
     frames for short videos (at least one), segment midpoints (``int(i*gap + gap/2)``) when
     sampling a long one; the last audio segment runs to the end of the audio, empty segments are
     dropped and frames and segments are cut to the same count, with no padding.
+``"vllm-omni"``
+    vLLM-Omni's Video-MME frames: ``floor(duration)`` (at least one) for short videos, the
+    linspace pick of the grid for long ones; audio as minicpmo-utils'.
 
 Frame *indices* are what decord would return: packets of the video stream in presentation order
 (``ffprobe`` counts them; decord's index is the same list), fps its average frame rate.
@@ -33,7 +36,7 @@ from . import checks
 from .constants import INPUT_SAMPLE_RATE
 from .errors import MediaError
 
-FRAME_RULES = ("minicpmo-utils", "evalkit")
+FRAME_RULES = ("minicpmo-utils", "evalkit", "vllm-omni")
 SEGMENT_ENCODINGS = ("merged", "separate")
 MAX_FRAMES = 1024  # frames per video at most (64 is the model's default, 96 Video-MME's)
 MAX_STACK_FRAMES = 10  # sub-frames per second at most (the model card suggests 5)
@@ -48,7 +51,8 @@ class VideoConfig:
 
     * ``max_frames``: frames per video at most (1..1024; 64 as the model's utility). ``1`` is the
       one-frame mode: the first frame and the whole audio track as one segment.
-    * ``frame_rule``: ``"minicpmo-utils"`` (default) or ``"evalkit"`` (module docstring).
+    * ``frame_rule``: ``"minicpmo-utils"`` (default), ``"evalkit"`` or ``"vllm-omni"`` (module
+      docstring).
     * ``stack_frames``: 1 (off), or N > 1 sub-frames per second: the frames at s + i/N
       (i = 1..N-1) of each second are tiled into one grid image that follows that second's audio
       (the model card's "high refresh rate" mode; minicpmo-utils rule only).
@@ -143,15 +147,12 @@ def plan_frames(
     if duration > max_frames:  # long: a 0.1 s grid, then max_frames points of it
         times = _grid(duration)
         idx = [min(int(t * fps), n - 1) for t in times]
-        if rule == "minicpmo-utils":
+        if rule != "evalkit":
             idx, times = _linspace_sample(idx, max_frames), _linspace_sample(times, max_frames)
         elif len(idx) > max_frames:
             idx, times = _midpoint_sample(idx, max_frames), _midpoint_sample(times, max_frames)
-    elif rule == "minicpmo-utils":  # one frame per started second
-        seconds = math.ceil(duration)
-        idx, times = [int(i * fps) for i in range(seconds)], [float(i) for i in range(seconds)]
-    else:  # the evaluation kit: one per whole second, at least one
-        seconds = max(1, int(duration))
+    else:  # one frame per started second (minicpmo-utils), or per whole second, at least one
+        seconds = math.ceil(duration) if rule == "minicpmo-utils" else max(1, int(duration))
         idx, times = [int(i * fps) for i in range(seconds)], [float(i) for i in range(seconds)]
     stacked: tuple = ()
     if stack_frames > 1:
@@ -193,7 +194,7 @@ def cut_segments(
     out = []
     for i, start in enumerate(timestamps):
         last = i == len(timestamps) - 1
-        if rule == "minicpmo-utils":
+        if rule != "evalkit":
             end = duration if last else timestamps[i + 1]
             seg = x[int(start * rate) : int(end * rate)]
             if last and seg.size < LAST_SEGMENT_MIN:

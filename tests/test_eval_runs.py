@@ -1,0 +1,174 @@
+"""``llama-omni eval`` end to end on tiny datasets in the official layouts: Daily-Omni and
+Video-MME against the local engine (the tiny set) and against our own server's OpenAI endpoint,
+records and summaries, missing media counted, resuming, and the refusals."""
+
+import json
+
+import pytest
+from eval_data import daily_omni, videomme
+from server_client import running_gateway
+
+from llama_omni_py.cli import main
+from llama_omni_py.eval import mcq
+from llama_omni_py.eval.datasets import daily_omni as load_daily_omni
+from llama_omni_py.eval.protocols import protocol
+from llama_omni_py.eval.targets import Answer
+
+
+@pytest.fixture(scope="module")
+def daily(tmp_path_factory):
+    return daily_omni(tmp_path_factory.mktemp("daily-omni"), missing_video=True)
+
+
+@pytest.fixture(scope="module")
+def vmme(tmp_path_factory):
+    return videomme(tmp_path_factory.mktemp("videomme"))
+
+
+def _summary(out):
+    return json.loads((out / "summary.json").read_text())
+
+
+def _records(out):
+    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama.cpp-omni", "vllm-omni"])
+def test_daily_omni_on_the_local_engine(daily, tiny_dir, tmp_path, capsys, name):
+    out = tmp_path / "run"
+    args = ["eval", "daily-omni", "--data", str(daily), "--protocol", name, "--model-dir", str(tiny_dir)]
+    assert main([*args, "--limit", "3", "--out", str(out), "--device", "cpu"]) == 0
+    s = _summary(out)
+    assert s["counts"]["items"] == 3 and s["counts"]["missing_media"] == 0
+    assert s["protocol"]["name"] == name and s["headline"]["extractor"] == protocol(name, "daily-omni").extractor
+    assert set(s["variants"]) >= {"evalkit", "llama.cpp-omni", "vllm-omni"}
+    assert s["model_files"] and all(len(v["sha256"]) == 64 for v in s["model_files"].values())
+    recs = _records(out)
+    assert len(recs) == 3 and all(r["ok"] for r in recs)
+    assert all(r["timings"]["video_frames"] == 3 and r["timings"]["audio_segments"] == 3 for r in recs)
+    assert set(s["groups"]) == {"qa_type", "content_parent_category", "video_category", "video_duration"}
+    assert (out / "summary.md").read_text().startswith("# Daily-Omni")
+    assert "daily-omni" in capsys.readouterr().out
+
+
+class Counting:
+    """A target that answers "B" and counts what it was asked."""
+
+    name = "fake"
+
+    def __init__(self, fail_after=None):
+        self.asked, self.fail_after = [], fail_after
+
+    def describe(self):
+        return {"kind": "fake"}
+
+    def ask(self, r):
+        if self.fail_after is not None and len(self.asked) >= self.fail_after:
+            raise KeyboardInterrupt
+        self.asked.append(r.prompt)
+        return Answer("B")
+
+    def close(self):
+        pass
+
+
+def test_missing_media_is_counted_and_a_run_resumes(daily, tmp_path):
+    items = load_daily_omni(daily)
+    p = protocol("vllm-omni", "daily-omni")
+    settings = {"x": 1}
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        mcq.run(items, p, Counting(fail_after=2), out, settings=settings)
+    assert len(_records(out)) == 2
+    with (out / "records.jsonl").open("a") as f:
+        f.write('{"id": "torn')  # a line cut short by a kill
+    again = Counting()
+    s = mcq.run(items, p, again, out, settings=settings)
+    assert len(again.asked) == 1  # the missing video is never asked, the first two are not redone
+    assert s["counts"] == {**s["counts"], "items": 4, "missing_media": 1, "failed_requests": 0}
+    v = s["variants"]["vllm-omni"]
+    assert (v["all"], v["successful"], v["correct"]) == (4, 3, 1)  # one of three answers is B
+    assert v["accuracy_all"] == 25.0 and round(v["accuracy_successful"], 2) == 33.33
+    with pytest.raises(ValueError, match="other settings"):
+        mcq.run(items, p, Counting(), out, settings={"x": 2})
+
+
+@pytest.mark.slow
+def test_videomme_on_the_local_engine(vmme, tiny_dir, tmp_path):
+    out = tmp_path / "vmme"
+    args = ["eval", "videomme", "--data", str(vmme), "--protocol", "llama.cpp-omni", "--model-dir", str(tiny_dir)]
+    assert main([*args, "--limit", "3", "--max-frames", "2", "--out", str(out), "--device", "cpu"]) == 0
+    s = _summary(out)
+    assert s["counts"]["items"] == 3 and s["protocol"]["max_frames"] == 2
+    assert all(r["timings"]["video_frames"] == 2 and r["timings"]["audio_segments"] == 0 for r in _records(out))
+    assert set(s["groups"]) == {"duration", "domain", "task_type", "sub_category"}
+    assert main(["eval", "videomme", "--data", str(vmme), "--durations", "tiny", "--model-dir", str(tiny_dir)]) == 2
+
+
+@pytest.mark.slow
+def test_daily_omni_against_our_endpoint(daily, tiny_dir, tmp_path):
+    out = tmp_path / "endpoint"
+    with running_gateway(tiny_dir) as gw:
+        args = ["eval", "daily-omni", "--data", str(daily), "--protocol", "vllm-omni", "--endpoint", gw.url]
+        assert main([*args, "--limit", "3", "--concurrency", "2", "--out", str(out)]) == 0
+    s = _summary(out)
+    assert s["target"]["kind"] == "endpoint" and s["counts"]["items"] == 3
+    assert s["counts"]["failed_requests"] == 0, [r["error"] for r in _records(out)]
+
+
+def test_refusals(daily, tmp_path, capsys):
+    base = ["eval", "daily-omni", "--data", str(daily)]
+    assert main([*base, "--limit", "0"]) == 2
+    assert main([*base, "--limit", "2", "--sample-ratio", "0.5"]) == 2
+    assert main([*base, "--model-dir", "x", "--endpoint", "http://127.0.0.1:9"]) == 2
+    assert main([*base, "--concurrency", "2", "--model-dir", "x"]) == 2
+    assert main(["eval", "daily-omni", "--data", str(tmp_path)]) == 2  # no qa.json
+    err = capsys.readouterr().err
+    assert err.count("llama-omni: error:") == 5 and "qa.json" in err
+
+
+def _unit(i, listen, end=False, samples=24000, apm=10.0, vpm=30.0):
+    stage = {"apm": apm, "vpm": vpm, "prefill": 100.0, "decode": 200.0, "tts": 300.0, "token2wav": 400.0}
+    return {
+        "index": i,
+        "is_listen": listen,
+        "end_of_turn": end,
+        "audio_samples": 0 if listen else samples,
+        "t_push_s": float(i),
+        "t_result_s": i + 1.5,
+        "stage_ms": stage,
+        "text_chars": 3,
+    }
+
+
+def test_rtf_pools_the_core_units_the_judges_way():
+    from llama_omni_py.eval.rtf import judge_rtf
+
+    # listen, then a turn of 4 units (head, core, core, tail), listen, a turn of 2 (head, tail)
+    frames = [_unit(0, True), *[_unit(i, False, end=i == 4) for i in range(1, 5)], _unit(5, True)]
+    frames += [_unit(6, False), _unit(7, False, end=True, samples=12000)]
+    r = judge_rtf(frames)
+    assert r["core_frames"] == 2 and r["core_audio_s"] == 2.0 and r["turns"] == 2
+    assert r["core_rtf_judge"] == pytest.approx((30 + 100 + 200 + 300 + 400) / 1000)  # max(apm, vpm)
+    assert r["core_rtf_sum"] == pytest.approx((10 + 30 + 100 + 200 + 300 + 400) / 1000)
+    # turns: (last result - first push) / audio, pooled: (5.5 - 1) + (8.5 - 6) over 4 + 1.5 s
+    assert r["speak_wav_turn_rtf"] == pytest.approx((4.5 + 2.5) / 5.5)
+
+
+@pytest.mark.slow
+def test_rtf_command_on_a_video(tiny_dir, tmp_path):
+    import subprocess
+
+    video = tmp_path / "talk.mp4"
+    src = ["-f", "lavfi", "-i", "testsrc=duration=6:size=96x64:rate=10", "-f", "lavfi", "-i", "sine=duration=6"]
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *src, "-c:v", "libx264", "-c:a", "aac", str(video)], check=True)
+    out = tmp_path / "rtf"
+    args = ["eval", "rtf", "--video", str(video), "--model-dir", str(tiny_dir), "--device", "cpu"]
+    assert main([*args, "--interval", "0.5", "--out", str(out)]) == 0
+    s = _summary(out)
+    assert s["units"] == 6 and len(list((out / "units").glob("*.wav"))) == 6
+    assert {"core_rtf_judge", "core_rtf_sum", "speak_wav_turn_rtf"} <= set(s)
+    silent = tmp_path / "silent.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *src[:4], "-c:v", "libx264", str(silent)], check=True)
+    assert main(["eval", "rtf", "--video", str(silent), "--model-dir", str(tiny_dir), "--out", str(out)]) == 2
