@@ -1,14 +1,17 @@
-"""A local stand-in for the Hugging Face Hub's file API, for the tests that fetch a module set by
-its repository id (point HF_ENDPOINT at ``FakeHub.url``). It answers what ``huggingface_hub``
-asks of a model repository:
+"""Local stand-ins for the model hubs' file APIs, for the tests that fetch a module set by its
+repository id. ``FakeHub`` answers what ``huggingface_hub`` asks of a model repository (point
+HF_ENDPOINT at ``url``):
 
     GET  /api/models/{repo}[/revision/{rev}]   the repository and its files (sizes, LFS SHA-256)
     HEAD /{repo}/resolve/{rev}/{path}          X-Repo-Commit, ETag, Content-Length of one file
     GET  /{repo}/resolve/{rev}/{path}          the file, or from a ``Range: bytes=N-`` offset (206)
 
-and the hub's errors (404 with X-Error-Code RepoNotFound, RevisionNotFound or EntryNotFound).
-Each request is logged (method, path, Range). ``cut`` makes the next GET of a file stop half way;
-``serve_instead`` serves other bytes than the listing describes (a damaged transfer).
+with the Hub's errors (404 with X-Error-Code RepoNotFound, RevisionNotFound or EntryNotFound).
+``FakeModelScope`` serves the same repositories as ModelScope's API does to ``modelscope``.
+
+``log`` holds every request (method, path, Range) and ``fetched`` every file body sent (path in
+the repository, Range). ``cut`` makes the next GET of a file stop half way; ``serve_instead``
+serves other bytes than the listing describes (a damaged transfer).
 """
 
 from __future__ import annotations
@@ -21,10 +24,8 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
-_INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?$")
-_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
@@ -41,17 +42,18 @@ class Repo:
 class FakeHub:
     repos: dict[str, Repo]
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
+    fetched: list[tuple[str, str | None]] = field(default_factory=list)
     cut: set[tuple[str, str]] = field(default_factory=set)  # (repo, path): the next GET stops half way
     serve_instead: dict[tuple[str, str], bytes] = field(default_factory=dict)
     _open: set = field(default_factory=set)  # connections being served (keep-alive ones stay open)
 
-    def start(self, port: int = 0) -> FakeHub:
-        hub = self
+    def handler(self):
+        return _HubHandler
 
-        class Handler(_Handler):
-            pass
+    def start(self, port: int = 0):
+        class Handler(self.handler()):
+            hub = self
 
-        Handler.hub = hub
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -70,8 +72,20 @@ class FakeHub:
         self._thread.join()
 
     def gets(self) -> list[str]:
-        """Paths of the files whose bytes were sent (GET on resolve URLs)."""
-        return [m["path"] for m in map(_RESOLVE.match, (p for verb, p, _ in self.log if verb == "GET")) if m]
+        """Paths of the files whose bytes were sent."""
+        return [path for path, _ in self.fetched]
+
+
+class FakeModelScope(FakeHub):
+    """The repositories as ModelScope's API serves them to ``modelscope``'s snapshot_download:
+
+    GET /api/v1/models/{repo}                                  the repository
+    GET /api/v1/models/{repo}/repo/files?Revision=&Recursive=  its files (Path, Size, Sha256)
+    GET /api/v1/models/{repo}/repo?Revision=&FilePath=         one file (Range: bytes=N-)
+    """
+
+    def handler(self):
+        return _ModelScopeHandler
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -90,69 +104,42 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             super().finish()
 
-    def _error(self, status: int, code: str, commit: str | None = None) -> None:
-        body = json.dumps({"error": code}).encode()
+    def do_HEAD(self):
+        self._dispatch()
+
+    def do_GET(self):
+        self._dispatch()
+
+    def _dispatch(self):
+        url = urlsplit(self.path)
+        self.hub.log.append((self.command, unquote(url.path), self.headers.get("Range")))
+        self.route(unquote(url.path), {k: v[0] for k, v in parse_qs(url.query).items()})
+
+    def route(self, path: str, query: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)
-        self.send_header("X-Error-Code", code)
-        if commit:
-            self.send_header("X-Repo-Commit", commit)
-        self.send_header("Content-Type", "application/json")
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _json(self, data) -> None:
-        body = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def _json(self, data, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(data).encode(), {"Content-Type": "application/json", **(headers or {})})
 
-    def _repo(self, name: str, rev: str | None) -> Repo | None:
-        repo = self.hub.repos.get(name)
-        if repo is None:
-            self._error(404, "RepoNotFound")
-            return None
-        if rev not in (None, "main", repo.commit):
-            self._error(404, "RevisionNotFound")
-            return None
-        return repo
-
-    def do_HEAD(self):
-        self._serve()
-
-    def do_GET(self):
-        self._serve()
-
-    def _serve(self):
-        path = unquote(urlsplit(self.path).path)
-        self.hub.log.append((self.command, path, self.headers.get("Range")))
-        info, resolve = _INFO.match(path), _RESOLVE.match(path)
-        if info and self.command == "GET":
-            repo = self._repo(info["repo"], info["rev"])
-            if repo is not None:
-                self._json(_model_info(info["repo"], repo))
-        elif resolve:
-            repo = self._repo(resolve["repo"], resolve["rev"])
-            if repo is not None:
-                self._file(resolve["repo"], repo, resolve["path"])
-        else:
-            self._error(404, "NotFound")
-
-    def _file(self, name: str, repo: Repo, path: str) -> None:
-        if path not in repo.files:
-            self._error(404, "EntryNotFound", repo.commit)
-            return
+    def _file(self, name: str, repo: Repo, path: str, headers: dict[str, str]) -> None:
+        """The bytes of ``path`` (from a Range offset: 206), as faults say."""
         data = self.hub.serve_instead.get((name, path), repo.files[path])
         start, status = 0, 200
         m = _RANGE.match(self.headers.get("Range") or "")
         if m and self.command == "GET":
             start, status = int(m[1]), 206
         self.send_response(status)
-        self.send_header("X-Repo-Commit", repo.commit)
-        self.send_header("ETag", f'"{repo.sha256(path)}"')
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(len(data) - start))
         if status == 206:
@@ -160,6 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
+        self.hub.fetched.append((path, self.headers.get("Range")))
         body = data[start:]
         if (name, path) in self.hub.cut:
             self.hub.cut.discard((name, path))
@@ -170,7 +158,44 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _model_info(name: str, repo: Repo) -> dict:
+_HF_INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?$")
+_HF_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+
+
+class _HubHandler(_Handler):
+    def _error(self, code: str, commit: str | None = None) -> None:
+        self._json({"error": code}, 404, {"X-Error-Code": code, **({"X-Repo-Commit": commit} if commit else {})})
+
+    def _repo(self, name: str, rev: str | None) -> Repo | None:
+        repo = self.hub.repos.get(name)
+        if repo is None:
+            self._error("RepoNotFound")
+        elif rev not in (None, "main", repo.commit):
+            self._error("RevisionNotFound")
+        else:
+            return repo
+        return None
+
+    def route(self, path, query):
+        info, resolve = _HF_INFO.match(path), _HF_RESOLVE.match(path)
+        if info and self.command == "GET":
+            repo = self._repo(info["repo"], info["rev"])
+            if repo is not None:
+                self._json(_hf_model_info(info["repo"], repo))
+        elif resolve:
+            repo = self._repo(resolve["repo"], resolve["rev"])
+            if repo is None:
+                return
+            if resolve["path"] not in repo.files:
+                self._error("EntryNotFound", repo.commit)
+                return
+            etag = f'"{repo.sha256(resolve["path"])}"'
+            self._file(resolve["repo"], repo, resolve["path"], {"X-Repo-Commit": repo.commit, "ETag": etag})
+        else:
+            self._error("NotFound")
+
+
+def _hf_model_info(name: str, repo: Repo) -> dict:
     return {
         "id": name,
         "modelId": name,
@@ -185,4 +210,48 @@ def _model_info(name: str, repo: Repo) -> dict:
             }
             for path, data in sorted(repo.files.items())
         ],
+    }
+
+
+_MS_FILES = re.compile(r"^/api/v1/models/(?P<repo>[^/]+/[^/]+)/repo/files$")
+_MS_FILE = re.compile(r"^/api/v1/models/(?P<repo>[^/]+/[^/]+)/repo$")
+_MS_INFO = re.compile(r"^/api/v1/models/(?P<repo>[^/]+/[^/]+)$")
+
+
+class _ModelScopeHandler(_Handler):
+    def _envelope(self, data, status: int = 200, message: str = "") -> None:
+        self._json({"Code": status, "Data": data, "Message": message, "Success": status == 200}, status)
+
+    def route(self, path, query):
+        for pattern in (_MS_FILES, _MS_FILE, _MS_INFO):
+            m = pattern.match(path)
+            if m:
+                break
+        else:
+            self._envelope(None, 404, "not found")
+            return
+        repo = self.hub.repos.get(m["repo"])
+        if repo is None:
+            self._envelope(None, 404, f"model {m['repo']} not exists")
+        elif query.get("Revision", "master") not in ("master", repo.commit):
+            self._envelope(None, 404, f"revision {query['Revision']} not exists")
+        elif pattern is _MS_INFO:
+            owner, name = m["repo"].split("/")
+            self._envelope({"Name": name, "Path": owner, "Revision": "master"})
+        elif pattern is _MS_FILES:
+            self._envelope({"Files": [_ms_file(path, repo) for path in sorted(repo.files)]})
+        elif query.get("FilePath") not in repo.files:
+            self._envelope(None, 404, f"file {query.get('FilePath')} not exists")
+        else:
+            self._file(m["repo"], repo, query["FilePath"], {"Content-Type": "application/octet-stream"})
+
+
+def _ms_file(path: str, repo: Repo) -> dict:
+    return {
+        "Name": path.rsplit("/", 1)[-1],
+        "Path": path,
+        "Type": "blob",
+        "Size": len(repo.files[path]),
+        "Sha256": repo.sha256(path),
+        "Revision": repo.commit,
     }

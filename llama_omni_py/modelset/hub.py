@@ -185,12 +185,10 @@ def download(
     if missing:
         problem = "lacks" if online else "has no cached copy of"
         raise HubError(ref.repo, f"{problem} {', '.join(missing)} (the published layout: docs/model-files.md)")
-    paths = {}
-    for name in names:
-        fresh = online and not client.is_cached(ref.repo, name)
-        paths[name] = client.download(ref.repo, name, not online)
-        if online:
-            _check_copy(paths[name], listing[name], fresh)
+    fresh = {n for n in names if online and not client.is_cached(ref.repo, n)}
+    paths = client.fetch(ref.repo, names, not online)
+    for name in names if online else ():
+        _check_copy(paths[name], listing[name], name in fresh)
     _validated(ref.repo, paths, listing if online else {}, device)
     log.info("%s (%s): %s", ref.repo, quant, paths[names[0]])
     return paths[names[0]]

@@ -40,7 +40,7 @@ def network_failure(exc: BaseException) -> bool:
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(status, int) and status >= 500:
         return True
-    return type(exc).__module__.split(".")[0] in ("requests", "httpx", "httpcore", "urllib3")
+    return type(exc).__module__.startswith(("requests", "httpx", "httpcore", "urllib3"))  # httpx2 too
 
 
 def sha256_of(path: Path) -> str:
@@ -69,15 +69,21 @@ def forget(path: Path) -> None:
         target.unlink(missing_ok=True)
 
 
-def _import(module: str, extra: str):
+def incomplete(repo: str, name: str, exc: BaseException) -> ModelFileError:
+    return ModelFileError(
+        f"download incomplete ({type(exc).__name__}: {str(exc).splitlines()[0]}); run again to resume it",
+        f"{repo}/{name}",
+    )
+
+
+def import_client(module: str, install: str):
+    """The hub client package, or a clear error saying how to install it."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise InvalidArgumentError(
-            f"fetching a model from {extra} needs the '{module}' package: pip install 'llama-omni-py[{extra}]'"
-        ) from e
+        raise InvalidArgumentError(f"fetching a model by repository id needs '{module}': {install}") from e
 
 
 class HuggingFaceClient:
@@ -86,13 +92,14 @@ class HuggingFaceClient:
     name = "the Hugging Face Hub"
 
     def __init__(self, env: HubEnvironment, local_dir: Path | None, revision: str | None):
-        self.hf = _import("huggingface_hub", "huggingface")
+        self.hf = import_client("huggingface_hub", "pip install huggingface_hub")
+        self.errors = import_client("huggingface_hub.utils", "pip install huggingface_hub")  # every version's
         self.env, self.local_dir, self.revision = env, local_dir, revision or "main"
         self.where = env.endpoint or "https://huggingface.co"
 
     def _hub_error(self, repo: str, exc: BaseException) -> Exception:
         """The HubError (or Unreachable) for an error of huggingface_hub."""
-        errors = self.hf.errors
+        errors = self.errors
         if isinstance(exc, errors.GatedRepoError):
             return HubError(repo, f"access to this gated repository on {self.where} needs a token (HF_TOKEN)")
         if isinstance(exc, errors.RepositoryNotFoundError):
@@ -134,9 +141,13 @@ class HuggingFaceClient:
         found = self.hf.try_to_load_from_cache(repo, name, cache_dir=self.env.cache, revision=self.revision)
         return isinstance(found, str)
 
-    def download(self, repo: str, name: str, offline: bool) -> Path:
-        """The local path of ``name``: from the cache, else fetched (resuming a partial download)."""
-        errors = self.hf.errors
+    def fetch(self, repo: str, names: list[str], offline: bool) -> dict[str, Path]:
+        """The local path of each of ``names``: from the cache, else fetched one after the other
+        (each with its progress bar; a partial download resumes where it stopped)."""
+        return {name: self._fetch_one(repo, name, offline) for name in names}
+
+    def _fetch_one(self, repo: str, name: str, offline: bool) -> Path:
+        errors = self.errors
         try:
             path = self.hf.hf_hub_download(
                 repo,
@@ -154,8 +165,5 @@ class HuggingFaceClient:
         except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError) as exc:
             raise self._hub_error(repo, exc) from exc
         except Exception as exc:  # cut off while the body streamed in, or a short body
-            raise ModelFileError(
-                f"download incomplete ({type(exc).__name__}: {str(exc).splitlines()[0]}); run again to resume it",
-                f"{repo}/{name}",
-            ) from exc
+            raise incomplete(repo, name, exc) from exc
         return Path(path)
