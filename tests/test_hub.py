@@ -68,9 +68,12 @@ def test_llm_quant_picks_its_file_and_fetches_nothing_else(fake_hub, tmp_path, c
     assert files[0]["key"] == "llm" and files[0]["weight_types"] == ["f16"] and len(files) == len(ms.FILES)
 
 
-def test_the_device_decides_the_default_quantization(fake_hub):
+def test_the_device_decides_the_default_quantization(fake_hub, capsys):
     assert hub.download(REPO, device="cann:0").name == hub.llm_file("F16")  # CANN's matmul refuses K-quants
     assert hub.download(REPO, device="cuda:0").name == hub.llm_file("Q4_K_M")
+    # fetched for a device this host lacks (no CANN build here): the set is only checked for it
+    assert cli.main(["download", REPO, "--device", "cann:0"]) == 0
+    assert hub.llm_file("F16") in capsys.readouterr().out
 
 
 def test_a_second_run_with_the_server_stopped_works_from_the_cache(fake_hub, tmp_path, monkeypatch, capsys):
@@ -120,7 +123,26 @@ def test_a_damaged_download_is_removed_and_fetched_again(fake_hub, hub_repo_file
         hub.download(REPO, device="cpu")
     assert e.value.path.endswith(vision) and not Path(e.value.path).exists()
     fake_hub.serve_instead.clear()
-    assert (hub.download(REPO, device="cpu").parent / vision).read_bytes() == hub_repo_files[vision]
+    cached = hub.download(REPO, device="cpu").parent / vision
+    assert cached.read_bytes() == hub_repo_files[vision]
+    # damaged in the cache afterwards, same size: the validator refuses it, the digest shows it is
+    # not the published file, and it goes
+    with open(cached.resolve(), "r+b") as f:
+        f.write(b"GGUX")
+    with pytest.raises(omni.ModelFileError, match="its SHA-256 differs from the hub's"):
+        hub.download(REPO, device="cpu")
+    assert not cached.exists() and not cached.resolve().exists()
+    hub.download(REPO, device="cpu")  # fetched again
+    assert cached.read_bytes() == hub_repo_files[vision]
+
+
+def test_a_published_file_the_validator_refuses_is_named(fake_hub, hub_repo_files):
+    files = dict(hub_repo_files)
+    files[ms.PROJECTOR_FILE] = files[ms.PROJECTOR_FILE][:5000]  # the repository's own copy is short
+    fake_hub.repos["test/broken"] = Repo(files)
+    with pytest.raises(omni.ModelFileError, match="this is the file test/broken publishes") as e:
+        hub.download("test/broken", device="cpu")
+    assert e.value.path.endswith(ms.PROJECTOR_FILE) and Path(e.value.path).exists()  # kept: it is the published one
 
 
 def test_an_interrupted_download_resumes(fake_hub, hub_repo_files, monkeypatch):

@@ -143,7 +143,7 @@ def _validated(repo: str, paths: dict[str, Path], listing: dict[str, RemoteFile]
         name = next((n for n, p in paths.items() if str(p) == exc.path), None)
         remote = listing.get(name) if name else None
         if remote is None or not remote.sha256:
-            hint = "not loaded (a damaged copy? delete it and run again)"
+            hint = "not loaded; if the copy is damaged, delete it (in a hub's cache, also the blob it links to)"
             raise ModelFileError(f"{exc.problem}; {hint}", exc.path) from exc
         if sha256_of(paths[name]) != remote.sha256:
             forget(paths[name])

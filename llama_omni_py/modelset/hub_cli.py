@@ -72,7 +72,10 @@ def add_download_parser(sub) -> None:
     d.add_argument("--dir", help="put the files in this directory instead of the hub's cache")
     d.add_argument("--revision", help="a branch, tag or commit of the repository (default: main)")
     d.add_argument(
-        "--device", default="auto", help="the device the set is checked for; it decides the default quantization"
+        "--device",
+        default="auto",
+        help="the device the set is meant for (it need not be on this host, e.g. cann:0 on a login node); "
+        "it decides the default quantization",
     )
     d.set_defaults(func=cmd_download)
 
@@ -82,8 +85,9 @@ def cmd_download(args: argparse.Namespace) -> int:
     from .hub import download
     from .layout import discover
 
+    device = resolve_device("auto") if args.device == "auto" else args.device.strip().lower()
     t0 = time.perf_counter()
-    llm = download(args.repo, args.llm_quant, resolve_device(args.device), args.hub, args.dir, args.revision)
+    llm = download(args.repo, args.llm_quant, device, args.hub, args.dir, args.revision)
     files = discover(llm).files.values()
     total = sum(p.stat().st_size for p in files)
     for p in files:
