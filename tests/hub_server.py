@@ -76,6 +76,18 @@ class FakeHub:
         return [path for path, _ in self.fetched]
 
 
+def serving(server: FakeHub, monkeypatch, **env: str):
+    """A test fixture's body: starts ``server``, clears the hub switches of the environment, sets
+    ``env`` (``{url}`` in a value becomes the server's address), yields the server, stops it."""
+    server.start()
+    for name in ("HF_HUB_OFFLINE", "HF_HOME", "OMNI_HUB"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(url=server.url))
+    yield server
+    server.stop()
+
+
 class FakeModelScope(FakeHub):
     """The repositories as ModelScope's API serves them to ``modelscope``'s snapshot_download:
 

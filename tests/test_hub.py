@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hub_server import FakeHub, Repo
+from hub_server import FakeHub, Repo, serving
 
 import llama_omni_py as omni
 from llama_omni_py import cli
@@ -23,13 +23,8 @@ REPO = "test/tiny-gguf"
 
 @pytest.fixture
 def fake_hub(hub_repo_files, tmp_path, monkeypatch):
-    server = FakeHub({REPO: Repo(dict(hub_repo_files))}).start()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    for name in ("HF_HUB_OFFLINE", "HF_HOME", "OMNI_HUB"):
-        monkeypatch.delenv(name, raising=False)
-    yield server
-    server.stop()
+    server = FakeHub({REPO: Repo(dict(hub_repo_files))})
+    yield from serving(server, monkeypatch, HF_ENDPOINT="{url}", HF_HUB_CACHE=str(tmp_path / "hf-cache"))
 
 
 def snapshot(tmp_path: Path) -> Path:

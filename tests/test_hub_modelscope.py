@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hub_server import FakeModelScope, Repo
+from hub_server import FakeModelScope, Repo, serving
 
 import llama_omni_py as omni
 from llama_omni_py import cli
@@ -20,14 +20,11 @@ REPO = "test/tiny-gguf"
 
 @pytest.fixture
 def fake_ms(hub_repo_files, tmp_path, monkeypatch):
-    server = FakeModelScope({REPO: Repo(dict(hub_repo_files))}).start()
-    monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
-    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms-cache"))
-    monkeypatch.setenv("OMNI_HUB", "modelscope")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing may go to the other hub
-    yield server
-    server.stop()
+    server = FakeModelScope({REPO: Repo(dict(hub_repo_files))})
+    cache = str(tmp_path / "ms-cache")
+    # HF_ENDPOINT a closed port: nothing may go to the other hub
+    env = {"MODELSCOPE_ENDPOINT": "{url}", "MODELSCOPE_CACHE": cache, "OMNI_HUB": "modelscope"}
+    yield from serving(server, monkeypatch, HF_ENDPOINT="http://127.0.0.1:9", **env)
 
 
 def error_line(capsys) -> str:
