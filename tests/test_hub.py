@@ -64,7 +64,7 @@ def test_llm_quant_picks_its_file_and_fetches_nothing_else(fake_hub, tmp_path, c
 
 
 def test_the_device_decides_the_default_quantization(fake_hub, capsys):
-    assert hub.download(REPO, device="cann:0").name == hub.llm_file("F16")  # CANN's matmul refuses K-quants
+    assert omni.download(REPO, device="cann:0").name == hub.llm_file("F16")  # CANN's matmul refuses K-quants
     assert hub.download(REPO, device="cuda:0").name == hub.llm_file("Q4_K_M")
     # fetched for a device this host lacks (no CANN build here): the set is only checked for it
     assert cli.main(["download", REPO, "--device", "cann:0"]) == 0
