@@ -6,8 +6,9 @@ The main API is :class:`OmniSession` (``speak()`` / ``stream()`` / ``astream()``
 and text (video frames and their audio: :class:`VideoConfig`). :class:`Token2Wav`,
 :class:`AudioEncoder` and :class:`ImageEncoder` run one module alone. :func:`backends` /
 :func:`resolve_device` name the devices of this build, :func:`discover` / :func:`validate` check
-a module set, :func:`make_models` writes one with random weights. Every foreseeable failure raises
-a subclass of :class:`OmniError`.
+a module set, :func:`make_models` writes one with random weights, :func:`download` fetches the
+published one by its repository id. Every foreseeable failure raises a subclass of
+:class:`OmniError`.
 """
 
 from .errors import *  # noqa: F401,F403
@@ -22,6 +23,7 @@ from .content import Audio, Image, Video  # noqa: E402
 from .duplex import DuplexResult, DuplexSession  # noqa: E402
 from .engine import OmniEngine  # noqa: E402
 from .modelset.generate import make_models  # noqa: E402
+from .modelset.hub import download  # noqa: E402
 from .modelset.layout import ModelSet, discover, validate  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
 from .session import OmniSession  # noqa: E402
@@ -63,4 +65,5 @@ __all__ = [
     "discover",
     "validate",
     "make_models",
+    "download",
 ]

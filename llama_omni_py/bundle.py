@@ -59,10 +59,10 @@ class SharedStages:
     STEPS = ("LLM + TTS", "placement", "Token2Wav")
 
     def __init__(self, model_dir: Path, device: str, config: SessionConfig, slots: int, report: Callable[[str], None]):
-        self.model_dir, self.device, self.config = model_dir, device, config
-        c = config
         report(self.STEPS[0])
-        model_set = discover(model_dir)
+        model_set = discover(model_dir)  # model_dir may name the LLM file: the encoders take the set's root
+        self.model_dir, self.device, self.config = model_set.root, device, config
+        c = config
         validate(model_set, ["llm", "tts", "projector"], device)
         self.llm = LlmContext(
             model_set.llm, device, c.n_ctx, c.llm_threads, c.exact, slots, c.batch_invariant, c.prefill_chunk
@@ -79,10 +79,10 @@ class SharedStages:
         report(self.STEPS[1])
         self.placement = plan_placement(device, c, c.token2wav_config)
         self.inputs = InputEncoder(
-            model_dir, device, self._encoder_threads(), c.audio_mode, c.audio_rule, c.vision_config, c.video
+            model_set.root, device, self._encoder_threads(), c.audio_mode, c.audio_rule, c.vision_config, c.video
         )
         report(self.STEPS[2])
-        self.token2wav = build_token2wav(model_dir, device, self.placement, c.token2wav_config)
+        self.token2wav = build_token2wav(model_set.root, device, self.placement, c.token2wav_config)
 
     @property
     def slots(self) -> int:

@@ -1,7 +1,9 @@
-"""``llama-omni``: info | make-models | speak | serve | worker | bench | eval.
+"""``llama-omni``: info | make-models | download | speak | serve | worker | bench | eval.
 
 Every user error (a bad argument, path, model file or device) prints one line
 ``llama-omni: error: ...`` and exits with status 2; output paths are checked before any work.
+``--model`` takes a directory or a repository id; an id is fetched before the command runs
+(modelset/hub_cli.py).
 """
 
 from __future__ import annotations
@@ -318,6 +320,7 @@ def cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .modelset.hub_cli import add_download_parser, add_model_arguments
     from .server.worker_options import WorkerOptions  # light: no native code
 
     p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
@@ -326,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     i = sub.add_parser("info", help="versions, backends, devices, CPU/NUMA topology; validates a model set")
-    i.add_argument("--model-dir", help="check this MiniCPM-o-4_5-gguf directory (or its LLM file)")
+    add_model_arguments(i, "the set to check; default: none")
     i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--plan", action="store_true", help="show the CPU placement a session on --device would use")
@@ -358,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--workers", type=int, default=1, help="threads writing tensors (same bytes for any count)")
     m.set_defaults(func=cmd_make_models)
+    add_download_parser(sub)
 
     sp = sub.add_parser("speak", help="answer text/audio/image/video with speech, written to a WAV file")
     sp.add_argument("text", nargs="?", help="the question (optional with --audio/--image/--video)")
@@ -386,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="image preprocessing: MiniCPM-o's processor or llama.cpp-omni's (default: --fidelity's)",
     )
-    sp.add_argument("--model-dir", help="MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)")
+    add_model_arguments(sp)
     sp.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
     sp.add_argument("--seed", type=int, default=0, help="-1: random")
     sp.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
@@ -467,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
+        from .modelset.hub_cli import resolve_model_args
+
+        resolve_model_args(args)  # a repository id in --model: fetched and validated first
         return args.func(args)
     except (OmniError, ValueError) as exc:  # ConfigError and InvalidArgumentError are ValueErrors
         _Progress.finish()

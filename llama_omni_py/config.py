@@ -16,7 +16,9 @@ OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE
 OMNI_T2W_PROFILE (print a stage profile when a session closes), OMNI_CPU_ISA (the CPU kernel set of
 the native engines: generic, avx2, avx512 or neon; default: the best this CPU runs), OMNI_FFMPEG
 and OMNI_FFPROBE (the ffmpeg and ffprobe programs), XDG_CACHE_HOME (where generated sets go), OMNI_BENCH_TASKSET (set by
-scripts/bench-pinned.sh for the benchmark manifest).
+scripts/bench-pinned.sh for the benchmark manifest), OMNI_HUB (the hub a repository id comes
+from) and the hub clients' HF_ENDPOINT, HF_HUB_OFFLINE, HF_HUB_CACHE, HF_HOME,
+MODELSCOPE_ENDPOINT and MODELSCOPE_CACHE (read when a model is fetched, docs/model-files.md).
 """
 
 from __future__ import annotations
@@ -134,6 +136,44 @@ def cpu_isa_override(environ=None) -> str | None:
 
 def profiling_enabled(environ=None) -> bool:
     return (os.environ if environ is None else environ).get(ENV_PROFILE, "0") not in ("", "0")
+
+
+ENV_HUB = "OMNI_HUB"
+HUBS = ("huggingface", "modelscope")
+_TRUE = ("1", "on", "yes", "true")  # huggingface_hub's spelling of a set boolean variable
+
+
+def hub_choice(hub: str | None = None, environ=None) -> str:
+    """The hub a repository id is fetched from: ``hub``, else OMNI_HUB, else the Hugging Face Hub."""
+    name, source = (hub, "hub") if hub else ((os.environ if environ is None else environ).get(ENV_HUB), ENV_HUB)
+    name = (name or "").strip().lower() or "huggingface"
+    if name not in HUBS:
+        raise ConfigError(source, f"must be one of {', '.join(HUBS)}, got {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class HubEnvironment:
+    """What a hub client takes from the environment, read when a model is fetched (not when a
+    library is imported, so a variable set later still counts): the endpoint (a mirror), whether
+    the network is off, and the cache directory (None: each library's default)."""
+
+    endpoint: str | None
+    offline: bool
+    cache: str | None
+
+
+def hub_environment(hub: str, environ=None) -> HubEnvironment:
+    """HF_ENDPOINT, HF_HUB_OFFLINE and HF_HUB_CACHE (else HF_HOME/hub) for the Hugging Face Hub;
+    MODELSCOPE_ENDPOINT and MODELSCOPE_CACHE for ModelScope (its client has no offline switch:
+    HF_HUB_OFFLINE stands for both)."""
+    env = os.environ if environ is None else environ
+    offline = env.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+    if hub == "modelscope":
+        return HubEnvironment(env.get("MODELSCOPE_ENDPOINT") or None, offline, env.get("MODELSCOPE_CACHE") or None)
+    home = env.get("HF_HOME")
+    cache = env.get("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else None)
+    return HubEnvironment(env.get("HF_ENDPOINT") or None, offline, cache)
 
 
 def _native_options(name: str, config, **resolved):

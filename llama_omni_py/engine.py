@@ -13,7 +13,6 @@ slots that are generating run as one batch, and so do the TTS code steps (docs/s
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Callable
 
 from . import checks
@@ -22,6 +21,7 @@ from .bundle import SharedStages, StageBundle
 from .config import SessionConfig
 from .demo import demo_config, demo_model_dir
 from .errors import ConfigError, InvalidArgumentError, SlotsBusyError
+from .modelset.hub import resolve as resolve_model
 
 MAX_SLOTS = 256
 
@@ -29,8 +29,10 @@ MAX_SLOTS = 256
 class OmniEngine:
     """``slots`` sessions over one module set on one device; ``session()`` takes a free slot.
 
-    ``model_dir`` None uses the demo set (random weights, short replies). ``config`` applies to
-    every slot. ``progress(step, steps, what)`` is called before each loading step."""
+    ``model_dir``: a module set's directory or LLM file, or a repository id on a hub
+    (``openbmb/MiniCPM-o-4_5-gguf``, ``REPO:Q8_0`` for a quantization: docs/model-files.md);
+    None uses the demo set (random weights, short replies). ``config`` applies to every slot.
+    ``progress(step, steps, what)`` is called before each loading step."""
 
     def __init__(
         self,
@@ -47,8 +49,9 @@ class OmniEngine:
         step = iter(range(1, steps + 1))
         report = (lambda what: progress(next(step), steps, what)) if progress else (lambda what: None)  # noqa: E731
         self.config = config or (demo_config() if model_dir is None else SessionConfig())
-        self.model_dir = Path(model_dir) if model_dir is not None else demo_model_dir()
         self.device = resolve_device(device)
+        # a repository id (owner/name[:QUANT]) is fetched and validated first (modelset/hub.py)
+        self.model_dir = resolve_model(model_dir, self.device) if model_dir is not None else demo_model_dir()
         self.stages = SharedStages(self.model_dir, self.device, self.config, slots, report)
         self._bundles: list[StageBundle] = []
         try:

@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "InvalidArgumentError",
     "ModelFileError",
+    "HubError",
     "DeviceError",
     "BackendUnavailableError",
     "MediaError",
@@ -43,6 +44,16 @@ class ModelFileError(OmniError):
         super().__init__(f"{path}: {problem}" if path else problem)
         self.path = path
         self.problem = problem
+
+
+class HubError(OmniError):
+    """A model cannot be had from its hub: an unknown repository or revision, a quantization the
+    repository does not publish, a layout that differs from the published one, or no network and
+    nothing cached; ``repo`` names the repository."""
+
+    def __init__(self, repo: str, message: str):
+        super().__init__(f"{repo}: {message}")
+        self.repo = repo
 
 
 class DeviceError(OmniError):

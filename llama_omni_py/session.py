@@ -28,8 +28,9 @@ class OmniSession:
     """One conversation on a model set on one device; one request at a time.
 
     Built alone it loads the module set (an engine of one slot, closed with the session); from
-    ``OmniEngine.session()`` it is one slot of a shared engine. ``model_dir`` None uses the demo
-    set (random weights, short replies). ``progress(step, steps, what)`` is called before each
+    ``OmniEngine.session()`` it is one slot of a shared engine. ``model_dir``: a directory, its LLM
+    file, or a repository id (``openbmb/MiniCPM-o-4_5-gguf[:QUANT]``, docs/model-files.md#from-a-hub);
+    None uses the demo set (random weights, short replies). ``progress(step, steps, what)`` is called before each
     loading step (the CLI's bar)."""
 
     def __init__(

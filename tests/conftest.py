@@ -47,6 +47,28 @@ def tiny_dir(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def hub_repo_files(tiny_dir, tmp_path_factory) -> dict[str, bytes]:
+    """The files of the test repository the hub stand-ins serve (tests/hub_server.py): the tiny
+    set, its LLM also quantized to Q4_K_M by libllama, and a README."""
+    import ctypes
+
+    import llama_cpp
+
+    from llama_omni_py.modelset import hub
+    from llama_omni_py.modelset import spec as ms
+
+    q4 = tmp_path_factory.mktemp("q4") / "llm.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, 1
+    source = str(tiny_dir / ms.LLM_FILE).encode()
+    assert llama_cpp.llama_model_quantize(source, str(q4).encode(), ctypes.byref(params)) == 0
+    files = {p.relative_to(tiny_dir).as_posix(): p.read_bytes() for p in tiny_dir.rglob("*.gguf")}
+    files[hub.llm_file("Q4_K_M")] = q4.read_bytes()
+    files["README.md"] = b"# tiny test set\n"
+    return files
+
+
 @pytest.fixture
 def tiny_copy(tiny_dir, tmp_path) -> Path:
     """A private copy of the tiny set that a test may damage."""

@@ -8,6 +8,7 @@ import itertools
 import sys
 
 from ..errors import ConfigError
+from ..modelset.hub_cli import add_model_arguments, resolve_model_args
 from . import prompts, summary
 from .runner import MIN_REPEATS, BenchOptions, RunConfig, exit_status, run_bench, write_runs
 
@@ -25,10 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="simplex: the prompt set through OmniSession.stream; duplex: a full-duplex session fed one unit a "
         "second; load: N sessions at once, an engine of N slots against N single-slot workers",
     )
-    p.add_argument(
-        "--model-dir",
-        help="module set (default: the real-dimension random set, generated into the user "
-        "cache on first use: 6.4 GB, about a minute)",
+    add_model_arguments(
+        p, "default: the real-dimension random set, generated into the user cache on first use: 6.4 GB, about a minute"
     )
     p.add_argument("--device", default=d.device)
     p.add_argument(
@@ -252,4 +251,6 @@ def main_from_args(a: argparse.Namespace) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="llama-omni bench", description=__doc__.splitlines()[0])
     add_arguments(p)
-    return main_from_args(p.parse_args(argv))
+    args = p.parse_args(argv)
+    resolve_model_args(args)  # a repository id in --model: fetched first
+    return main_from_args(args)

@@ -29,8 +29,10 @@ def require(*modules: str) -> None:
 
 
 def _target_options(p: argparse.ArgumentParser) -> None:
+    from ..modelset.hub_cli import add_model_arguments
+
     g = p.add_argument_group("target (one of)")
-    g.add_argument("--model-dir", help="our engine in process on this MiniCPM-o-4_5-gguf set (default: the demo set)")
+    add_model_arguments(g, "our engine in process; default: the demo set, random weights")
     g.add_argument("--device", default="auto", help="with --model-dir: auto, cpu, cuda:0, cann:0, ...")
     g.add_argument("--threads", type=int, default=None, help="with --model-dir: CPU threads")
     g.add_argument("--n-ctx", type=int, default=None, help="with --model-dir: the LLM context (default 8192)")
@@ -50,6 +52,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub) -> None:
+    from ..modelset.hub_cli import add_model_arguments
     from .protocols import PROTOCOLS
 
     e = sub.add_parser("eval", help="benchmarks: Daily-Omni, Video-MME, Seed-TTS, RTF (docs/evaluation.md)")
@@ -71,7 +74,7 @@ def add_parser(sub) -> None:
     r.add_argument("--seconds", type=int, default=None, help="units to run (default: the whole video)")
     r.add_argument("--interval", type=float, default=1.0, help="seconds between pushed units")
     r.add_argument("--out", help="run folder")
-    r.add_argument("--model-dir")
+    add_model_arguments(r)
     r.add_argument("--device", default="auto")
     r.add_argument("--threads", type=int, default=None)
     r.set_defaults(func=cmd_rtf)
@@ -85,7 +88,7 @@ def _target(args):
     from .targets import EndpointTarget, LocalTarget
 
     if args.endpoint and args.model_dir:
-        raise InvalidArgumentError("give --model-dir or --endpoint, not both")
+        raise InvalidArgumentError("give --model or --endpoint, not both")
     if args.concurrency < 1:
         raise InvalidArgumentError(f"--concurrency must be at least 1, got {args.concurrency}")
     if args.endpoint:

@@ -8,14 +8,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
+from ..modelset.hub_cli import DEMO_DEFAULT, MODEL_HELP, QUANT_HELP, resolved_model
 
-def _opt(default, help: str, type=None):  # noqa: A002 -- argparse's names
-    return field(default=default, metadata={"help": help, "type": type})
+
+def _opt(default, help: str, type=None, aliases: tuple[str, ...] = ()):  # noqa: A002 -- argparse's names
+    return field(default=default, metadata={"help": help, "type": type, "aliases": aliases})
 
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    model_dir: str | None = _opt(None, "MiniCPM-o-4_5-gguf directory (default: the demo set, random weights)", str)
+    model_dir: str | None = _opt(None, f"{MODEL_HELP} ({DEMO_DEFAULT})", str, ("--model",))
+    llm_quant: str | None = _opt(None, QUANT_HELP, str)
+    hub: str | None = _opt(None, "where a repository id comes from: huggingface or modelscope (default: OMNI_HUB)", str)
     slots: int = _opt(1, "sessions served at once, each on its own slot of one loaded model set (docs/serving.md)", int)
     batch_invariant: bool = _opt(
         False, "with --slots > 1: each slot's replies bit for bit what a lone session gives, without batching gain"
@@ -54,11 +58,11 @@ class WorkerOptions:
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         for f in fields(cls):
-            kind, help_text = f.metadata["type"], f.metadata["help"]
+            kind, help_text, names = f.metadata["type"], f.metadata["help"], (*f.metadata["aliases"], cls.flag(f.name))
             if kind is None:  # a switch
-                parser.add_argument(cls.flag(f.name), action="store_true", help=help_text)
+                parser.add_argument(*names, dest=f.name, action="store_true", help=help_text)
             else:
-                parser.add_argument(cls.flag(f.name), type=kind, default=f.default, help=help_text)
+                parser.add_argument(*names, dest=f.name, type=kind, default=f.default, help=help_text)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorkerOptions:
@@ -99,11 +103,13 @@ class WorkerOptions:
         from .config import ServerConfig
 
         session = self.session_config(numa_node)
+        # a repository id is fetched here, on the worker's host (a Ray actor's may be another)
+        model_dir = resolved_model(self.model_dir, self.llm_quant, self.hub, device)
         forbidden = bad_token_ids(self.duplex_bad_tokens) if self.duplex_bad_tokens else ()
         return ServerConfig(
             host=host,
             port=port,
-            model_dir=self.model_dir,
+            model_dir=model_dir,
             device=device,
             session=session,
             slots=self.slots,
