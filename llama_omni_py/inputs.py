@@ -50,6 +50,8 @@ class Request:
     stack_frames: int | None = None
     omni: bool | None = None  # the reference's omni mode ("" joins); None: when a video brings audio
     prompt_style: str | None = None  # prompt.LAYOUTS; None: the session's prompt rules
+    reply_text: str | None = None  # teacher forcing: the reply is this text, spoken from its hidden states
+    prompt: Prompt | None = None  # a prompt built already (an evaluation's own layout); content stays empty
 
     def __post_init__(self):
         object.__setattr__(self, "content", parts(self.content))
@@ -74,6 +76,15 @@ class Request:
         for name in ("speech", "tts_template"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.prompt is not None:
+            if not isinstance(self.prompt, Prompt) or not self.prompt.segments:
+                raise InvalidArgumentError("prompt must be a non-empty prompt.Prompt")
+            if self.content or self.history or self.voice is not None:
+                raise InvalidArgumentError("a prebuilt prompt takes no content, history or voice: they are in it")
+        if self.reply_text is not None:
+            checks.text(self.reply_text, "reply_text")
+            if not self.reply_text.strip():
+                raise InvalidArgumentError("reply_text must not be empty")
         if self.prompt_style is not None:
             checks.choice("prompt_style", self.prompt_style, LAYOUTS, config=False)
         if self.omni is not None and not isinstance(self.omni, bool):

@@ -135,9 +135,12 @@ class LanguageModel:
             else:
                 self.llm.eval_embeddings(np.ascontiguousarray(part[skip:]))
 
-    def chunks(self, prompt: Prompt, sampling: LlmSampling, seed: int, max_new_tokens: int) -> Iterator[TextChunk]:
+    def chunks(
+        self, prompt: Prompt, sampling: LlmSampling, seed: int, max_new_tokens: int, forced: list[int] | None = None
+    ) -> Iterator[TextChunk]:
         """Prefill, then a TextChunk every 10 speaking tokens; the last has final=True. Generation
-        stops at <|tts_eos|>, an end-of-generation token or max_new_tokens."""
+        stops at <|tts_eos|>, an end-of-generation token or max_new_tokens. ``forced``: the reply's
+        tokens are given (teacher forcing): each is evaluated for its hidden state, none sampled."""
         self.check_fits(prompt, max_new_tokens)
         self._set_sampling(sampling, seed)
         t0 = time.perf_counter()
@@ -147,10 +150,11 @@ class LanguageModel:
         text = TextStream(self.detokenize_bytes)
         tokens: list[int] = []
         hidden: list[np.ndarray] = []
-        token = self.llm.sample()
+        given = iter(forced) if forced is not None else None
+        token = next(given, None) if given is not None else self.llm.sample()
         with self.llm.looping():  # the other slots' steps wait (briefly) for this one's
             for _ in range(max_new_tokens):
-                if token == sp.tts_eos or self.model.is_eog(token):
+                if token is None or (given is None and (token == sp.tts_eos or self.model.is_eog(token))):
                     break
                 nxt, h = self.llm.decode_step(token)
                 n_tokens += 1
@@ -162,7 +166,7 @@ class LanguageModel:
                     with self.llm.away():  # handing it on may block on the next stage
                         yield chunk
                     tokens, hidden = [], []
-                token = nxt
+                token = next(given, None) if given is not None else nxt
         last = self._chunk(tokens, hidden, text, True)
         last.stats = LlmStats(prefill_ms, n_tokens, self.reused_positions)
         yield last

@@ -110,6 +110,8 @@ class OmniSession:
         stack_frames: int | None = None,
         omni: bool | None = None,
         prompt_style: str | None = None,
+        reply_text: str | None = None,
+        prompt=None,
         llm: LlmSampling | None = None,
         max_slice_nums=None,
     ) -> Iterator[SpeechChunk]:
@@ -128,7 +130,10 @@ class OmniSession:
         text-only reply; tts_template (default: speech) ends the prompt with the speech prefix;
         omni: join the parts as the reference's omni mode (None: when a video brings audio);
         prompt_style: this reply's prompt layout ("reference", "llama.cpp-omni", or
-        "llama.cpp-omni-eval", its evaluation CLIs'; None: the session's prompt rules); llm:
+        "llama.cpp-omni-eval", its evaluation CLIs'; None: the session's prompt rules);
+        reply_text: teacher forcing -- the reply is this text, evaluated (not sampled) so that the
+        TTS speaks it from the LLM's hidden states, as llama.cpp-omni's TTS evaluation does;
+        prompt: a prompt.Prompt built already (an evaluation's exact layout; no content then); llm:
         this reply's LLM sampling (temperature, top_p, ...) instead of ``config.llm``;
         max_slice_nums: slices per image besides its overview, 0..9 (0 or 1: the overview only),
         or a list with one per image; None: ``config.vision`` (9 under the reference rules)."""
@@ -152,6 +157,8 @@ class OmniSession:
             stack_frames=stack_frames,
             omni=omni,
             prompt_style=prompt_style,
+            reply_text=reply_text,
+            prompt=prompt,
         )
         return self._stream(request)
 

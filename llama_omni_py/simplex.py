@@ -29,6 +29,9 @@ def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[
     """The request's prompt; when it and the reply do not fit the LLM context, the oldest earlier
     messages are left out, a whole turn at a time (the system prompt always stays)."""
     llm, style = bundle.llm, r.prompt_style or bundle.config.prompt_rule
+    if r.prompt is not None:  # built by the caller
+        llm.check_fits(r.prompt, limit)
+        return r.prompt, PromptStats(r.prompt.token_count(), 0)
     prompt = build_prompt(llm.model, r, media, style=style)
     history = list(media.history)
     while history and prompt.token_count() + limit > llm.n_ctx:
@@ -66,7 +69,8 @@ class SimplexRun:
     def __iter__(self) -> Iterator[SpeechChunk]:
         r, c, b = self.request, self.config, self.bundle
         start = time.perf_counter()
-        limit = r.max_new_tokens or c.max_new_tokens
+        forced = tuple(b.llm.model.tokenize(r.reply_text, False)) if r.reply_text is not None else None
+        limit = len(forced) if forced is not None else r.max_new_tokens or c.max_new_tokens
         media = b.inputs.encode(r)
         prompt, prompt_stats = fitting_prompt(b, r, media, limit)
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
@@ -80,6 +84,7 @@ class SimplexRun:
             c.tts_sampling,
             c.tts_handoff,
             c.token2wav_config.first_window_codes,
+            forced,
         )
         if r.speech:
             body = [("tts", stages.TtsStage(b.tts, reply)), *stages.token2wav_stages(b.token2wav, b.overlap)]

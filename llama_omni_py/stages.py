@@ -54,13 +54,15 @@ class Reply:
     tts: TtsSampling
     handoff: str = "window"
     first_window: int = CODES_PER_SECOND  # codes of the first hand-off (Token2WavConfig.first_window_codes)
+    forced: tuple | None = None  # the reply's tokens, given (teacher forcing); None: sampled
 
 
 def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
     """Emits TextChunks; with ``text_to_caller`` each chunk's text also goes straight out."""
 
     def body(emit) -> None:
-        for chunk in llm.chunks(reply.prompt, reply.llm, reply.seed, reply.max_new_tokens):
+        forced = list(reply.forced) if reply.forced is not None else None
+        for chunk in llm.chunks(reply.prompt, reply.llm, reply.seed, reply.max_new_tokens, forced):
             if text_to_caller and chunk.text and not emit.output(TextDelta(chunk.text)):
                 return
             if not emit(chunk):
