@@ -173,3 +173,40 @@ def test_a_prompt_past_the_context_names_both_numbers(tiny_dir, clip):
         with pytest.raises(omni.InvalidArgumentError, match=r"prompt \(\d+ tokens\).*context \(512 tokens\)"):
             s.speak(QUESTION, video=clip)
         assert s.speak("hi", seed=1).text is not None  # the session goes on
+
+
+@pytest.mark.slow
+def test_a_200_second_video_is_64_frames_and_64_segments_in_the_default_context(tiny_dir, tmp_path):
+    path = tmp_path / "long.mp4"
+    _ffmpeg(
+        *("-f", "lavfi", "-i", "testsrc=duration=200:size=64x48:rate=5"),
+        *("-f", "lavfi", "-i", "sine=frequency=300:duration=200:sample_rate=16000"),
+        *("-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", str(path)),
+    )
+    cfg = omni.SessionConfig(max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    assert cfg.n_ctx == 8192
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        t = s.speak(QUESTION, video=path, speech=False, seed=1).timings
+    assert (t.video_frames, t.audio_segments) == (64, 64)
+    assert 1990 <= t.audio_tokens <= 2000  # 10 rows a second of all 200 s: no segment clamped at 29.9 s
+    assert 64 * 66 < t.prompt_tokens < cfg.n_ctx
+
+
+def test_every_slot_holds_its_encoders_output(tiny_dir, clip):
+    # the prompt's embedding slots, in order: each frame's block is the vision encoder's for that
+    # frame, each segment's rows the audio encoder's (merged, as the reference encodes them)
+    from llama_omni_py import video as V
+
+    cfg = omni.SessionConfig(fidelity="reference", threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        r = Request.of(QUESTION, video=clip, system_prompt=False)
+        prompt = build_prompt(s.llm.model, r, s.inputs.encode(r), style="reference")
+        apm, vpm = s.inputs.encoders()
+        parts = V.load_video(clip, s.config.video)
+        frames = vpm.encode_overviews([vpm.overview(f) for f in parts.frames])
+        audio = apm.encode_as_reference(parts.segments, True, 1.0)
+    slots = [x for kind, x in prompt.segments if kind == "embeddings"]
+    want = [b for pair in zip(frames, audio) for b in pair]
+    assert len(slots) == len(want) == 8
+    for got, w in zip(slots, want):
+        assert got.shape == w.shape and np.array_equal(got, w)
