@@ -5,27 +5,14 @@ Seed-TTS meta.lst with prompt wavs. Videos are ffmpeg test sources with espeak-n
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 from speech import say
+from video_files import video
 
 CHOICES = ["A. A man playing a guitar", "B. A dog barking at the door", "C. Two children laughing", "D. Rain"]
-
-
-def _video(path: Path, seconds: float, speech: np.ndarray | None, rate: int = 10) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"testsrc=duration={seconds}:size=96x64:rate={rate}"]
-    if speech is not None:
-        wav = path.with_suffix(".src.wav")
-        sf.write(wav, np.pad(speech, (0, max(0, int(seconds * 16000) - speech.size)))[: int(seconds * 16000)], 16000)
-        cmd += ["-i", str(wav), "-c:a", "aac"]
-    cmd += ["-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)]
-    subprocess.run(cmd, check=True)
-    if speech is not None:
-        wav.unlink()
 
 
 def daily_omni(root: Path, missing_video: bool = False) -> Path:
@@ -36,7 +23,7 @@ def daily_omni(root: Path, missing_video: bool = False) -> Path:
     for vid, text in (("vid001", "a dog barks at the door"), ("vid002", "two children are laughing")):
         speech = say(text)[: 3 * 16000]
         speech = np.pad(speech, (0, 3 * 16000 - speech.size))  # the track as long as the video, as Daily-Omni's
-        _video(root / "Videos" / vid / f"{vid}_video.mp4", 3.0, speech)
+        video(root / "Videos" / vid / f"{vid}_video.mp4", 3.0, speech=speech)
         sf.write(root / "Videos" / vid / f"{vid}_audio.wav", speech, 16000)
     for i, (vid, answer, qtype, dur) in enumerate(
         [
@@ -73,7 +60,7 @@ def videomme(root: Path) -> Path:
     rows = []
     for n, (vid, dur, domain) in enumerate((("001", "short", "Knowledge"), ("002", "medium", "Sports"))):
         stem = f"clip{vid}"
-        _video(root / "data" / f"{stem}.mp4", 2.0 + n, None)
+        video(root / "data" / f"{stem}.mp4", 2.0 + n, tone=None)
         for q in range(3):
             rows.append(
                 {

@@ -7,6 +7,7 @@ import json
 import pytest
 from eval_data import daily_omni, videomme
 from server_client import running_gateway
+from video_files import video
 
 from llama_omni_py.cli import main
 from llama_omni_py.eval import mcq
@@ -158,17 +159,12 @@ def test_rtf_pools_the_core_units_the_judges_way():
 
 @pytest.mark.slow
 def test_rtf_command_on_a_video(tiny_dir, tmp_path):
-    import subprocess
-
-    video = tmp_path / "talk.mp4"
-    src = ["-f", "lavfi", "-i", "testsrc=duration=6:size=96x64:rate=10", "-f", "lavfi", "-i", "sine=duration=6"]
-    subprocess.run(["ffmpeg", "-v", "error", "-y", *src, "-c:v", "libx264", "-c:a", "aac", str(video)], check=True)
+    talk = video(tmp_path / "talk.mp4", 6, tone=440)
     out = tmp_path / "rtf"
-    args = ["eval", "rtf", "--video", str(video), "--model-dir", str(tiny_dir), "--device", "cpu"]
+    args = ["eval", "rtf", "--video", str(talk), "--model-dir", str(tiny_dir), "--device", "cpu"]
     assert main([*args, "--interval", "0.5", "--out", str(out)]) == 0
     s = _summary(out)
     assert s["units"] == 6 and len(list((out / "units").glob("*.wav"))) == 6
     assert {"core_rtf_judge", "core_rtf_sum", "speak_wav_turn_rtf"} <= set(s)
-    silent = tmp_path / "silent.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-y", *src[:4], "-c:v", "libx264", str(silent)], check=True)
+    silent = video(tmp_path / "silent.mp4", 3, tone=None)
     assert main(["eval", "rtf", "--video", str(silent), "--model-dir", str(tiny_dir), "--out", str(out)]) == 2

@@ -4,11 +4,11 @@ the evaluation kit's rule (OmniEvalKit o_e_Kit/utils/utils.py _sample_video_fram
 segmenting)."""
 
 import math
-import subprocess
 
 import numpy as np
 import pytest
 from minicpmo import utils as mu  # scripts/install-reference.sh installs it, with decord and librosa
+from video_files import ffmpeg, video
 
 import llama_omni_py as omni
 from llama_omni_py import video as V
@@ -17,27 +17,16 @@ from llama_omni_py import video as V
 CLIPS = [(7.5, 30), (64, 25), (200, 24)]
 
 
-def _ffmpeg(*args):
-    subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True)
-
-
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     d = tmp_path_factory.mktemp("videos")
     out = {}
     for seconds, fps in CLIPS:
-        path = d / f"v{seconds}.mp4"
-        _ffmpeg(
-            *("-f", "lavfi", "-i", f"testsrc=duration={seconds}:size=96x64:rate={fps}"),
-            *("-f", "lavfi", "-i", f"sine=frequency=300:duration={seconds}:sample_rate=44100"),
-            *("-shortest", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "50", "-c:a", "aac", str(path)),
-        )
+        path = video(d / f"v{seconds}.mp4", seconds, fps=fps, tone=300, tone_rate=44100)
         side = d / f"v{seconds}_audio.wav"  # Daily-Omni's layout: a separate track beside the video
-        _ffmpeg("-f", "lavfi", "-i", f"sine=frequency=500:duration={seconds}:sample_rate=22050", str(side))
+        ffmpeg("-f", "lavfi", "-i", f"sine=frequency=500:duration={seconds}:sample_rate=22050", str(side))
         out[seconds] = (path, side)
-    silent = d / "silent.mp4"
-    _ffmpeg("-f", "lavfi", "-i", "testsrc=duration=3:size=64x48:rate=10", "-c:v", "libx264", str(silent))
-    out["silent"] = (silent, None)
+    out["silent"] = (video(d / "silent.mp4", 3, size="64x48", tone=None), None)
     return out
 
 

@@ -3,10 +3,9 @@ chat() and processor write them (each part its marker, joined by "" in omni mode
 otherwise; <image> + 64 rows + </image>, <|audio_start|> + rows + <|audio_end|>), llama.cpp-omni's
 evaluation layout, the keyword shorthand, history turns with parts, and the errors."""
 
-import subprocess
-
 import numpy as np
 import pytest
+from video_files import video
 
 import llama_omni_py as omni
 from llama_omni_py.inputs import Request, build_prompt
@@ -16,27 +15,15 @@ from llama_omni_py.video import audio_rows
 QUESTION = "Carefully read the following question and select the letter."
 
 
-def _ffmpeg(*args):
-    subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True)
-
-
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
     """3.5 s of video with a tone: frames at 0..3 s, segments of 1, 1, 1 and 0.5 s."""
-    path = tmp_path_factory.mktemp("clip") / "clip.mp4"
-    _ffmpeg(
-        *("-f", "lavfi", "-i", "testsrc=duration=3.5:size=96x64:rate=10"),
-        *("-f", "lavfi", "-i", "sine=frequency=400:duration=3.5:sample_rate=16000"),
-        *("-shortest", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", str(path)),
-    )
-    return path
+    return video(tmp_path_factory.mktemp("clip") / "clip.mp4", 3.5)
 
 
 @pytest.fixture(scope="module")
 def silent(tmp_path_factory):
-    path = tmp_path_factory.mktemp("silent") / "silent.mp4"
-    _ffmpeg("-f", "lavfi", "-i", "testsrc=duration=2:size=64x48:rate=10", "-c:v", "libx264", str(path))
-    return path
+    return video(tmp_path_factory.mktemp("silent") / "silent.mp4", 2, size="64x48", tone=None)
 
 
 @pytest.fixture(scope="module", params=["reference", "llama.cpp-omni"])
@@ -177,12 +164,7 @@ def test_a_prompt_past_the_context_names_both_numbers(tiny_dir, clip):
 
 @pytest.mark.slow
 def test_a_200_second_video_is_64_frames_and_64_segments_in_the_default_context(tiny_dir, tmp_path):
-    path = tmp_path / "long.mp4"
-    _ffmpeg(
-        *("-f", "lavfi", "-i", "testsrc=duration=200:size=64x48:rate=5"),
-        *("-f", "lavfi", "-i", "sine=frequency=300:duration=200:sample_rate=16000"),
-        *("-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", str(path)),
-    )
+    path = video(tmp_path / "long.mp4", 200, size="64x48", fps=5, tone=300)
     cfg = omni.SessionConfig(max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1))
     assert cfg.n_ctx == 8192
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:

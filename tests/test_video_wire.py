@@ -4,11 +4,11 @@ call with the same content; video items' options and their errors."""
 
 import base64
 import io
-import subprocess
 
 import numpy as np
 import pytest
 import soundfile as sf
+from video_files import video
 
 import llama_omni_py as omni
 from llama_omni_py.errors import ProtocolError
@@ -19,19 +19,9 @@ from llama_omni_py.server.gateway import openai_request as O
 MODEL = "MiniCPM-o-4.5"
 
 
-def _ffmpeg(*args):
-    subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True)
-
-
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    path = tmp_path_factory.mktemp("wire") / "clip.mp4"
-    _ffmpeg(
-        *("-f", "lavfi", "-i", "testsrc=duration=2.5:size=96x64:rate=10"),
-        *("-f", "lavfi", "-i", "sine=frequency=400:duration=2.5:sample_rate=16000"),
-        *("-shortest", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", str(path)),
-    )
-    return path.read_bytes()
+    return video(tmp_path_factory.mktemp("wire") / "clip.mp4", 2.5).read_bytes()
 
 
 @pytest.fixture(scope="module")
