@@ -18,6 +18,8 @@ __all__ = [
     "SlotsBusyError",
     "PipelineError",
     "ProtocolError",
+    "MissingDependencyError",
+    "EmptyTranscriptError",
 ]
 
 
@@ -112,3 +114,27 @@ class ProtocolError(OmniError):
     def __init__(self, message: str, code: str = "invalid_request"):
         super().__init__(message)
         self.code = code
+
+
+class MissingDependencyError(OmniError, ImportError):
+    """An optional Python package that a feature needs is not installed; ``package`` names it and
+    ``extra`` the pip extra of llama-omni-py that brings it."""
+
+    def __init__(self, package: str, *, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the Python package '{package}', which is not installed: "
+            f"pip install 'llama-omni-py[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class EmptyTranscriptError(InvalidArgumentError):
+    """A reference transcript has no words left after normalisation, so its word error rate is
+    undefined; ``text`` is the transcript as given."""
+
+    def __init__(self, text: str, key: str = ""):
+        where = f" ({key})" if key else ""
+        super().__init__(f"reference transcript{where} is empty after normalisation: {text!r}")
+        self.text = text
+        self.key = key
