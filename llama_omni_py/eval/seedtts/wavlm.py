@@ -123,33 +123,30 @@ def config_from_s3prl(cfg: dict):
     )
 
 
-# transformers WavLMModel name -> s3prl name (below the WavLM module); \1 is a layer index.
-_RULES = [
-    (r"feature_extractor\.conv_layers\.(\d+)\.conv\.(weight|bias)", r"feature_extractor.conv_layers.\1.0.\2"),
-    (r"feature_projection\.layer_norm\.(weight|bias)", r"layer_norm.\1"),
-    (r"feature_projection\.projection\.(weight|bias)", r"post_extract_proj.\1"),
-    (r"masked_spec_embed", r"mask_emb"),
-    (r"encoder\.pos_conv_embed\.conv\.bias", r"encoder.pos_conv.0.bias"),
-    (r"encoder\.pos_conv_embed\.conv\.(weight_g|parametrizations\.weight\.original0)", r"encoder.pos_conv.0.weight_g"),
-    (r"encoder\.pos_conv_embed\.conv\.(weight_v|parametrizations\.weight\.original1)", r"encoder.pos_conv.0.weight_v"),
-    (r"encoder\.layers\.(\d+)\.attention\.(q|k|v|out)_proj\.(weight|bias)", r"encoder.layers.\1.self_attn.\2_proj.\3"),
-    (
-        r"encoder\.layers\.(\d+)\.attention\.rel_attn_embed\.weight",
-        r"encoder.layers.\1.self_attn.relative_attention_bias.weight",
-    ),
-    (
-        r"encoder\.layers\.(\d+)\.attention\.gru_rel_pos_linear\.(weight|bias)",
-        r"encoder.layers.\1.self_attn.grep_linear.\2",
-    ),
-    (r"encoder\.layers\.(\d+)\.attention\.gru_rel_pos_const", r"encoder.layers.\1.self_attn.grep_a"),
-    (r"encoder\.layers\.(\d+)\.layer_norm\.(weight|bias)", r"encoder.layers.\1.self_attn_layer_norm.\2"),
-    (r"encoder\.layers\.(\d+)\.feed_forward\.intermediate_dense\.(weight|bias)", r"encoder.layers.\1.fc1.\2"),
-    (r"encoder\.layers\.(\d+)\.feed_forward\.output_dense\.(weight|bias)", r"encoder.layers.\1.fc2.\2"),
-    (r"encoder\.layers\.(\d+)\.final_layer_norm\.(weight|bias)", r"encoder.layers.\1.final_layer_norm.\2"),
-    (r"encoder\.layer_norm\.(weight|bias)", r"encoder.layer_norm.\1"),
-]
-_COMPILED = [(re.compile(pat + r"\Z"), rep) for pat, rep in _RULES]
-_CONV_NORM = re.compile(r"feature_extractor\.conv_layers\.(\d+)\.layer_norm\.(weight|bias)\Z")
+# transformers WavLMModel names -> s3prl names (below the WavLM module), by module or by tensor.
+_TOP = {
+    "feature_projection.layer_norm": "layer_norm",
+    "feature_projection.projection": "post_extract_proj",
+    "masked_spec_embed": "mask_emb",
+    "encoder.pos_conv_embed.conv.bias": "encoder.pos_conv.0.bias",
+    "encoder.pos_conv_embed.conv.weight_g": "encoder.pos_conv.0.weight_g",
+    "encoder.pos_conv_embed.conv.weight_v": "encoder.pos_conv.0.weight_v",
+    "encoder.pos_conv_embed.conv.parametrizations.weight.original0": "encoder.pos_conv.0.weight_g",
+    "encoder.pos_conv_embed.conv.parametrizations.weight.original1": "encoder.pos_conv.0.weight_v",
+    "encoder.layer_norm": "encoder.layer_norm",
+}
+_LAYER = {  # inside encoder.layers.N
+    **{f"attention.{p}_proj": f"self_attn.{p}_proj" for p in ("q", "k", "v", "out")},
+    "attention.rel_attn_embed": "self_attn.relative_attention_bias",
+    "attention.gru_rel_pos_linear": "self_attn.grep_linear",
+    "attention.gru_rel_pos_const": "self_attn.grep_a",
+    "layer_norm": "self_attn_layer_norm",
+    "feed_forward.intermediate_dense": "fc1",
+    "feed_forward.output_dense": "fc2",
+    "final_layer_norm": "final_layer_norm",
+}
+_CONV = re.compile(r"feature_extractor\.conv_layers\.(\d+)\.(conv|layer_norm)\.(weight|bias)\Z")
+_ENC_LAYER = re.compile(r"encoder\.layers\.(\d+)\.(.+)\Z")
 # Newer torch saves a weight-normed conv's halves under these names.
 _WEIGHT_NORM_ALIASES = {
     "weight_g": "parametrizations.weight.original0",
@@ -157,16 +154,27 @@ _WEIGHT_NORM_ALIASES = {
 }
 
 
+def _lookup(name: str, table: dict) -> str | None:
+    if name in table:
+        return table[name]
+    module, _, leaf = name.rpartition(".")
+    return f"{table[module]}.{leaf}" if module in table else None
+
+
 def official_name(name: str, config) -> str:
-    """s3prl's name of a transformers WavLMModel tensor. The conv feature extractor's norms sit
-    at ``.2.1`` (a LayerNorm between two transposes, every layer) or ``.2`` (GroupNorm, layer 0)."""
-    m = _CONV_NORM.match(name)
+    """s3prl's name of a transformers WavLMModel tensor. A conv block is ``Sequential(conv,
+    dropout, norm, GELU)``; its norm sits at ``.2.1`` (a LayerNorm between two transposes, every
+    block) or ``.2`` (GroupNorm, block 0)."""
+    m = _CONV.match(name)
     if m:
-        return f"feature_extractor.conv_layers.{m[1]}.2{'.1' if config.feat_extract_norm == 'layer' else ''}.{m[2]}"
-    for pat, rep in _COMPILED:
-        if pat.match(name):
-            return pat.sub(rep, name)
-    raise ModelFileError(f"no s3prl name known for WavLM tensor {name}")
+        part = "0" if m[2] == "conv" else ("2.1" if config.feat_extract_norm == "layer" else "2")
+        return f"feature_extractor.conv_layers.{m[1]}.{part}.{m[3]}"
+    m = _ENC_LAYER.match(name)
+    inner = _lookup(m[2], _LAYER) if m else None
+    found = f"encoder.layers.{m[1]}.{inner}" if inner else _lookup(name, _TOP)
+    if found is None:
+        raise ModelFileError(f"no s3prl name known for WavLM tensor {name}")
+    return found
 
 
 @dataclass(frozen=True)
