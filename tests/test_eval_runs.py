@@ -168,3 +168,41 @@ def test_rtf_command_on_a_video(tiny_dir, tmp_path):
     assert {"core_rtf_judge", "core_rtf_sum", "speak_wav_turn_rtf"} <= set(s)
     silent = video(tmp_path / "silent.mp4", 3, tone=None)
     assert main(["eval", "rtf", "--video", str(silent), "--model-dir", str(tiny_dir), "--out", str(out)]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["zero-shot", "llama.cpp-omni"])
+def test_seed_tts_synthesis_and_scores(tiny_dir, tmp_path, variant):
+    from eval_data import seed_tts
+    from seedtts_models import (
+        head_state,
+        paraformer_folder,
+        proxy_folder,
+        s3prl_cfg,
+        s3prl_wavlm,
+        save_finetune,
+        save_s3prl,
+    )
+
+    meta = seed_tts(tmp_path / "seed")
+    d = tmp_path / "models"
+    d.mkdir()
+    base = save_s3prl(d / "wavlm_large.pt", s3prl_cfg(True), s3prl_wavlm(s3prl_cfg(True), seed=1))
+    ft = save_finetune(d / "wavlm_large_finetune.pth", s3prl_wavlm(s3prl_cfg(True), seed=2).state_dict(), head_state(3))
+    out = tmp_path / "run"
+    args = ["eval", "seed-tts", "--meta", str(meta), "--variant", variant, "--model-dir", str(tiny_dir)]
+    args += ["--asr", f"paraformer:{paraformer_folder(d / 'paraformer')}", "--sv", str(ft), "--sv-wavlm", str(base)]
+    args += ["--proxy-sv", str(proxy_folder(d / "proxy")), "--device", "cpu", "--limit", "2", "--out", str(out)]
+    assert main(args) == 0
+    assert sorted(p.name for p in out.glob("*.wav")) == ["utt0.wav", "utt1.wav"]
+    s = _summary(out)
+    assert s["variant"] == variant and s["utterances"] == 2 and s["n_missing_wavs"] == 0
+    assert s["wer"]["n"] == 2 and 0.0 <= s["wer"]["wer"] and s["sim"]["n"] == 2 and s["sim_proxy"]["kind"] == "proxy"
+    recs = _records(out)
+    assert all(r["ok"] for r in recs) and len(recs) == 2
+    if variant == "llama.cpp-omni":  # teacher forced: the reply is the text itself
+        assert [r["reply"] for r in recs] == ["你好，欢迎。", "今天天气很好。"]
+    # a rerun scores the same wavs without synthesising them again
+    (out / "utt0.wav").unlink()
+    assert main([*args, "--no-synthesis"]) == 0
+    assert _summary(out)["n_missing_wavs"] == 1 and _summary(out)["wer"]["skipped"]

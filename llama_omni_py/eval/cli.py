@@ -1,8 +1,9 @@
-"""``llama-omni eval``: Daily-Omni, Video-MME and the RTF metric, each by a named
+"""``llama-omni eval``: Daily-Omni, Video-MME, Seed-TTS and the RTF metric, each by a named
 protocol, against our engine (``--model-dir``) or an OpenAI-compatible server (``--endpoint``).
 
     llama-omni eval daily-omni --data DIR [--protocol evalkit] [--limit N] [--out DIR]
     llama-omni eval videomme --data DIR [--durations short,medium,long] [--max-frames 96]
+    llama-omni eval seed-tts --meta zh/meta.lst [--asr KIND:PATH] [--sv PATH --sv-wavlm PATH] [--proxy-sv PATH]
     llama-omni eval rtf --video F
 """
 
@@ -14,18 +15,13 @@ from pathlib import Path
 
 from ..errors import InvalidArgumentError
 
-NEEDS = {"pandas": "pandas", "pyarrow": "pyarrow", "jiwer": "jiwer", "zhconv": "zhconv", "zhon": "zhon"}
-
 
 def require(*modules: str) -> None:
     """A missing eval dependency is one line naming the package and the extra."""
-    import importlib.util
+    from .deps import require as need
 
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise InvalidArgumentError(
-            f"llama-omni eval needs {', '.join(NEEDS.get(m, m) for m in missing)}: pip install 'llama-omni-py[eval]'"
-        )
+    for m in modules:
+        need(m, purpose="llama-omni eval")
 
 
 def _target_options(p: argparse.ArgumentParser) -> None:
@@ -68,6 +64,21 @@ def add_parser(sub) -> None:
     v.add_argument("--durations", default="short,medium,long", help="comma-separated Video-MME durations")
     d.set_defaults(func=cmd_mcq)
     v.set_defaults(func=cmd_mcq)
+
+    t = es.add_parser("seed-tts", help="Seed-TTS zero-shot synthesis, WER and speaker similarity")
+    t.add_argument("--meta", required=True, help="a seed-tts-eval meta list (zh/meta.lst, en/meta.lst)")
+    t.add_argument("--variant", choices=("zero-shot", "llama.cpp-omni"), default="zero-shot")
+    t.add_argument("--language", choices=("zh", "en"), default=None, help="default: from the meta path")
+    t.add_argument("--asr", help="KIND:PATH, e.g. paraformer:/models/paraformer-zh or whisper:/models/whisper-large-v3")
+    t.add_argument("--sv", help="the official speaker model wavlm_large_finetune.pth")
+    t.add_argument("--sv-wavlm", help="with --sv: the WavLM-large weights (s3prl's wavlm_large.pt or a folder)")
+    t.add_argument("--proxy-sv", help="a wavlm-base-plus folder for the proxy SIM (labelled a proxy)")
+    t.add_argument("--no-synthesis", action="store_true", help="score the wavs already in --out")
+    _common(t)
+    add_model_arguments(t)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--threads", type=int, default=None)
+    t.set_defaults(func=cmd_seed_tts)
 
     r = es.add_parser("rtf", help="the competition RTF: a 1 s-unit duplex run over a video")
     r.add_argument("--video", required=True, help="a video with sound (<= 120 s)")
@@ -154,6 +165,12 @@ def cmd_mcq(args) -> int:
         f"{c['empty_replies']} empty -> {out / 'summary.md'}"
     )
     return 0
+
+
+def cmd_seed_tts(args) -> int:
+    from .seedtts_run import run_seed_tts
+
+    return run_seed_tts(args, _out(args, f"seed-tts-{args.variant}"))
 
 
 def cmd_rtf(args) -> int:

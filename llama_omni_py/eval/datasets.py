@@ -84,10 +84,10 @@ def daily_omni(data: str | Path) -> list[McqItem]:
 
 def videomme(data: str | Path, durations=("short", "medium", "long")) -> list[McqItem]:
     """Video-MME's questions in parquet order, of the given durations."""
-    try:
-        import pandas as pd
-    except ImportError:
-        raise InvalidArgumentError("Video-MME's parquet needs pandas: pip install 'llama-omni-py[eval]'") from None
+    from .deps import require
+
+    pd = require("pandas", purpose="Video-MME's parquet")
+    require("pyarrow", purpose="Video-MME's parquet")
     root = Path(data)
     files = sorted(root.glob("**/*.parquet"))
     if not files:

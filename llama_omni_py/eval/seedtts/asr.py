@@ -16,7 +16,7 @@ import os
 from typing import Protocol, runtime_checkable
 
 from ...errors import ConfigError, MediaError, MissingDependencyError, ModelFileError
-from . import _deps
+from .. import deps as _deps
 from .audio import SAMPLE_RATE, read_audio, resample_fft
 
 KINDS = ("whisper", "paraformer")

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from ...errors import MediaError
-from . import _deps
+from .. import deps as _deps
 
 SAMPLE_RATE = 16000  # every Seed-TTS scorer works at 16 kHz
 

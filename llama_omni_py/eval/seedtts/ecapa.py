@@ -8,7 +8,7 @@ hidden states, [B, feat_dim, T']; output: [B, emb_dim], not normalised (SIM is a
 
 from __future__ import annotations
 
-from . import _deps
+from .. import deps as _deps
 
 torch = _deps.torch()
 nn = torch.nn

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import InvalidArgumentError, MediaError, ModelFileError
-from . import _deps
+from .. import deps as _deps
 from .audio import SAMPLE_RATE, read_audio, resample_fft, resample_sinc
 from .wavlm import load_checkpoint, load_tensors, load_wavlm, map_state_dict
 

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from ...errors import ModelFileError
-from . import _deps
+from .. import deps as _deps
 
 # s3prl WavLMConfig defaults for the fields the mapping reads (a cfg may omit any of them).
 S3PRL_DEFAULTS = {

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import ConfigError, EmptyTranscriptError, InvalidArgumentError, MediaError
-from . import _deps
+from .. import deps as _deps
 
 LANGUAGES = ("zh", "en")
 

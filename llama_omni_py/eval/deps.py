@@ -1,4 +1,4 @@
-"""Imports of the optional packages the Seed-TTS metrics need (the ``eval`` extra), each failing
+"""Imports of the optional packages llama-omni eval needs (the ``eval`` extra), each failing
 with a :class:`MissingDependencyError` that names the package and the pip command."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ...errors import MissingDependencyError
+from ..errors import MissingDependencyError
 
 EXTRA = "eval"
 

@@ -1,0 +1,151 @@
+"""``llama-omni eval seed-tts``: each meta-list line synthesised to ``{out}/{utt}.wav`` by a named
+recipe, then scored (docs/evaluation.md#seed-tts).
+
+* ``zero-shot`` -- MiniCPM-o 4.5's model card: the system turn "模仿音频样本的音色并生成新的内容。",
+  the prompt wav, "请用这种声音风格来为用户提供帮助。 直接作答，不要有冗余内容" (joined by newlines);
+  the user turn "请朗读以下内容。 " + the text; sampled at temperature 0.1, at most 512 tokens.
+* ``llama.cpp-omni`` -- its TTS evaluation (omni-tts-eval): "Please imitate the reference voice" with
+  the prompt wav's audio embedding as the system turn, "读出下列文本内容。{text}" as the user's,
+  ``<think>\\n</think>\\n<|tts_bos|>``, then the text itself forced as the reply, so the TTS speaks
+  it from the LLM's hidden states; TTS sampling temperature 0.3, top-p 0.85, top-k 25, repetition
+  penalty 1.05, seed 42.
+
+The Token2Wav voice is the module set's (``prompt_cache.gguf``): the engine builds no voice prompt
+from a wav, so the speaker similarity measures how close that fixed voice is to each prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import InvalidArgumentError, OmniError
+from .datasets import limited, seed_tts
+from .records import Progress, RecordStore
+
+ZERO_SHOT_SYSTEM = "请用这种声音风格来为用户提供帮助。 直接作答，不要有冗余内容"
+ZERO_SHOT_USER = "请朗读以下内容。"
+LCO_SYSTEM = "Please imitate the reference voice"
+LCO_USER = "读出下列文本内容。"
+
+
+def _lco_prompt(session, voice, text: str):
+    """omni-tts-eval's prompt, token for token: its system text and the voice's embedding, the
+    user's instruction and text, the thinking block with single newlines, <|tts_bos|>."""
+    from ..prompt import Prompt
+
+    model = session.llm.model
+    tok = lambda s, special=True: ("tokens", list(model.tokenize(s, special)))  # noqa: E731
+    return Prompt(
+        [
+            tok(f"<|im_start|>system\n{LCO_SYSTEM}<|audio_start|>"),
+            ("embeddings", voice.embeddings),
+            tok("<|audio_end|><|im_end|>\n<|im_start|>user\n"),
+            tok(LCO_USER + text, False),
+            tok("<|im_end|>\n<|im_start|>assistant\n<think>\n</think>\n<|tts_bos|>"),
+        ]
+    )
+
+
+def synthesise(session, item, variant: str, seed: int):
+    """One utterance's reply (SpeakResult)."""
+    import llama_omni_py as omni
+
+    if variant == "zero-shot":
+        return session.speak(
+            f"{ZERO_SHOT_USER} {item.text}",
+            voice=str(item.prompt_wav),
+            system_prompt=ZERO_SHOT_SYSTEM,
+            prompt_style="reference",
+            llm=omni.LlmSampling(temperature=0.1, top_p=0.8, top_k=100, repeat_penalty=1.02),
+            max_new_tokens=512,
+            seed=seed,
+        )
+    voice = session.encode_audio(str(item.prompt_wav))
+    return session.speak(prompt=_lco_prompt(session, voice, item.text), reply_text=item.text, seed=seed)
+
+
+def session_config(variant: str, threads: int | None):
+    import llama_omni_py as omni
+
+    options = {"max_new_tokens": 512}
+    if variant == "llama.cpp-omni":
+        options["tts"] = omni.TtsSampling(temperature=0.3, top_p=0.85, top_k=25, repetition_penalty=1.05)
+    else:
+        options["fidelity"] = "reference"
+    if threads:
+        options["threads"] = threads
+    return omni.SessionConfig(**options)
+
+
+def synthesise_all(items, args, out: Path) -> RecordStore:
+    """Every item without a record yet, to ``{out}/{utt}.wav``; a failure is recorded, not fatal."""
+    import llama_omni_py as omni
+
+    store = RecordStore(out)
+    todo = [it for it in items if not store.done(it.id)]
+    if not todo:
+        return store
+    seed = 42 if args.variant == "llama.cpp-omni" and args.seed == 0 else args.seed
+    progress = Progress(len(items), len(items) - len(todo), "Seed-TTS")
+    try:
+        with omni.OmniSession(args.model_dir, args.device, session_config(args.variant, args.threads)) as session:
+            for item in todo:
+                rec = {"id": item.id, "text": item.text, "prompt_wav": str(item.prompt_wav), "missing": item.missing}
+                if item.missing:
+                    rec.update(ok=False, error=f"missing prompt wav: {item.missing}")
+                else:
+                    try:
+                        reply = synthesise(session, item, args.variant, seed)
+                        wav = out / f"{item.id}.wav"
+                        reply.save(wav)
+                        t = reply.timings
+                        rec.update(ok=reply.audio.size > 0, wav=str(wav), reply=reply.text, audio_s=t.audio_s)
+                        rec.update(timings={"wall_s": t.wall_s, "wall_rtf": t.wall_rtf, "n_tts_tokens": t.n_tts_tokens})
+                        if not reply.audio.size:
+                            rec["error"] = "no audio"
+                    except OmniError as e:
+                        rec.update(ok=False, error=f"{type(e).__name__}: {e}")
+                store.add(rec)
+                progress.step()
+    finally:
+        progress.close()
+    return store
+
+
+def language_of(meta: Path, given: str | None) -> str:
+    if given:
+        return given
+    parts = {p.lower() for p in meta.resolve().parts}
+    if "zh" in parts:
+        return "zh"
+    if "en" in parts:
+        return "en"
+    raise InvalidArgumentError(f"{meta}: say --language zh or en (the list is not under a zh/ or en/ folder)")
+
+
+def run_seed_tts(args, out: Path) -> int:
+    from . import summary as S
+    from .seedtts_score import report
+
+    meta = Path(args.meta)
+    items = limited(seed_tts(meta), args.limit)
+    if args.sample_ratio is not None:
+        raise InvalidArgumentError("--sample-ratio is for the video benchmarks; use --limit for Seed-TTS")
+    language = language_of(meta, args.language)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.no_synthesis:
+        synthesise_all(items, args, out)
+    scores = report(items, out, language, asr=args.asr, sv=args.sv, sv_wavlm=args.sv_wavlm, proxy_sv=args.proxy_sv)
+    result = {
+        "benchmark": "seed-tts",
+        "variant": args.variant,
+        "language": language,
+        "meta": str(meta.resolve()),
+        "model_files": S.model_files(args.model_dir),
+        "engine": S.engine(),
+        **scores,
+    }
+    S.write(out, result, scores.get("markdown", ""))
+    print(json.dumps({k: v for k, v in scores.items() if k != "markdown"}, default=str)[:400])
+    return 0
