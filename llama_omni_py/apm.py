@@ -9,7 +9,8 @@ question whose meaning spans the boundary.
 
 ``fidelity`` is whose rules the encoder follows (docs/fidelity.md). ``"llama.cpp-omni"``
 (default) gives what llama.cpp-omni computes: the samples zero-padded to a whole number of 100 ms,
-the last log-mel frame's window running into zeros, and the tanh-approximated GELU.
+the last log-mel frame's window running into zeros, the tanh-approximated GELU, and convolutions
+that read their input rounded to F16.
 ``"reference"`` gives what the PyTorch reference computes: the samples as they are, reflected
 past the end as torch.stft does, and the exact (erf) GELU. The two differ most in the last rows
 of a clip off the 100 ms grid.
@@ -70,7 +71,7 @@ class AudioEncoder:
         self.mode, self.fidelity = mode, fidelity
         self.resampler, self.stream_positions = resampler, stream_positions
         self.apm = core.Apm(str(path), resolve_device(device), threads, exact)
-        self.apm.tanh_gelu = fidelity == "llama.cpp-omni"
+        self.apm.tanh_gelu = self.apm.f16_conv_input = fidelity == "llama.cpp-omni"
 
     def new_stream(self) -> AudioEncoder:
         """An encoder over the same weights with a live-stream history of its own (``encode_chunk``;

@@ -118,6 +118,25 @@ def test_rows_from_before_a_reset_read_as_zeros(apm_path):
         assert np.array_equal(g, w)
 
 
+def _tone(seconds: float) -> np.ndarray:
+    return (0.5 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * 16000)) / 16000)).astype(np.float32)
+
+
+def test_llama_cpp_omni_convolutions_read_f16_input(apm_path, tiny_dir):
+    r = ref.ReferenceApm(apm_path, activation="gelu_pytorch_tanh")
+    a = core.Apm(apm_path, "cpu", 2, True)
+    a.tanh_gelu = a.f16_conv_input = True
+    mel = r.log_mel(_tone(1.0))
+    want = r.encode_cached([mel], False, f16_conv_input=True)[0]
+    got = a.encode_mel(mel)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+    assert np.array_equal(got, a.encode_mel(mel.astype(np.float16).astype(np.float32)))
+    a.f16_conv_input = False
+    assert not np.array_equal(got, a.encode_mel(mel))
+    lco, reference = AudioEncoder(tiny_dir), AudioEncoder(tiny_dir, fidelity="reference")
+    assert (lco.apm.f16_conv_input, reference.apm.f16_conv_input) == (True, False)
+
+
 # -- the history carried from clip to clip ------------------------------------------------------
 
 

@@ -43,6 +43,8 @@ void register_apm(py::module_ & m) {
         .def_property_readonly("dims", &Apm::dims)
         .def_property("tanh_gelu", &Apm::tanh_gelu, &Apm::set_tanh_gelu,
                       "GELU as llama.cpp-omni computes it (tanh approximation) instead of the exact erf one.")
+        .def_property("f16_conv_input", &Apm::f16_conv_input, &Apm::set_f16_conv_input,
+                      "The convolutions read their input rounded to F16, as llama.cpp-omni's do.")
         .def(
             "log_mel",
             [](const Apm & a, f32array audio, bool zero_tail) {

@@ -38,6 +38,7 @@ struct Apm::Impl : GraphModule {
     std::vector<float> filters;  // (n_mel, n_fft_bins)
     bool exact = false;
     bool tanh_gelu = false;
+    bool f16_conv_input = false;
 
     Impl() : GraphModule("apm", 1024) {}
     void ensure_cache(Stream & s);
@@ -155,6 +156,11 @@ void Apm::set_tanh_gelu(bool on) {
     impl_->tanh_gelu = on;
 }
 bool Apm::tanh_gelu() const { return impl_->tanh_gelu; }
+void Apm::set_f16_conv_input(bool on) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->f16_conv_input = on;
+}
+bool Apm::f16_conv_input() const { return impl_->f16_conv_input; }
 const ApmDims & Apm::dims() const { return impl_->d; }
 
 std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out, bool zero_tail) const {
@@ -242,6 +248,9 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     if (streaming) zero_unwritten(*stream, Tk, off);
     const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
     auto gelu = [this](ggml_context * c, ggml_tensor * t) { return tanh_gelu ? ggml_gelu(c, t) : ggml_gelu_erf(c, t); };
+    auto conv_input = [this](ggml_context * c, ggml_tensor * t) {
+        return f16_conv_input ? ggml_cast(c, ggml_cast(c, t, GGML_TYPE_F16), GGML_TYPE_F32) : t;
+    };
     ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
@@ -250,9 +259,9 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     ggml_set_input(in);
     // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
     ggml_tensor * x = gelu(ctx,
-                           gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
+                           gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, in), 0, 0, 1, 1, 0, 0, 0, 0),
                                           m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
-    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0),
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, x), 0, 0, 1, 1, 0, 0, 0, 0),
                                       m.w.taps("encoder.conv2.weight", 3), m.W("encoder.conv2.bias"));
     x = gelu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
     // The block-causal mask of a chunked clip: key block <= query block, as the reference's

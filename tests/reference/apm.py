@@ -93,11 +93,13 @@ class ReferenceApm:
         return out
 
     @torch.inference_mode()
-    def encode_cached(self, mels: list, chunk_count: bool) -> list:
+    def encode_cached(self, mels: list, chunk_count: bool, f16_conv_input: bool = False) -> list:
         """Chunks through an explicit per-layer K/V table of every position (zeros after a clear):
         the k-th chunk since the clear, of T positions, at k * T with ``chunk_count`` (llama.cpp-omni's
         rule), else after the positions before it; each attends over the table up to its end. The
-        table is cleared when the chunk would not fit (k >= positions // T, or the end past them)."""
+        table is cleared when the chunk would not fit (k >= positions // T, or the end past them).
+        ``f16_conv_input``: each convolution reads its input rounded to F16 (llama.cpp-omni's)."""
+        f16 = (lambda t: t.half().float()) if f16_conv_input else (lambda t: t)  # noqa: E731
         e = self.enc
         table, d = e.embed_positions.weight.shape
         heads = e.config.encoder_attention_heads
@@ -105,7 +107,7 @@ class ReferenceApm:
         k = pos = 0
         out = []
         for mel in mels:
-            x = self.gelu(e.conv2(self.gelu(e.conv1(torch.from_numpy(mel)[None]))))[0].T  # (T, d)
+            x = self.gelu(e.conv2(f16(self.gelu(e.conv1(f16(torch.from_numpy(mel)[None]))))))[0].T  # (T, d)
             t = x.shape[0]
             if (k >= table // t) if chunk_count else (pos + t > table):
                 for kc, vc in caches:

@@ -32,6 +32,11 @@ public:
     // tanh_gelu the tanh approximation llama.cpp-omni's audio encoder uses.
     void set_tanh_gelu(bool on);
     bool tanh_gelu() const;
+    // The convolutions read their input rounded to F16, as llama.cpp-omni's do (ggml_conv_1d
+    // unfolds its input into F16); else they read it in F32. On a stationary input (a pure tone)
+    // the rounding is the same in every frame, so it does not average out (docs/fidelity.md).
+    void set_f16_conv_input(bool on);
+    bool f16_conv_input() const;
     const ApmDims & dims() const;
 
     // Whisper log-mel of 16 kHz audio: (n_mel, frames) with frames = samples / 160.
