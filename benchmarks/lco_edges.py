@@ -47,17 +47,17 @@ def at_rate(seconds: float, rate: int, seed: int) -> np.ndarray:
     return (0.2 * x * (1 + np.sin(2 * np.pi * 3 * t)) + 0.01 * rng.standard_normal(n)).astype(np.float32)
 
 
+def _row(label: str, want: np.ndarray, ours: dict, source) -> dict:
+    """One input's row: llama.cpp-omni's rows and each of our encoders' distance on ``source``."""
+    row = {"input": label, "rows": want.shape[0]}
+    for rule, enc in ours.items():
+        row[rule] = distance(enc.encode(source), want)
+    return row
+
+
 def compare_tones(theirs, model_dir: Path, threads: int) -> list[dict]:
     ours = {f: AudioEncoder(model_dir, threads=threads, fidelity=f) for f in ("llama.cpp-omni", "reference")}
-    rows = []
-    for n in TONES:
-        x = tone(n)
-        want = theirs.audio(x)
-        row = {"input": f"440 Hz tone, {n / 16000:.0f} s", "rows": want.shape[0]}
-        for f, enc in ours.items():
-            row[f] = distance(enc.encode(x), want)
-        rows.append(row)
-    return rows
+    return [_row(f"440 Hz tone, {n / 16000:.0f} s", theirs.audio(tone(n)), ours, tone(n)) for n in TONES]
 
 
 def compare_history(theirs, model_dir: Path, threads: int) -> list[dict]:
@@ -108,11 +108,7 @@ def compare_images(theirs, model_dir: Path, threads: int, tmp: Path) -> list[dic
     for label, (name, options) in files.items():
         path = tmp / name
         img.save(path, **options)
-        want = theirs.image_file(path)
-        row = {"input": f"960x540 {label}", "rows": want.shape[0]}
-        for d, enc in ours.items():
-            row[d] = distance(enc.encode(path), want)
-        rows.append(row)
+        rows.append(_row(f"960x540 {label}", theirs.image_file(path), ours, path))
     return rows
 
 
@@ -127,11 +123,8 @@ def compare_rates(theirs, model_dir: Path, threads: int, tmp: Path) -> list[dict
         data = np.stack([x, 0.8 * x[::-1]], axis=1) if stereo else x
         path = tmp / f"rate-{rate}.wav"
         sf.write(path, data, rate, subtype="PCM_16")
-        want = theirs.audio_file(path)
-        row = {"input": f"{rate / 1000:g} kHz 16-bit {'stereo' if stereo else 'mono'}, 2 s", "rows": want.shape[0]}
-        for r, enc in ours.items():
-            row[r] = distance(enc.encode(path), want)
-        rows.append(row)
+        label = f"{rate / 1000:g} kHz 16-bit {'stereo' if stereo else 'mono'}, 2 s"
+        rows.append(_row(label, theirs.audio_file(path), ours, path))
     return rows
 
 
