@@ -8,6 +8,9 @@ speech codes are from what llama.cpp-omni computes.
 * encoders (``--model-dir``, default: the tiny set written with seed 4): the audio encoder on
   clips on and off the 100 ms grid and on 1 s streaming chunks, the vision encoder on square,
   shrunk, enlarged, thin and portrait images; max |ours - theirs| / RMS(theirs) per input.
+* edge cases (benchmarks/lco_edges.py): a pure tone, a voice sample followed by a spoken
+  question, streaming chunks of unequal size, JPEG files, audio files at 44.1 and 8 kHz, each
+  beside every rule that applies there.
 * pipeline (``--pipeline-model-dir``, a real-dimension set, e.g. ``llama-omni make-models DIR
   --size real --seed 4``, whose reduced LLM keeps it small; llama.cpp-omni's TTS loader expects
   the real TTS dimensions): one greedy request per class (text, spoken question, voice cloning,
@@ -101,9 +104,17 @@ class Encoders:
         import soundfile as sf
 
         sf.write(self.tmp / "in.wav", samples, 16000, subtype="FLOAT")  # read back bit for bit
+        return self.audio_file(self.tmp / "in.wav", clear)
+
+    def audio_file(self, path: Path, clear: bool = True) -> np.ndarray:
+        """An audio file as its pipeline reads it (its decoder converts the rate and channels)."""
         if clear:
             self._ask("clear")
-        return self._read(self._ask(f"audio {self.tmp / 'in.wav'} {self.tmp / 'out.f32'}"))
+        return self._read(self._ask(f"audio {path} {self.tmp / 'out.f32'}"))
+
+    def image_file(self, path: Path, max_slices: int = 0) -> np.ndarray:
+        """An image file decoded by its pipeline's own loader, then encoded."""
+        return self._read(self._ask(f"file {path} {max_slices} {self.tmp / 'out.f32'}"))
 
     def image(self, rgb: np.ndarray, max_slices: int = 0) -> np.ndarray:
         np.ascontiguousarray(rgb).tofile(self.tmp / "in.rgb")
@@ -139,7 +150,6 @@ def compare_audio(theirs: Encoders, model_dir: Path, threads: int) -> list[dict]
             got = enc.encode_chunk(c)
             row[f], row[f"{f} rows"] = distance(got, w), got.shape[0]
     return rows + stream
-    return rows
 
 
 def compare_images(theirs: Encoders, model_dir: Path, threads: int) -> list[dict]:
@@ -189,11 +199,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        import lco_edges
+
         exe = lco.build_driver("encoders_driver", args.lco_src, args.lco_build)
         enc = Encoders(exe, model_dir, args.threads, Path(tmp))
         try:
             report["audio"] = compare_audio(enc, model_dir, args.threads)
             report["image"] = compare_images(enc, model_dir, args.threads)
+            report["edges"] = lco_edges.compare(enc, model_dir, args.threads, Path(tmp))
         finally:
             enc.close()
         cols = [f for f in fidelity.FIDELITIES]
@@ -202,6 +215,9 @@ def main(argv=None) -> int:
         print(table(report["audio"], ["rows", *cols]))
         print("Vision encoder, max |ours - llama.cpp-omni| / RMS:\n")
         print(table(report["image"], ["rows", "ours"]))
+        for name, rows in report["edges"].items():
+            print(f"Edge case '{name}', max |ours - llama.cpp-omni| / RMS per rule:\n")
+            print(table(rows, lco_edges.COLUMNS[name]))
         if args.pipeline_model_dir is not None:
             import lco_pipeline
 

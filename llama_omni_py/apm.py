@@ -9,14 +9,21 @@ question whose meaning spans the boundary.
 
 ``fidelity`` is whose rules the encoder follows (docs/fidelity.md). ``"llama.cpp-omni"``
 (default) gives what llama.cpp-omni computes: the samples zero-padded to a whole number of 100 ms,
-the last log-mel frame's window running into zeros, and the tanh-approximated GELU.
+the last log-mel frame's window running into zeros, the tanh-approximated GELU, and convolutions
+that read their input rounded to F16.
 ``"reference"`` gives what the PyTorch reference computes: the samples as they are, reflected
 past the end as torch.stft does, and the exact (erf) GELU. The two differ most in the last rows
 of a clip off the 100 ms grid.
 
+``resampler`` converts audio files not at 16 kHz (media.resample): ``"linear"`` as llama.cpp-omni's
+decoder does, ``"band-limited"`` as the reference's; None: the fidelity's.
+
 Live input uses llama.cpp-omni's streaming mode instead: ``encode_chunk`` takes ~1 s pieces,
 each attending over everything fed since ``reset_stream``; past the 30 s position table the
-history restarts (counted in ``stream_resets``) rather than overflowing.
+history restarts (counted in ``stream_resets``) rather than overflowing. ``stream_positions``
+places each chunk: ``"consecutive"`` (default) after the positions before it; ``"chunk-count"``
+at k times its own length, the k-th chunk since the last reset (llama.cpp-omni's rule, which
+only equal chunks survive intact: docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -49,29 +56,39 @@ class AudioEncoder:
         mode: str = "clamp",
         exact: bool = False,
         fidelity: str = "llama.cpp-omni",
+        resampler: str | None = None,
+        stream_positions: str = "consecutive",
     ):
         checks.choice("mode", mode, ("clamp", "window"))
         checks.choice("fidelity", fidelity, fidelities.FIDELITIES)
+        resampler = resampler or fidelities.DEFAULTS[fidelity].resampler
+        checks.choice("resampler", resampler, fidelities.RESAMPLERS)
+        checks.choice("stream_positions", stream_positions, fidelities.AUDIO_POSITIONS)
         threads = checks.threads("threads", threads) or 1
         path = Path(model_dir)
         if path.is_dir():
             path = path / ms.APM_FILE
         self.mode, self.fidelity = mode, fidelity
+        self.resampler, self.stream_positions = resampler, stream_positions
         self.apm = core.Apm(str(path), resolve_device(device), threads, exact)
-        self.apm.tanh_gelu = fidelity == "llama.cpp-omni"
+        self.apm.tanh_gelu = self.apm.f16_conv_input = fidelity == "llama.cpp-omni"
 
     def new_stream(self) -> AudioEncoder:
         """An encoder over the same weights with a live-stream history of its own (``encode_chunk``;
         a session slot's)."""
         other = AudioEncoder.__new__(AudioEncoder)
-        other.mode, other.fidelity = self.mode, self.fidelity
+        other.__dict__.update(self.__dict__)
         other.apm = self.apm.new_stream()
         return other
+
+    def load(self, audio, max_seconds: float | None = MAX_AUDIO_SECONDS) -> np.ndarray:
+        """Path, bytes or 16 kHz samples -> 16 kHz mono samples, resampled by this encoder's rule."""
+        return load_audio(audio, max_seconds=max_seconds, resampler=self.resampler)
 
     def encode(self, audio) -> np.ndarray:
         """Path, bytes or 16 kHz samples -> (n, llm_embd) float32 embeddings."""
         max_s = MAX_AUDIO_SECONDS if self.mode == "clamp" else None
-        samples = load_audio(audio, max_seconds=max_s)
+        samples = self.load(audio, max_s)
         if self.mode == "clamp":
             return self._encode(samples)
         step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
@@ -85,7 +102,7 @@ class AudioEncoder:
     def encode_long(self, samples: np.ndarray) -> np.ndarray:
         """16 kHz samples of any length -> embeddings, in 30 s windows whatever the mode (a video's
         audio segment: never clamped)."""
-        x = load_audio(samples, max_seconds=None)
+        x = self.load(samples, None)
         step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
         parts = [self._encode(x[i : i + step]) for i in range(0, x.size, step)]
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -133,8 +150,15 @@ class AudioEncoder:
 
     def encode_chunk(self, samples) -> np.ndarray:
         """The next piece (16 kHz samples, 0.1-30 s; 1 s is the model's rhythm) of a live stream."""
-        x = load_audio(samples, max_seconds=WINDOW_SECONDS)
-        return self.apm.encode_mel_streaming(self._log_mel(x))
+        x = self.load(samples, WINDOW_SECONDS)
+        return self.apm.encode_mel_streaming(self._log_mel(x), self.stream_positions == "chunk-count")
+
+    def encode_carried(self, samples: np.ndarray) -> np.ndarray:
+        """A whole clip (16 kHz samples) as chunks of the live stream: in 30 s pieces, each
+        attending over the history (SessionConfig.audio_history="carried")."""
+        step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
+        parts = [self.encode_chunk(samples[i : i + step]) for i in range(0, samples.size, step)]
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def reset_stream(self) -> None:
         self.apm.reset_stream()

@@ -79,7 +79,13 @@ class SharedStages:
         report(self.STEPS[1])
         self.placement = plan_placement(device, c, c.token2wav_config)
         self.inputs = InputEncoder(
-            model_set.root, device, self._encoder_threads(), c.audio_mode, c.audio_rule, c.vision_config, c.video
+            model_set.root,
+            device,
+            self._encoder_threads(),
+            c.audio_mode,
+            vision=c.vision_config,
+            video=c.video,
+            **c.audio_rules,
         )
         report(self.STEPS[2])
         self.token2wav = build_token2wav(model_set.root, device, self.placement, c.token2wav_config)

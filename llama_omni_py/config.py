@@ -30,7 +30,7 @@ from pathlib import Path
 from . import checks
 from .constants import CODES_PER_SECOND, DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
 from .errors import ConfigError
-from .fidelity import DEFAULTS, FIDELITIES
+from .fidelity import AUDIO_HISTORIES, AUDIO_POSITIONS, DEFAULTS, FIDELITIES, RESAMPLERS
 from .video import VideoConfig
 from .vision.config import VisionConfig
 from .vision.slicing import MAX_SLICE_NUMS
@@ -371,6 +371,12 @@ class SessionConfig:
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
     audio_fidelity: str | None = None  # the audio encoder's rules: "llama.cpp-omni" or "reference"
+    audio_resampler: str | None = None  # audio files not at 16 kHz: "linear" (llama.cpp-omni's) or "band-limited"
+    # llama.cpp-omni's encoder history, which both fidelities leave out (docs/fidelity.md): "carried"
+    # runs a request's clips (voice, history, question) through one history; "chunk-count" positions
+    # a stream chunk at k * its length
+    audio_history: str | None = None  # "clip" (each clip alone) or "carried"
+    audio_positions: str | None = None  # "consecutive" or "chunk-count"
     prompt_fidelity: str | None = None  # whose prompt layout: "llama.cpp-omni" or "reference"
     video: VideoConfig = field(default_factory=VideoConfig)  # frames, audio segments (video.py)
     # image slicing: rules (None: the fidelity's) and max_slice_nums (None: the rules' default)
@@ -400,9 +406,15 @@ class SessionConfig:
         if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
             raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
         checks.choice("fidelity", self.fidelity, FIDELITIES)
-        for name in ("audio_fidelity", "prompt_fidelity"):
+        for name, allowed in (
+            ("audio_fidelity", FIDELITIES),
+            ("prompt_fidelity", FIDELITIES),
+            ("audio_resampler", RESAMPLERS),
+            ("audio_history", AUDIO_HISTORIES),
+            ("audio_positions", AUDIO_POSITIONS),
+        ):
             if getattr(self, name) is not None:
-                checks.choice(name, getattr(self, name), FIDELITIES)
+                checks.choice(name, getattr(self, name), allowed)
         for name, cls in (
             ("llm", LlmSampling),
             ("tts", TtsSampling),
@@ -449,6 +461,18 @@ class SessionConfig:
     def audio_rule(self) -> str:
         """The audio encoder's rules in force: the field, else the fidelity's."""
         return self.audio_fidelity or DEFAULTS[self.fidelity].audio
+
+    @property
+    def audio_rules(self) -> dict:
+        """The audio input rules in force, as InputEncoder's keyword arguments: each field, else the
+        fidelity's."""
+        d = DEFAULTS[self.fidelity]
+        return {
+            "audio_fidelity": self.audio_rule,
+            "resampler": self.audio_resampler or d.resampler,
+            "audio_history": self.audio_history or d.audio_history,
+            "audio_positions": self.audio_positions or d.audio_positions,
+        }
 
     @property
     def vision_config(self) -> VisionConfig:

@@ -9,9 +9,17 @@ field (``None``: the fidelity's choice), which wins over the switch:
     rule             field                            llama.cpp-omni      reference
     Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
     audio encoder    SessionConfig.audio_fidelity     "llama.cpp-omni"    "reference"
+    audio rate       SessionConfig.audio_resampler    "linear"            "band-limited"
     TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
     prompt           SessionConfig.prompt_fidelity    "llama.cpp-omni"    "reference"
     images           VisionConfig.rules               "llama.cpp-omni"    "reference"
+    JPEG decoding    VisionConfig.jpeg_decoder        "stb_image"         "pillow"
+
+Two of llama.cpp-omni's rules are defects, so both fidelities keep ours and its rule is there
+only by its own field: the audio encoder's history carried from clip to clip
+(``SessionConfig.audio_history="carried"``; ours: ``"clip"``) and a streaming chunk positioned as
+if every chunk had its length (``SessionConfig.audio_positions="chunk-count"``; ours:
+``"consecutive"``).
 """
 
 from __future__ import annotations
@@ -31,12 +39,20 @@ class Defaults:
     cache_policy: str
     audio: str  # the audio encoder's rules (AudioEncoder fidelity)
     reference_tts: bool  # TtsSampling.reference() instead of TtsSampling()
+    resampler: str  # audio not at 16 kHz (media.resample)
+    audio_history: str = "clip"  # llama.cpp-omni's "carried" is a defect: never the default
+    audio_positions: str = "consecutive"  # likewise its "chunk-count"
 
 
 DEFAULTS = {
-    "llama.cpp-omni": Defaults(cache_policy="llama.cpp-omni", audio="llama.cpp-omni", reference_tts=False),
-    "reference": Defaults(cache_policy="reference", audio="reference", reference_tts=True),
+    "llama.cpp-omni": Defaults(
+        cache_policy="llama.cpp-omni", audio="llama.cpp-omni", reference_tts=False, resampler="linear"
+    ),
+    "reference": Defaults(cache_policy="reference", audio="reference", reference_tts=True, resampler="band-limited"),
 }
+RESAMPLERS = ("linear", "band-limited")  # llama.cpp-omni's decoder's; a band-limited (FFT) one
+AUDIO_HISTORIES = ("clip", "carried")  # each clip on its own; one history over a request's clips
+AUDIO_POSITIONS = ("consecutive", "chunk-count")  # a stream chunk after the last; at k * its length
 
 
 def pad_audio(samples: np.ndarray, rules: str) -> np.ndarray:

@@ -22,7 +22,7 @@ from .apm import AudioEncoder
 from .config import LlmSampling
 from .content import Audio, Image, Video, parts, shorthand
 from .errors import InvalidArgumentError
-from .media import MAX_AUDIO_SECONDS, load_audio
+from .media import MAX_AUDIO_SECONDS
 from .prompt import LAYOUTS, ROLES, EncodedAudio, EncodedMessage, Prompt, simplex_speech_prompt
 from .results import MediaStats
 from .video import MAX_FRAMES, MAX_STACK_FRAMES, VideoConfig, load_video
@@ -139,14 +139,25 @@ class InputEncoder:
         audio_fidelity: str = "llama.cpp-omni",
         vision: VisionConfig | None = None,
         video: VideoConfig | None = None,
+        resampler: str | None = None,
+        audio_history: str = "clip",
+        audio_positions: str = "consecutive",
     ):
+        """``audio_history="carried"``: a request's clips (voice sample, history turns, the user's
+        audio, separately encoded video segments), in prompt order, attend over one encoder
+        history, as llama.cpp-omni's never-cleared one would have heard that conversation
+        (docs/fidelity.md); requests then take turns on that history."""
         self._args = (model_dir, device, threads)
         self._audio_mode, self._audio_fidelity = audio_mode, audio_fidelity
+        self._audio_rules = {"resampler": resampler, "stream_positions": audio_positions}
+        self._carry = audio_history == "carried"
         self.vision = vision or VisionConfig()
         self.video = video or VideoConfig()
         self._apm: AudioEncoder | None = None
         self._vpm: ImageEncoder | None = None
+        self._carried: AudioEncoder | None = None  # the history "carried" clips share
         self._loading = threading.Lock()  # an engine's slots may ask at once
+        self._carrying = threading.Lock()
 
     @property
     def threads(self) -> int:
@@ -157,7 +168,9 @@ class InputEncoder:
         model_dir, device, threads = self._args
         with self._loading:
             if self._apm is None:
-                self._apm = AudioEncoder(model_dir, device, threads, self._audio_mode, fidelity=self._audio_fidelity)
+                self._apm = AudioEncoder(
+                    model_dir, device, threads, self._audio_mode, fidelity=self._audio_fidelity, **self._audio_rules
+                )
             if self._vpm is None:
                 self._vpm = ImageEncoder(model_dir, device, threads, vision=self.vision)
         return self._apm, self._vpm
@@ -168,11 +181,20 @@ class InputEncoder:
         if not r.has_media:
             history = tuple((role, _text_message(c) if isinstance(c, tuple) else c) for role, c in r.history)
             return Media(user=_text_message(r.content), history=history)
-        work = _MessageWork(self, r)
+        if not self._carry:
+            return self._encode(r, None)
+        with self._carrying:
+            if self._carried is None:
+                self._carried = self.encoders()[0].new_stream()
+            self._carried.reset_stream()
+            return self._encode(r, self._carried)
+
+    def _encode(self, r: Request, carried: AudioEncoder | None) -> Media:
+        work = _MessageWork(self, r, carried)
         voice = None
         if r.voice is not None:
             t0 = time.perf_counter()
-            voice = work.apm.encode(r.voice)
+            voice = work.clip(work.apm.load(r.voice, work.clamp))
             work.apm_ms += (time.perf_counter() - t0) * 1000
         history = tuple((role, work.message(c) if isinstance(c, tuple) else c) for role, c in r.history)
         user = work.message(r.content, r.max_slice_nums)
@@ -190,9 +212,11 @@ def _text_message(content: tuple) -> EncodedMessage:
 class _MessageWork:
     """Encodes one request's messages, counting what it costs."""
 
-    def __init__(self, owner: InputEncoder, r: Request):
+    def __init__(self, owner: InputEncoder, r: Request, carried: AudioEncoder | None = None):
         self.owner, self.request = owner, r
         self.apm, self.vpm = owner.encoders()
+        self.carried = carried  # the shared history under audio_history="carried"
+        self.clamp = MAX_AUDIO_SECONDS if owner._audio_mode == "clamp" else None
         self.video = r.video_config(owner.video)
         self.apm_ms = self.vpm_ms = 0.0
         self.blocks = self.frames = self.segments = self.audio_rows = 0
@@ -223,8 +247,7 @@ class _MessageWork:
                 out.append(("audio", np.asarray(p.embeddings, np.float32)))
             elif isinstance(p, Audio):
                 t0 = time.perf_counter()
-                clamp = MAX_AUDIO_SECONDS if self.owner._audio_mode == "clamp" else None
-                pending.append((len(out), load_audio(p.source, clamp), False))
+                pending.append((len(out), self.apm.load(p.source, self.clamp), False))
                 self.apm_ms += (time.perf_counter() - t0) * 1000
                 out.append(("audio", None))
             elif isinstance(p, Image):
@@ -286,11 +309,17 @@ class _MessageWork:
         out[:] = [p for p in out if not (p[0] == "audio" and p[1] is None)]
         self.apm_ms += (time.perf_counter() - t0) * 1000
 
+    def clip(self, samples: np.ndarray) -> np.ndarray:
+        """A loaded clip's embeddings: on its own, or after the history of the clips before it."""
+        return self.apm.encode(samples) if self.carried is None else self.carried.encode_carried(samples)
+
     def _one(self, samples: np.ndarray, segment: bool):
         if not segment:
-            return self.apm.encode(samples)
+            return self.clip(samples)
         if samples.size == 0:
             return None
+        if self.carried is not None:
+            return self.carried.encode_carried(samples)
         if self.owner._audio_fidelity == "reference":  # the reference's own rows for a lone segment
             return self.apm.encode_as_reference([samples], False, self.video.audio_chunk_seconds)[0]
         return self.apm.encode_long(samples)

@@ -312,10 +312,16 @@ def _as_path(src: Source):
     yield str(path)
 
 
-def resample(x: np.ndarray, sr: int, target: int = SAMPLE_RATE) -> np.ndarray:
-    """Band-limited resampling in the frequency domain (no ffmpeg, no scipy)."""
+def resample(x: np.ndarray, sr: int, target: int = SAMPLE_RATE, method: str = "band-limited") -> np.ndarray:
+    """Mono samples from ``sr`` to ``target`` Hz. ``"band-limited"``: in the frequency domain (no
+    ffmpeg, no scipy); ``"linear"``: as llama.cpp-omni's audio decoder does it (linear
+    interpolation and a 4th-order low-pass, docs/fidelity.md), in the core."""
     if sr == target or x.size == 0:
         return x.astype(np.float32, copy=False)
+    if method == "linear":
+        from ._native import core
+
+        return core.resample_linear(np.ascontiguousarray(x, np.float32), int(sr), int(target))
     n_out = int(round(x.size * target / sr))
     spec = np.fft.rfft(x.astype(np.float64))
     keep = min(spec.size, n_out // 2 + 1)
@@ -335,11 +341,17 @@ def _check_audio(x: np.ndarray, max_seconds: float | None) -> np.ndarray:
 
 
 def load_audio(
-    src: Source, max_seconds: float | None = MAX_AUDIO_SECONDS, *, timeout: float = FFMPEG_TIMEOUT
+    src: Source,
+    max_seconds: float | None = MAX_AUDIO_SECONDS,
+    *,
+    timeout: float = FFMPEG_TIMEOUT,
+    resampler: str = "band-limited",
 ) -> np.ndarray:
     """Audio as 16 kHz mono float32 in [-1, 1], at most `max_seconds` (None: all of it).
 
-    numpy input is taken as 16 kHz samples (mono, or channels-last stereo mixed down)."""
+    numpy input is taken as 16 kHz samples (mono, or channels-last stereo mixed down). Files at
+    another rate that soundfile reads (WAV, FLAC, OGG) are converted by ``resampler``
+    (:func:`resample`); others are decoded and converted by ffmpeg."""
     if isinstance(src, np.ndarray):
         x = np.asarray(src, dtype=np.float32)
         if x.ndim == 2:
@@ -358,7 +370,7 @@ def load_audio(
             mono = x.mean(axis=1)
             if max_seconds is not None:
                 mono = mono[: int(round(max_seconds * sr)) + 1]
-            return _check_audio(resample(mono, sr), max_seconds)
+            return _check_audio(resample(mono, sr, method=resampler), max_seconds)
         import ffmpeg  # ffmpeg-python builds the command line
 
         inp = _ffmpeg_input(path, t=max_seconds) if max_seconds is not None else _ffmpeg_input(path)
@@ -397,15 +409,19 @@ def _parse_ppm(buf: bytes) -> np.ndarray:
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3).copy()
 
 
-def load_frame(src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_TIMEOUT) -> np.ndarray:
+def load_frame(
+    src: Source, at: float = FRAME_TIME, *, timeout: float = FFMPEG_TIMEOUT, jpeg_decoder: str = "pillow"
+) -> np.ndarray:
     """One RGB frame (h, w, 3) uint8 of a video (`at` seconds in, or its first frame when the video
-    is shorter) or of an image file."""
+    is shorter) or of an image file. A JPEG still is decoded by ``jpeg_decoder``: ``"pillow"``
+    (libjpeg) or ``"stb_image"`` (llama.cpp-omni's decoder, whose IDCT, chroma upsampling and
+    colour conversion round differently; docs/fidelity.md)."""
     if isinstance(src, np.ndarray):
         img = np.asarray(src)
         if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8 or 0 in img.shape:
             raise MediaError(f"images must be non-empty (h, w, 3) uint8 arrays, got {img.dtype} {img.shape}")
         return img
-    still = _decode_still(src)
+    still = _decode_still(src, jpeg_decoder)
     if still is not None:
         return still
     import ffmpeg
@@ -453,7 +469,7 @@ def _still_bytes(src: Source) -> bytes | None:
     return None
 
 
-def _decode_still(src: Source) -> np.ndarray | None:
+def _decode_still(src: Source, jpeg_decoder: str = "pillow") -> np.ndarray | None:
     """A JPEG/PNG decoded in process, its longest side capped at MAX_SIDE; None for anything else."""
     data = _still_bytes(src)
     if data is None:
@@ -465,6 +481,8 @@ def _decode_still(src: Source) -> np.ndarray | None:
             w, h = im.size
             if w * h > MAX_STILL_PIXELS:
                 raise MediaError(f"the image is {w}x{h}: more than {MAX_STILL_PIXELS} pixels")
+            if jpeg_decoder == "stb_image" and im.format == "JPEG" and max(w, h) <= MAX_SIDE:
+                return _stb_decode(data)
             if max(w, h) > MAX_SIDE:
                 im.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at a reduced scale already
                 im.thumbnail((MAX_SIDE, MAX_SIDE), Image.Resampling.BICUBIC)
@@ -474,6 +492,25 @@ def _decode_still(src: Source) -> np.ndarray | None:
     if 0 in rgb.shape:
         raise MediaError("the image is empty")
     return np.ascontiguousarray(rgb)
+
+
+def _stb_decode(data: bytes) -> np.ndarray:
+    """A JPEG decoded by stb_image (the libstb package), as llama.cpp-omni decodes it."""
+    try:
+        import libstb
+    except ImportError:
+        raise MediaError(
+            "JPEG decoding as llama.cpp-omni does it needs the libstb package (pip install libstb), "
+            "or VisionConfig(jpeg_decoder='pillow')"
+        ) from None
+    try:
+        img = libstb.Image.open(np.frombuffer(data, np.uint8), channels=3)
+    except (ValueError, OSError, libstb.DecodeError, libstb.LimitError) as e:
+        raise MediaError(f"cannot decode the image: {e}") from None
+    rgb = np.array(img.numpy(), dtype=np.uint8).reshape(img.height, img.width, 3)
+    if 0 in rgb.shape:
+        raise MediaError("the image is empty")
+    return rgb
 
 
 # What ffmpeg says when the input lacks the stream a command selects.

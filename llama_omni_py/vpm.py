@@ -77,7 +77,12 @@ class ImageEncoder:
             if max_slice_nums is None
             else checks.int_in("max_slice_nums", max_slice_nums, 0, MAX_SLICE_NUMS, config=False)
         )
-        return slice_image(load_frame(image), n, self.vision.rule, self.vpm.dims.max_side)
+        return slice_image(self.load(image), n, self.vision.rule, self.vpm.dims.max_side)
+
+    def load(self, image) -> np.ndarray:
+        """Path, bytes or (h, w, 3) uint8 array -> (h, w, 3) uint8 RGB, a JPEG decoded by the
+        configured decoder (VisionConfig.jpeg_decoder)."""
+        return load_frame(image, jpeg_decoder=self.vision.jpeg)
 
     def overview(self, image: np.ndarray) -> np.ndarray:
         """(h, w, 3) uint8 RGB -> its uint8 overview (no slices), as the rules resize it."""
@@ -119,7 +124,7 @@ class ImageEncoder:
     def encode(self, image) -> np.ndarray:
         """Path, bytes or (h, w, 3) uint8 array of an image (or a video's frame) -> the overview's
         (64, llm_embd) embeddings, without slices."""
-        return self.vpm.encode(self.preprocess(load_frame(image)))
+        return self.vpm.encode(self.preprocess(self.load(image)))
 
     def encode_sliced(self, image, max_slice_nums: int | None = None) -> EncodedImage:
         """An image's overview and slices -> their embedding blocks (``max_slice_nums`` None: the

@@ -88,7 +88,7 @@ def test_stills_decode_in_process_like_ffmpeg(tmp_path, monkeypatch):
     _ff("-f", "lavfi", "-i", "testsrc2=size=540x960", "-frames:v", "1", "-q:v", "3", str(tmp_path / "f.jpg"))
     _ff("-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "1", str(tmp_path / "f.png"))
     via_ffmpeg = {}
-    monkeypatch.setattr(media, "_decode_still", lambda src: None)
+    monkeypatch.setattr(media, "_decode_still", lambda src, *rules: None)
     for name in ("f.jpg", "f.png"):
         via_ffmpeg[name] = media.load_frame(tmp_path / name)
     monkeypatch.undo()

@@ -13,6 +13,9 @@
 //     image <in.rgb> <w> <h> <max_slices> <out.f32>
 //                                 raw RGB bytes; its preprocessing (resize, slicing when
 //                                 max_slices > 0) and every entry encoded, overview first
+//     file <image file> <max_slices> <out.f32>
+//                                 an encoded image (JPEG, PNG) decoded by its pipeline's own
+//                                 loader, then as `image`
 //     quit
 #include <cstdio>
 #include <fstream>
@@ -26,6 +29,8 @@
 #include "vision.h"
 
 void vision_set_max_slice_nums(struct vision_ctx * ctx, int max_slice_nums);  // omni.h
+bool vision_image_load_from_bytes(const unsigned char * bytes, size_t bytes_length,
+                                  struct vision_image_u8 * img);  // omni.cpp, its image loader
 
 static std::vector<uint8_t> read_bytes(const std::string & path) {
     std::ifstream f(path, std::ios::binary);
@@ -59,13 +64,8 @@ static std::string log_mel(audition_ctx * ctx, const std::string & in, const std
     return "ok " + std::to_string(mel->nx) + " " + std::to_string(mel->ny);
 }
 
-static std::string encode_image(vision_ctx * ctx, int threads, const std::string & in, int w, int h, int slices,
-                                const std::string & out) {
-    vision_image_u8 * img = vision_image_u8_init();
-    img->nx = w;
-    img->ny = h;
-    img->buf = read_bytes(in);
-    if (img->buf.size() != static_cast<size_t>(w) * h * 3) return "error size of " + in;
+static std::string encode_u8(vision_ctx * ctx, int threads, vision_image_u8 * img, int slices,
+                             const std::string & out) {
     vision_set_max_slice_nums(ctx, slices);
     vision_image_f32_batch * batch = vision_image_f32_batch_init();
     if (!vision_image_preprocess(ctx, img, batch)) return "error preprocess";
@@ -77,6 +77,24 @@ static std::string encode_image(vision_ctx * ctx, int threads, const std::string
     }
     if (!write_floats(out, emb)) return "error write " + out;
     return "ok " + std::to_string(per * batch->entries.size()) + " " + std::to_string(cols);
+}
+
+static std::string encode_image(vision_ctx * ctx, int threads, const std::string & in, int w, int h, int slices,
+                                const std::string & out) {
+    vision_image_u8 * img = vision_image_u8_init();
+    img->nx = w;
+    img->ny = h;
+    img->buf = read_bytes(in);
+    if (img->buf.size() != static_cast<size_t>(w) * h * 3) return "error size of " + in;
+    return encode_u8(ctx, threads, img, slices, out);
+}
+
+static std::string encode_file(vision_ctx * ctx, int threads, const std::string & in, int slices,
+                               const std::string & out) {
+    const std::vector<uint8_t> bytes = read_bytes(in);
+    vision_image_u8 * img = vision_image_u8_init();
+    if (bytes.empty() || !vision_image_load_from_bytes(bytes.data(), bytes.size(), img)) return "error decode " + in;
+    return encode_u8(ctx, threads, img, slices, out);
 }
 
 int main(int argc, char ** argv) {
@@ -104,6 +122,10 @@ int main(int argc, char ** argv) {
             std::cout << log_mel(audio, a, b) << std::endl;
         } else if (cmd == "audio" && in >> a >> b) {
             std::cout << encode_audio(audio, threads, a, b) << std::endl;
+        } else if (cmd == "file") {
+            int slices = 0;
+            in >> a >> slices >> b;
+            std::cout << (in ? encode_file(vision, threads, a, slices, b) : "error usage") << std::endl;
         } else if (cmd == "image") {
             int w = 0, h = 0, slices = 0;
             in >> a >> w >> h >> slices >> b;

@@ -25,7 +25,6 @@ from .. import checks
 from ..config import DuplexConfig
 from ..constants import OUTPUT_SAMPLE_RATE
 from ..errors import InvalidArgumentError
-from ..media import load_audio
 from ..pipeline import Channel, Pipeline
 from ..vision import slice_counts, slices_of
 from .context import UnitContext
@@ -150,7 +149,7 @@ class DuplexSession:
             raise InvalidArgumentError("the duplex session is closed")
         if self._paused:
             raise InvalidArgumentError("the duplex session is paused")
-        samples = load_audio(audio, max_seconds=30.0)
+        samples = self._apm.load(audio, 30.0)
         frames = [] if frame is None else list(frame) if isinstance(frame, (list, tuple)) else [frame]
         slices = slice_counts(max_slice_nums, len(frames))
         with self._lock:

@@ -12,6 +12,8 @@ from .slicing import MAX_SLICE_NUMS, RULES
 # llama.cpp-omni slices nothing unless asked (max_slice_nums 0) and writes no ids.
 DEFAULT_SLICES = {"reference": MAX_SLICE_NUMS, "llama.cpp-omni": 0}
 DEFAULT_RULES = "llama.cpp-omni"  # the default fidelity (fidelity.py)
+JPEG_DECODERS = ("stb_image", "pillow")
+DEFAULT_JPEG = {"reference": "pillow", "llama.cpp-omni": "stb_image"}  # PIL's Image.open; its stb_image
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,14 @@ class VisionConfig:
     as text in a photo needs them), 0 for llama.cpp-omni (its default, one overview per image).
     Slices cost one vision-encoder pass and 64 prompt rows each. ``image_id``: write
     ``<image_id>N</image_id>`` before each image (reference layout); None: the rules' default
-    (the reference's processor does, llama.cpp-omni does not)."""
+    (the reference's processor does, llama.cpp-omni does not). ``jpeg_decoder``: "stb_image"
+    (llama.cpp-omni's decoder, through the libstb package) or "pillow" (libjpeg, as the
+    reference's PIL); None: the rules' default."""
 
     rules: str | None = None
     max_slice_nums: int | None = None
     image_id: bool | None = None
+    jpeg_decoder: str | None = None
 
     def __post_init__(self):
         if self.rules is not None:
@@ -40,6 +45,8 @@ class VisionConfig:
             checks.int_in("max_slice_nums", self.max_slice_nums, 0, MAX_SLICE_NUMS)
         if self.image_id is not None and not isinstance(self.image_id, bool):
             raise ConfigError("image_id", f"must be None, True or False, got {self.image_id!r}")
+        if self.jpeg_decoder is not None:
+            checks.choice("jpeg_decoder", self.jpeg_decoder, JPEG_DECODERS)
 
     def resolved(self, fidelity: str) -> VisionConfig:
         """These settings with ``rules`` taken from ``fidelity`` when they are None."""
@@ -58,6 +65,11 @@ class VisionConfig:
     @property
     def use_image_id(self) -> bool:
         return self.rule == "reference" if self.image_id is None else self.image_id
+
+    @property
+    def jpeg(self) -> str:
+        """The JPEG decoder in force."""
+        return DEFAULT_JPEG[self.rule] if self.jpeg_decoder is None else self.jpeg_decoder
 
     @property
     def layout(self) -> str:

@@ -2,6 +2,7 @@
 
 #include "omni/apm.h"
 #include "omni/errors.h"
+#include "omni/resample.h"
 
 #include <cstring>
 
@@ -42,6 +43,8 @@ void register_apm(py::module_ & m) {
         .def_property_readonly("dims", &Apm::dims)
         .def_property("tanh_gelu", &Apm::tanh_gelu, &Apm::set_tanh_gelu,
                       "GELU as llama.cpp-omni computes it (tanh approximation) instead of the exact erf one.")
+        .def_property("f16_conv_input", &Apm::f16_conv_input, &Apm::set_f16_conv_input,
+                      "The convolutions read their input rounded to F16, as llama.cpp-omni's do.")
         .def(
             "log_mel",
             [](const Apm & a, f32array audio, bool zero_tail) {
@@ -67,16 +70,33 @@ void register_apm(py::module_ & m) {
             "attention over blocks of that many encoder positions (50 per second).")
         .def(
             "encode_mel_streaming",
-            [](Apm & a, f32array mel) {
-                return encode(a, mel,
-                              [](Apm & x, const float * m, int f, int * n) { return x.encode_mel_streaming(m, f, n); });
+            [](Apm & a, f32array mel, bool chunk_count) {
+                return encode(a, mel, [chunk_count](Apm & x, const float * m, int f, int * n) {
+                    return x.encode_mel_streaming(m, f, n, chunk_count);
+                });
             },
-            py::arg("mel"), "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd).")
+            py::arg("mel"), py::arg("chunk_count") = false,
+            "Next chunk of a stream (attends over the history) -> (frames/10, llm_embd); chunk_count: positioned "
+            "by llama.cpp-omni's rule (the k-th chunk since the last clear at k * its length).")
         .def("reset_stream", &Apm::reset_stream, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("stream_position", &Apm::stream_position)
         .def_property_readonly("stream_resets", &Apm::stream_resets)
         .def_property_readonly("stream_bytes", &Apm::stream_bytes)
         .def("new_stream", &Apm::new_stream, "Another Apm over the same weights with its own streaming history.");
+    m.def(
+        "resample_linear",
+        [](f32array audio, int rate_in, int rate_out) {
+            if (audio.ndim() != 1) throw InvalidArgument("audio must be 1-D samples");
+            std::vector<float> y;
+            {
+                py::gil_scoped_release release;
+                y = resample_linear(audio.data(), audio.shape(0), rate_in, rate_out);
+            }
+            return to_numpy(y, {static_cast<py::ssize_t>(y.size())});
+        },
+        py::arg("audio"), py::arg("rate_in"), py::arg("rate_out"),
+        "Mono samples resampled as llama.cpp-omni's audio decoder does: linear interpolation with a 4th-order "
+        "low-pass at the lower rate's Nyquist frequency.");
 }
 
 }  // namespace omni::bindings

@@ -19,6 +19,13 @@ struct Apm::Stream {
     ggml_backend_buffer_t cache_buf = nullptr;
     std::vector<ggml_tensor *> k_cache, v_cache;
     int pos = 0, resets = 0;
+    int chunks = 0;  // chunks since the last reset (the chunk-count rule's position)
+    std::vector<char> written;  // rows written since the last reset; the others must read as zeros
+
+    void reset() {
+        pos = chunks = 0;
+        std::fill(written.begin(), written.end(), 0);
+    }
 
     ~Stream() {
         if (cache_buf) ggml_backend_buffer_free(cache_buf);
@@ -31,13 +38,44 @@ struct Apm::Impl : GraphModule {
     std::vector<float> filters;  // (n_mel, n_fft_bins)
     bool exact = false;
     bool tanh_gelu = false;
+    bool f16_conv_input = false;
 
     Impl() : GraphModule("apm", 1024) {}
     void ensure_cache(Stream & s);
     // stream null: a whole clip on its own; else a chunk of that stream. chunk > 0 (a clip
     // only): each position attends to its block of `chunk` positions and every block before it.
-    std::vector<float> encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk = 0);
+    std::vector<float> encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk = 0,
+                              bool chunk_count = false);
+    // Where a streaming chunk of T positions goes: its first position (the history's rule), after
+    // clearing the history when the chunk would pass the position table.
+    int stream_offset(Stream & s, int T, bool chunk_count) const;
+    // Zeros the cache rows of [0, end) that no chunk wrote since the last reset, except [skip, end).
+    void zero_unwritten(Stream & s, int end, int skip) const;
 };
+
+int Apm::Impl::stream_offset(Stream & s, int T, bool chunk_count) const {
+    const bool full = chunk_count ? s.chunks >= d.positions / T : s.pos + T > d.positions;
+    if (full) {
+        s.reset();
+        ++s.resets;
+    }
+    return chunk_count ? s.chunks * T : s.pos;
+}
+
+void Apm::Impl::zero_unwritten(Stream & s, int end, int skip) const {
+    for (int r = 0; r < skip;) {
+        if (s.written[r]) {
+            ++r;
+            continue;
+        }
+        int e = r;
+        while (e < skip && !s.written[e]) s.written[e++] = 1;
+        for (auto * caches : {&s.k_cache, &s.v_cache})
+            for (ggml_tensor * t : *caches) ggml_backend_tensor_memset(t, 0, r * t->nb[1], (e - r) * t->nb[1]);
+        r = e;
+    }
+    std::fill(s.written.begin() + skip, s.written.begin() + end, 1);
+}
 
 void Apm::Impl::ensure_cache(Stream & s) {
     if (s.cache_buf) return;
@@ -51,6 +89,7 @@ void Apm::Impl::ensure_cache(Stream & s) {
     s.cache_buf = ggml_backend_alloc_ctx_tensors(s.cache_ctx, backend->get());
     if (!s.cache_buf)
         throw DeviceError("cannot allocate the audio encoder's streaming cache on " + backend->device().id);
+    s.written.assign(d.positions, 0);
 }
 
 Apm::Apm(std::shared_ptr<Impl> impl) : impl_(std::move(impl)), stream_(std::make_unique<Stream>()) {}
@@ -117,6 +156,11 @@ void Apm::set_tanh_gelu(bool on) {
     impl_->tanh_gelu = on;
 }
 bool Apm::tanh_gelu() const { return impl_->tanh_gelu; }
+void Apm::set_f16_conv_input(bool on) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->f16_conv_input = on;
+}
+bool Apm::f16_conv_input() const { return impl_->f16_conv_input; }
 const ApmDims & Apm::dims() const { return impl_->d; }
 
 std::vector<float> Apm::log_mel(const float * x, int n, int * frames_out, bool zero_tail) const {
@@ -174,24 +218,24 @@ std::vector<float> Apm::encode_mel(const float * mel, int frames, int * tokens_o
     return impl_->encode(mel, frames, tokens_out, nullptr, chunk);
 }
 
-std::vector<float> Apm::encode_mel_streaming(const float * mel, int frames, int * tokens_out) {
+std::vector<float> Apm::encode_mel_streaming(const float * mel, int frames, int * tokens_out, bool chunk_count) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->ensure_cache(*stream_);
-    return impl_->encode(mel, frames, tokens_out, stream_.get());
+    return impl_->encode(mel, frames, tokens_out, stream_.get(), 0, chunk_count);
 }
 
 void Apm::reset_stream() {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    stream_->pos = 0;
+    stream_->reset();
 }
 
 int Apm::stream_position() const { return stream_->pos; }
 int Apm::stream_resets() const { return stream_->resets; }
 
-std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk) {
+std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk,
+                                     bool chunk_count) {
     Impl & m = *this;
     const bool streaming = stream != nullptr;
-    int stream_pos = streaming ? stream->pos : 0;
     const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
     if (T < d.pool || T > d.positions) {  // one pooled row at least: 2 * pool - 1 frames
         throw InvalidArgument("the audio encoder takes " + std::to_string(2 * d.pool - 1) + " to " +
@@ -200,13 +244,13 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     }
     // A chunk that would run past the position table starts a new window (llama.cpp-omni's
     // "30 s limit"): history is dropped, never overflowed.
-    if (streaming && stream_pos + T > d.positions) {
-        stream_pos = stream->pos = 0;
-        ++stream->resets;
-    }
-    const int off = streaming ? stream_pos : 0, Tk = off + T;
+    const int off = streaming ? stream_offset(*stream, T, chunk_count) : 0, Tk = off + T;
+    if (streaming) zero_unwritten(*stream, Tk, off);
     const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
     auto gelu = [this](ggml_context * c, ggml_tensor * t) { return tanh_gelu ? ggml_gelu(c, t) : ggml_gelu_erf(c, t); };
+    auto conv_input = [this](ggml_context * c, ggml_tensor * t) {
+        return f16_conv_input ? ggml_cast(c, ggml_cast(c, t, GGML_TYPE_F16), GGML_TYPE_F32) : t;
+    };
     ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
     ggml_context * ctx = holder.get();
@@ -215,9 +259,9 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     ggml_set_input(in);
     // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
     ggml_tensor * x = gelu(ctx,
-                           gu::conv_valid(ctx, ggml_pad_ext(ctx, in, 0, 0, 1, 1, 0, 0, 0, 0),
+                           gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, in), 0, 0, 1, 1, 0, 0, 0, 0),
                                           m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
-    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0),
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, x), 0, 0, 1, 1, 0, 0, 0, 0),
                                       m.w.taps("encoder.conv2.weight", 3), m.W("encoder.conv2.bias"));
     x = gelu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
     // The block-causal mask of a chunked clip: key block <= query block, as the reference's
@@ -288,7 +332,10 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     std::vector<float> out(static_cast<size_t>(E) * n_tok);
     ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));
     if (tokens_out) *tokens_out = n_tok;
-    if (streaming) stream->pos = Tk;
+    if (streaming) {
+        stream->pos = Tk;
+        ++stream->chunks;
+    }
     return out;
 }
 

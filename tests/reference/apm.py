@@ -93,6 +93,45 @@ class ReferenceApm:
         return out
 
     @torch.inference_mode()
+    def encode_cached(self, mels: list, chunk_count: bool, f16_conv_input: bool = False) -> list:
+        """Chunks through an explicit per-layer K/V table of every position (zeros after a clear):
+        the k-th chunk since the clear, of T positions, at k * T with ``chunk_count`` (llama.cpp-omni's
+        rule), else after the positions before it; each attends over the table up to its end. The
+        table is cleared when the chunk would not fit (k >= positions // T, or the end past them).
+        ``f16_conv_input``: each convolution reads its input rounded to F16 (llama.cpp-omni's)."""
+        f16 = (lambda t: t.half().float()) if f16_conv_input else (lambda t: t)  # noqa: E731
+        e = self.enc
+        table, d = e.embed_positions.weight.shape
+        heads = e.config.encoder_attention_heads
+        caches = [(torch.zeros(table, d), torch.zeros(table, d)) for _ in e.layers]
+        k = pos = 0
+        out = []
+        for mel in mels:
+            x = self.gelu(e.conv2(f16(self.gelu(e.conv1(f16(torch.from_numpy(mel)[None]))))))[0].T  # (T, d)
+            t = x.shape[0]
+            if (k >= table // t) if chunk_count else (pos + t > table):
+                for kc, vc in caches:
+                    kc.zero_()
+                    vc.zero_()
+                k = pos = 0
+            off = k * t if chunk_count else pos
+            end = off + t
+            x = x + e.embed_positions.weight[off:end]
+            for layer, (kc, vc) in zip(e.layers, caches):
+                a, h = layer.self_attn, layer.self_attn_layer_norm(x)
+                kc[off:end], vc[off:end] = a.k_proj(h), a.v_proj(h)
+                split = lambda m: m.reshape(m.shape[0], heads, -1).transpose(0, 1)  # noqa: E731
+                att = torch.softmax(split(a.q_proj(h) * a.scaling) @ split(kc[:end]).transpose(1, 2), -1)
+                x = x + a.out_proj((att @ split(vc[:end])).transpose(0, 1).reshape(t, d))
+                x = x + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x))))
+            x = e.layer_norm(x)
+            w1, b1, w2, b2 = self.p
+            x = torch.relu(x @ w1.T + b1) @ w2.T + b2
+            out.append(torch.nn.functional.avg_pool1d(x.T[None], self.pool, self.pool)[0].T.numpy())
+            k, pos = k + 1, end
+        return out
+
+    @torch.inference_mode()
     def encode_batch(self, mels: list, chunk: int = 0) -> list:
         """MiniCPM-o 4.5's ``get_audio_embedding``: the mels padded with zeros to the longest into
         one batch, a key-padding mask past each length (after the stride-2 convolution), with

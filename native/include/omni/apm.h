@@ -32,6 +32,11 @@ public:
     // tanh_gelu the tanh approximation llama.cpp-omni's audio encoder uses.
     void set_tanh_gelu(bool on);
     bool tanh_gelu() const;
+    // The convolutions read their input rounded to F16, as llama.cpp-omni's do (ggml_conv_1d
+    // unfolds its input into F16); else they read it in F32. On a stationary input (a pure tone)
+    // the rounding is the same in every frame, so it does not average out (docs/fidelity.md).
+    void set_f16_conv_input(bool on);
+    bool f16_conv_input() const;
     const ApmDims & dims() const;
 
     // Whisper log-mel of 16 kHz audio: (n_mel, frames) with frames = samples / 160.
@@ -43,10 +48,15 @@ public:
     // each attending to itself and every block before it (the reference's chunked audio
     // attention); 0: full attention.
     std::vector<float> encode_mel(const float * mel, int frames, int * tokens_out, int chunk = 0);
-    // Streaming (llama.cpp-omni's mode, fed 1 s chunks): the chunk attends over every position
-    // encoded since the last reset and takes the next positions. A chunk that would pass the
-    // position table (1500 = 30 s) clears the history first, counted in stream_resets().
-    std::vector<float> encode_mel_streaming(const float * mel, int frames, int * tokens_out);
+    // Streaming (llama.cpp-omni's mode, fed 1 s chunks): the chunk attends over the history kept
+    // since the last reset. A chunk that would pass the position table (1500 = 30 s) clears the
+    // history first, counted in stream_resets().
+    //   consecutive (ours): the chunk takes the positions after the ones encoded before it.
+    //   chunk_count (llama.cpp-omni's rule): the k-th chunk since the last clear, of T positions,
+    //     is written at k*T and attends over [0, (k+1)*T), as if every chunk had its length; rows
+    //     in that range no chunk wrote since the clear read as zeros; the history is cleared
+    //     when k reaches positions / T (docs/fidelity.md).
+    std::vector<float> encode_mel_streaming(const float * mel, int frames, int * tokens_out, bool chunk_count = false);
     void reset_stream();
     int stream_position() const;
     int stream_resets() const;
