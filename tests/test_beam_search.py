@@ -210,6 +210,22 @@ def test_beams_equal_transformers_generate(f32_llm, k, beams, max_new):
     assert (found.best.tokens[-1] in eos) == (k == 23)
 
 
+def test_a_cancelled_search_stops_and_yields_nothing(tiny_dir, eos):
+    ctx = LlmContext(discover(tiny_dir).llm, "cpu", N_CTX, 1, beams=3)
+    lm = LanguageModel.slot(ctx, 0, prompt_cache=False)
+    asked = []
+
+    def cancelled():
+        asked.append(1)
+        return len(asked) >= 3  # after two decode rounds
+
+    beams = LlmSampling.reference_beam_search()
+    assert list(lm.chunks(Prompt([("tokens", _prompt(0))]), beams, 0, 40, cancelled)) == []
+    assert len(asked) == 3
+    (chunk,) = lm.chunks(Prompt([("tokens", _prompt(0))]), beams, 0, 40)  # the slot goes on
+    assert chunk.final and chunk.text and chunk.stats.beam_steps > 0
+
+
 def test_copy_seq_gives_the_destination_the_sources_kv_and_position(model):
     llm = core.Llm(model, N_CTX, 512, 1, n_seq=3)
     llm.eval_tokens(_prompt(0), seq=0)
