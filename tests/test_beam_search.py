@@ -220,7 +220,7 @@ def test_a_cancelled_search_stops_and_yields_nothing(tiny_dir, eos):
         return len(asked) >= 3  # after two decode rounds
 
     beams = LlmSampling.reference_beam_search()
-    assert list(lm.chunks(Prompt([("tokens", _prompt(0))]), beams, 0, 40, cancelled)) == []
+    assert list(lm.chunks(Prompt([("tokens", _prompt(0))]), beams, 0, 40, cancelled=cancelled)) == []
     assert len(asked) == 3
     (chunk,) = lm.chunks(Prompt([("tokens", _prompt(0))]), beams, 0, 40)  # the slot goes on
     assert chunk.final and chunk.text and chunk.stats.beam_steps > 0
