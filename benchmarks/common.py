@@ -13,6 +13,20 @@ from pathlib import Path
 from llama_omni_py.bench.manifest import manifest  # noqa: F401 -- the one manifest, shared with `llama-omni bench`
 
 
+def rss_mib() -> float:
+    """This process's resident memory now (MiB; the peak where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def timed(fn, n: int) -> list[float]:
     """Milliseconds of n calls of fn, after one excluded warm-up call."""
     fn()

@@ -14,7 +14,6 @@ slot), alternating the two layouts round by round; and the resident memory each 
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import time
 from pathlib import Path
@@ -22,21 +21,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import busy_competitor, write_result  # noqa: E402
+from common import busy_competitor, rss_mib, write_result  # noqa: E402
 
 from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.modelset.layout import discover  # noqa: E402
 
 N_CTX = 1024
 PROMPT = [(i * 37) % 300 + 10 for i in range(64)]
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Shared:
@@ -94,11 +85,11 @@ def main() -> int:
     path = discover(a.model_dir).llm
     model = core.LlmModel(str(path), "cpu")
     top = max(slots)
-    before = _rss_mib()
+    before = rss_mib()
     shared = Shared(model, top, a.threads)
-    after_shared = _rss_mib()
+    after_shared = rss_mib()
     contexts = Contexts(model, top, a.threads)
-    after_contexts = _rss_mib()
+    after_contexts = rss_mib()
     memory = {
         "model_mib": float(model.info.size_bytes) / 2**20,
         "shared_context_mib": after_shared - before,

@@ -65,7 +65,15 @@ class SharedStages:
         c = config
         validate(model_set, ["llm", "tts", "projector"], device)
         self.llm = LlmContext(
-            model_set.llm, device, c.n_ctx, c.llm_threads, c.exact, slots, c.batch_invariant, c.prefill_chunk
+            model_set.llm,
+            device,
+            c.n_ctx,
+            c.llm_threads,
+            c.exact,
+            slots,
+            c.batch_invariant,
+            c.prefill_chunk,
+            beams=c.max_beams,
         )
         tts, projector = model_set.path("tts"), model_set.path("projector")
         self.tts = TtsModel(

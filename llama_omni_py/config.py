@@ -3,13 +3,13 @@ error is a :class:`ConfigError` naming the field), and the one reader of environ
 
     SessionConfig
       fidelity                  llama.cpp-omni's rules or the reference's where they differ (fidelity.py)
-      llm: LlmSampling          the reply's text sampling
+      llm: LlmSampling          the reply's text sampling, or beam search
       tts: TtsSampling          speech-code sampling (None: the fidelity's)
       token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
       vision: VisionConfig      image slicing rules and max_slice_nums
       video: VideoConfig        frames per video, frame rule, stacking, audio segments
       placement and queues      pin, numa_node, tts_queue, audio_queue
-      limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed
+      limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed, max_beams
 
 Environment overrides (read here and nowhere else; an explicit field wins):
 OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE (numa_node),
@@ -190,9 +190,16 @@ def _native_options(name: str, config, **resolved):
     return native
 
 
+MAX_BEAMS = 8
+
+
 @dataclass(frozen=True)
 class LlmSampling:
-    """How the LLM samples the reply (MiniCPM-o's speech defaults)."""
+    """How the LLM samples the reply (MiniCPM-o's speech defaults), or, with ``num_beams`` > 1,
+    searches it: transformers' beam search with do_sample=False (docs/speech-path.md#beam-search).
+    A search is deterministic: temperature, top_k, top_p, min_p and the seed do not apply, and
+    ``repeat_penalty`` scales the log-probabilities of every distinct token the beam has
+    generated (transformers' rule; ``repeat_last_n`` does not apply)."""
 
     temperature: float = 0.7  # 0: greedy
     top_k: int = 20  # 0: off
@@ -200,6 +207,9 @@ class LlmSampling:
     min_p: float = 0.0  # 0: off
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
+    num_beams: int = 1  # 1: sample; 2..8: beam search (the engine needs SessionConfig.max_beams >= it)
+    length_penalty: float = 1.0  # a finished beam's score: sum of log-probs / length ** length_penalty
+    early_stopping: bool | str = False  # False: transformers' heuristic; True; "never"
 
     def __post_init__(self):
         checks.number_in("temperature", self.temperature, 0.0, 10.0)
@@ -208,6 +218,20 @@ class LlmSampling:
         checks.number_in("min_p", self.min_p, 0.0, 1.0)
         checks.number_in("repeat_penalty", self.repeat_penalty, 0.0, 10.0, lo_open=True)
         checks.int_in("repeat_last_n", self.repeat_last_n, 0)
+        checks.int_in("num_beams", self.num_beams, 1, MAX_BEAMS)
+        checks.number_in("length_penalty", self.length_penalty, -10.0, 10.0)
+        if not (isinstance(self.early_stopping, bool) or self.early_stopping == "never"):
+            raise ConfigError("early_stopping", f"must be False, True or 'never', got {self.early_stopping!r}")
+
+    @classmethod
+    def reference_beam_search(cls, num_beams: int = 3) -> LlmSampling:
+        """The PyTorch reference's ``chat(do_sample=False)``: transformers' beam search with 3
+        beams and a repetition penalty of 1.2 (what MiniCPM-o's evaluation kit decodes with)."""
+        return cls(num_beams=num_beams, repeat_penalty=1.2, length_penalty=1.0, early_stopping=False)
+
+    @property
+    def beam_search(self) -> bool:
+        return self.num_beams > 1
 
     def to_native(self, seed: int):
         """The core's SamplingOptions: these fields and the request's seed."""
@@ -386,6 +410,9 @@ class SessionConfig:
     # so a reply is bit for bit what a lone session gives, at the cost of the batching gain
     batch_invariant: bool = False
     prefill_chunk: int = 512  # prompt rows per step; other slots' decode steps run in between
+    # the widest beam search a request may ask for (LlmSampling.num_beams): each slot holds this
+    # many LLM KV sequences of n_ctx positions (docs/slots.md#beam-search); None: llm.num_beams
+    max_beams: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "threads", checks.threads("threads", self.threads))
@@ -426,6 +453,13 @@ class SessionConfig:
                 continue
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, f"must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.max_beams is None:
+            object.__setattr__(self, "max_beams", self.llm.num_beams)
+        checks.int_in("max_beams", self.max_beams, 1, MAX_BEAMS)
+        if self.llm.num_beams > self.max_beams:
+            raise ConfigError(
+                "max_beams", f"must be at least llm.num_beams ({self.llm.num_beams}), got {self.max_beams}"
+            )
         if self.tts_queue is None:
             object.__setattr__(self, "tts_queue", env_int(ENV_TTS_QUEUE) or DEFAULT_QUEUE)
             checks.int_in(ENV_TTS_QUEUE, self.tts_queue, 1, 10_000)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .beam_search import BeamSearch, search
 from .config import LlmSampling
 from .constants import TEXT_CHUNK
 from .errors import InvalidArgumentError
@@ -77,9 +78,10 @@ class LanguageModel:
         self.reused_positions = 0  # prompt positions the last prefill took from the cache
 
     def forget(self) -> None:
-        """Empties the KV cache and the prompt cache's memory of it (a slot's next session starts
-        as a lone session would)."""
+        """Empties the KV cache (the beams' sequences too) and the prompt cache's memory of it (a
+        slot's next session starts as a lone session would)."""
         self.llm.keep(0)
+        self.llm.clear_beams()
         self._cached = []
 
     @property
@@ -135,13 +137,37 @@ class LanguageModel:
             else:
                 self.llm.eval_embeddings(np.ascontiguousarray(part[skip:]))
 
+    def check_beams(self, sampling: LlmSampling) -> None:
+        """InvalidArgumentError when the slot has fewer KV sequences than the search's beams."""
+        have = len(self.llm.beam_seqs)
+        if sampling.num_beams > have:
+            raise InvalidArgumentError(
+                f"num_beams={sampling.num_beams} needs {sampling.num_beams} LLM KV sequences per slot and this "
+                f"engine has {have}: build it with SessionConfig(max_beams={sampling.num_beams}) (each beam "
+                "decodes in a sequence of its own)"
+            )
+
     def chunks(
-        self, prompt: Prompt, sampling: LlmSampling, seed: int, max_new_tokens: int, forced: list[int] | None = None
+        self,
+        prompt: Prompt,
+        sampling: LlmSampling,
+        seed: int,
+        max_new_tokens: int,
+        forced: list[int] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> Iterator[TextChunk]:
         """Prefill, then a TextChunk every 10 speaking tokens; the last has final=True. Generation
         stops at <|tts_eos|>, an end-of-generation token or max_new_tokens. ``forced``: the reply's
-        tokens are given (teacher forcing): each is evaluated for its hidden state, none sampled."""
+        tokens are given (teacher forcing): each is evaluated for its hidden state, none sampled.
+        Otherwise a beam search (``sampling.num_beams`` > 1) yields its reply as one final chunk of
+        text when the search ends, without tokens for the TTS; nothing when ``cancelled()`` turns
+        true first."""
         self.check_fits(prompt, max_new_tokens)
+        if forced is None and sampling.beam_search:
+            chunk = self._beam_reply(prompt, sampling, max_new_tokens, cancelled)
+            if chunk is not None:
+                yield chunk
+            return
         self._set_sampling(sampling, seed)
         t0 = time.perf_counter()
         self.prefill(prompt)
@@ -170,6 +196,38 @@ class LanguageModel:
         last = self._chunk(tokens, hidden, text, True)
         last.stats = LlmStats(prefill_ms, n_tokens, self.reused_positions)
         yield last
+
+    def _beam_reply(
+        self, prompt: Prompt, sampling: LlmSampling, max_new_tokens: int, cancelled: Callable[[], bool]
+    ) -> TextChunk | None:
+        """The best beam as the reference's chat() reads it: the stop token dropped, the text cut
+        at <|tts_eos|>, and (as for a sampled reply) only the tokens that carry speech."""
+        self.check_beams(sampling)
+        t0 = time.perf_counter()
+        self.prefill(prompt)
+        prefill_ms = (time.perf_counter() - t0) * 1000
+        sp = self.special
+        rules = BeamSearch(
+            sampling.num_beams,
+            sp.reference_eos,
+            max_new_tokens,
+            sampling.repeat_penalty,
+            sampling.length_penalty,
+            sampling.early_stopping,
+        )
+        found = search(self.llm, self.llm.logits(), rules, cancelled)
+        if found is None:
+            return None
+        tokens = list(found.best.tokens)
+        if tokens[-1] in sp.reference_eos:
+            tokens.pop()
+        n_tokens = len(tokens)
+        if sp.tts_eos in tokens:
+            tokens = tokens[: tokens.index(sp.tts_eos)]
+        text = TextStream(self.detokenize_bytes).feed([t for t in tokens if sp.speaks(t)], True)
+        chunk = TextChunk([], np.zeros((0, self.n_embd), np.float32), text, True)
+        chunk.stats = LlmStats(prefill_ms, n_tokens, self.reused_positions, found.steps, found.copies, found.best.score)
+        return chunk
 
     def _chunk(self, tokens: list[int], hidden: list[np.ndarray], text: TextStream, final: bool) -> TextChunk:
         rows = np.stack(hidden).astype(np.float32) if hidden else np.zeros((0, self.n_embd), np.float32)

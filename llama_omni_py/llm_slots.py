@@ -1,6 +1,7 @@
 """One libllama context shared by an engine's session slots (docs/slots.md).
 
-    LlmContext       the model and one context with a KV stream per slot, and its scheduler
+    LlmContext       the model and one context with a KV stream per slot (and per beam), and
+                     its scheduler
     DecodeScheduler  every call on the context goes through it: one at a time, and the one-token
                      decode steps of several slots in one llama_decode
     LlmSlot          slot k's view, with the native context's API for one sequence
@@ -74,11 +75,18 @@ class DecodeScheduler:
     # -- what slots call ---------------------------------------------------------------------
     def run(self, seq: int, fn: Callable[[Any], Any]) -> Any:
         """``fn(native)`` with the context to itself, in turn with the other slots' work."""
-        return self._submit(_Job(seq, fn=fn))
+        return self._submit(_Job(seq, fn=fn))[0]
 
     def step(self, seq: int, token: int, sample: bool = True, logits: bool = False) -> StepResult:
         """Evaluates one token of ``seq``, batched with the other slots' steps."""
-        return self._submit(_Job(seq, int(token), sample, logits))
+        return self._submit(_Job(seq, int(token), sample, logits))[0]
+
+    def steps(self, seqs: list[int], tokens: list[int]) -> list[StepResult]:
+        """One token for each of ``seqs`` (a slot's beams), batched with the other slots' steps;
+        each result has its logits, none is sampled."""
+        if len(seqs) != len(tokens):
+            raise ValueError("one token per sequence")
+        return self._submit(*(_Job(s, int(t), False, True) for s, t in zip(seqs, tokens)))
 
     @contextlib.contextmanager
     def looping(self, seq: int):
@@ -111,18 +119,21 @@ class DecodeScheduler:
         return self.batched_rows / self.batches if self.batches else 0.0
 
     # -- leader/follower -----------------------------------------------------------------------
-    def _submit(self, job: _Job):
+    def _submit(self, *jobs: _Job) -> list:
+        """Queues the jobs (one op, or steps of distinct sequences) and works until all are done."""
         with self._cond:
-            if job.fn is None:
-                if job.seq in self._steps:
-                    raise RuntimeError(f"slot {job.seq} already has a step pending")
-                if not self._steps:
-                    self._first_step_at = time.monotonic()
-                self._steps[job.seq] = job
-            else:
-                self._ops.append(job)
+            pending = [j.seq for j in jobs if j.fn is None and j.seq in self._steps]
+            if pending:
+                raise RuntimeError(f"sequence {pending[0]} already has a step pending")
+            for job in jobs:
+                if job.fn is None:
+                    if not self._steps:
+                        self._first_step_at = time.monotonic()
+                    self._steps[job.seq] = job
+                else:
+                    self._ops.append(job)
             self._cond.notify_all()
-            while not job.done:
+            while not all(job.done for job in jobs):
                 work = None if self._busy else self._take()
                 if work is None:
                     self._cond.wait(self._timeout())
@@ -135,9 +146,10 @@ class DecodeScheduler:
                     self._cond.acquire()
                     self._busy = False
                     self._cond.notify_all()
-        if job.error is not None:
-            raise job.error
-        return job.result
+        for job in jobs:
+            if job.error is not None:
+                raise job.error
+        return [job.result for job in jobs]
 
     def _steps_ready(self) -> bool:
         if not self._steps:
@@ -196,7 +208,9 @@ class DecodeScheduler:
 
 
 class LlmContext:
-    """The LLM's weights and one context with ``slots`` KV streams of ``n_ctx`` positions."""
+    """The LLM's weights and one context with ``beams`` KV streams of ``n_ctx`` positions for
+    each of ``slots`` slots. Slot k decodes in sequence k; its beam search also uses sequences
+    ``slots + k * (beams - 1) + j`` (so with one beam the layout is one sequence per slot)."""
 
     def __init__(
         self,
@@ -208,19 +222,27 @@ class LlmContext:
         slots: int = 1,
         batch_invariant: bool = False,
         prefill_chunk: int = N_BATCH,
+        beams: int = 1,
     ):
         self.model = core.LlmModel(str(path), device)
-        self.native = core.Llm(self.model, n_ctx, N_BATCH, threads, exact, n_seq=slots)
+        self.beams = beams
+        self.native = core.Llm(self.model, n_ctx, N_BATCH, threads, exact, n_seq=slots * beams)
         self.scheduler = DecodeScheduler(self.native, batch_invariant)
         self.prefill_chunk = prefill_chunk
 
     @property
     def slots(self) -> int:
-        return self.native.n_seq
+        return self.native.n_seq // self.beams
 
     @property
     def kv_bytes_per_slot(self) -> int:
-        return self.native.kv_bytes_per_seq
+        """Bytes of the KV streams of one slot (all its beams' sequences)."""
+        return self.native.kv_bytes_per_seq * self.beams
+
+    def beam_seqs(self, seq: int) -> list[int]:
+        """Slot ``seq``'s sequences for a beam search: its own first."""
+        first = self.slots + seq * (self.beams - 1)
+        return [seq, *range(first, first + self.beams - 1)]
 
     def slot(self, seq: int) -> LlmSlot:
         return LlmSlot(self, seq)
@@ -235,6 +257,7 @@ class LlmSlot:
             raise ValueError(f"slot {seq} is outside 0..{context.slots - 1}")
         self.context, self.seq = context, seq
         self._native, self._sched = context.native, context.scheduler
+        self.beam_seqs = context.beam_seqs(seq)
 
     @property
     def n_past(self) -> int:
@@ -289,6 +312,22 @@ class LlmSlot:
 
     def slide(self, n_keep: int, n_discard: int) -> None:
         self._run(lambda n: n.slide(n_keep, n_discard, self.seq))
+
+    def feed_beams(self, seqs: list[int], tokens: list[int]) -> list[StepResult]:
+        """Evaluates one token in each of the slot's beam sequences ``seqs`` in one batch (with the
+        other slots' steps); a result per sequence with its logits and hidden state."""
+        return self._sched.steps(seqs, tokens)
+
+    def clear_beams(self) -> None:
+        """Empties the slot's beam sequences (all but its own)."""
+        others = self.beam_seqs[1:]
+        if others:
+            self._run(lambda n: [n.keep(0, s) for s in others])
+
+    def copy_kv(self, copies: list[tuple[int, int]]) -> None:
+        """Makes each destination sequence a copy of its source, in order (beam reordering)."""
+        if copies:
+            self._run(lambda n: [n.copy_seq(src, dst) for src, dst in copies])
 
     def looping(self):
         return self._sched.looping(self.seq)

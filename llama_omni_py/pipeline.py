@@ -83,6 +83,11 @@ class Emitter:
     def __call__(self, item) -> bool:
         return self._send(self._out, item, ".blocked")
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether the pipeline was cancelled (for a stage that works long before it emits)."""
+        return self._pipe.cancelled
+
     def output(self, item) -> bool:
         return self._send(self._pipe._channels[-1], item, ".out_blocked")
 

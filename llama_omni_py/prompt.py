@@ -81,6 +81,11 @@ class SpecialTokens:
         """Whether an LLM token is handed to the TTS."""
         return token < self.first_added and token not in self.no_speech
 
+    @property
+    def reference_eos(self) -> frozenset:
+        """The tokens the reference's generate() stops at: <|im_end|> and <|endoftext|>."""
+        return frozenset({self.im_end, self.first_added})
+
 
 @dataclass(frozen=True, eq=False)
 class EncodedAudio:

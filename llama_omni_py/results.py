@@ -22,6 +22,9 @@ class LlmStats:
     prefill_ms: float = 0.0
     n_tokens: int = 0  # tokens generated
     prompt_cached: int = 0  # prompt positions the KV cache still held from the previous request
+    beam_steps: int = 0  # a beam search's decode rounds (num_beams tokens each)
+    beam_copies: int = 0  # KV sequence copies it made (reordering beams)
+    beam_score: float | None = None  # the best beam's length-normalised log-probability
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Timings:
     prompt_tokens: int = 0  # positions of the prompt (tokens and embedding rows)
     prompt_cached: int = 0  # of which the KV cache still held from the previous request
     n_tokens: int = 0  # LLM tokens generated
+    beam_steps: int = 0  # beam search only: decode rounds, KV copies, the best beam's score
+    beam_copies: int = 0
+    beam_score: float | None = None
     n_tts_tokens: int = 0  # speech codes generated
     history_dropped: int = 0  # earlier messages left out so the prompt fits the LLM context
     tts_slides: int = 0  # times the TTS context dropped its oldest chunks

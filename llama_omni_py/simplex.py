@@ -14,8 +14,9 @@ import numpy as np
 
 from . import stages
 from .bundle import StageBundle
-from .config import SessionConfig
+from .config import LlmSampling, SessionConfig
 from .constants import OUTPUT_SAMPLE_RATE
+from .errors import InvalidArgumentError
 from .inputs import Request, build_prompt
 from .pipeline import Pipeline
 from .profile import Profiler, request_timings
@@ -46,6 +47,19 @@ def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[
     return prompt, PromptStats(prompt.token_count(), dropped)
 
 
+def check_beam_request(bundle: StageBundle, sampling: LlmSampling, speech: bool) -> None:
+    """A beam search gives text only, on a slot with a KV sequence per beam."""
+    if not sampling.beam_search:
+        return
+    if speech:
+        raise InvalidArgumentError(
+            f"beam search (num_beams={sampling.num_beams}) gives a text reply: ask for speech=False. The speech "
+            "pipeline hands the TTS each 10-token chunk as the LLM writes it, and a beam's tokens are only final "
+            "when the whole search ends"
+        )
+    bundle.llm.check_beams(sampling)
+
+
 class SimplexRun:
     """Iterate it for the request's SpeechChunks; cancel() from any thread; close() joins the
     stage threads."""
@@ -71,6 +85,8 @@ class SimplexRun:
         start = time.perf_counter()
         forced = tuple(b.llm.model.tokenize(r.reply_text, False)) if r.reply_text is not None else None
         limit = len(forced) if forced is not None else r.max_new_tokens or c.max_new_tokens
+        if forced is None:
+            check_beam_request(b, r.llm or c.llm, r.speech)
         media = b.inputs.encode(r)
         prompt, prompt_stats = fitting_prompt(b, r, media, limit)
         if self._cancelled.is_set():  # cancelled while the inputs were encoded

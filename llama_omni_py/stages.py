@@ -62,7 +62,8 @@ def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
 
     def body(emit) -> None:
         forced = list(reply.forced) if reply.forced is not None else None
-        for chunk in llm.chunks(reply.prompt, reply.llm, reply.seed, reply.max_new_tokens, forced):
+        stop = lambda: emit.cancelled  # noqa: E731
+        for chunk in llm.chunks(reply.prompt, reply.llm, reply.seed, reply.max_new_tokens, forced, stop):
             if text_to_caller and chunk.text and not emit.output(TextDelta(chunk.text)):
                 return
             if not emit(chunk):
@@ -194,6 +195,8 @@ def text_stage():
 
 class _Collect(list):
     """A list that stands in for a pipeline emitter (synthesize)."""
+
+    cancelled = False
 
     def __call__(self, item) -> bool:
         self.append(item)

@@ -35,7 +35,7 @@ def _records(out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama.cpp-omni", "vllm-omni"])
+@pytest.mark.parametrize("name", ["llama.cpp-omni", "vllm-omni", "evalkit"])
 def test_daily_omni_on_the_local_engine(daily, tiny_dir, tmp_path, capsys, name):
     out = tmp_path / "run"
     args = ["eval", "daily-omni", "--data", str(daily), "--protocol", name, "--model-dir", str(tiny_dir)]

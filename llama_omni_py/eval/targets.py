@@ -64,6 +64,7 @@ class LocalTarget:
         video = omni.VideoConfig(max_frames=p.max_frames, frame_rule=p.frame_rule, audio=p.audio, segments=p.segments)
         fidelity = "llama.cpp-omni" if p.prompt_style.startswith("llama.cpp-omni") else "reference"
         options = {"fidelity": fidelity, "video": video, "max_new_tokens": p.max_new_tokens, "seed": 0}
+        options["max_beams"] = p.num_beams  # a KV sequence per beam (docs/slots.md#beam-search)
         if self.threads:
             options["threads"] = self.threads
         if self.n_ctx:
@@ -114,14 +115,10 @@ class LocalTarget:
 
 
 def _with_beams(sampling, p: McqProtocol):
-    """The protocol's beam search, where the engine offers it (LlmSampling.num_beams)."""
-    if p.num_beams <= 1:
-        return sampling
-    from dataclasses import fields, replace
+    """The protocol's beam search (LlmSampling.num_beams; 1: greedy decoding)."""
+    from dataclasses import replace
 
-    if "num_beams" not in {f.name for f in fields(sampling)}:
-        raise InvalidArgumentError(f"the {p.name} protocol decodes with {p.num_beams} beams; this engine has no beams")
-    return replace(sampling, num_beams=p.num_beams)
+    return replace(sampling, num_beams=p.num_beams) if p.num_beams > 1 else sampling
 
 
 PACKS = ("video", "interleave")

@@ -86,7 +86,10 @@ void register_llm(py::module_ & m) {
             "Evaluate `token`; returns (next sampled token, hidden state of `token`).")
         .def("keep", &Llm::keep, py::arg("n_keep"), py::arg("seq") = 0, py::call_guard<py::gil_scoped_release>())
         .def("slide", &Llm::slide, py::arg("n_keep"), py::arg("n_discard"), py::arg("seq") = 0,
-             py::call_guard<py::gil_scoped_release>());
+             py::call_guard<py::gil_scoped_release>())
+        .def("copy_seq", &Llm::copy_seq, py::arg("src"), py::arg("dst"),
+             "Makes sequence `dst` a copy of `src` (KV cache and position); libllama copies the stream "
+             "whole at the start of the next decode.");
 }
 
 }  // namespace omni::bindings

@@ -274,4 +274,15 @@ void Llm::slide(int n_keep, int n_discard, int seq) {
     if (outputs_seq_ == seq) n_outputs_ = 0;
 }
 
+void Llm::copy_seq(int src, int dst) {
+    const Seq & from = state(src);
+    Seq & to = state(dst);
+    if (src == dst) throw InvalidArgument("copy_seq: source and destination are the same sequence");
+    // p0 = p1 = -1: the whole stream, the only cross-stream copy libllama does
+    llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, -1, -1);
+    to.n_past = from.n_past;
+    to.has_output = false;
+    if (outputs_seq_ == dst) n_outputs_ = 0;
+}
+
 }  // namespace omni

@@ -85,6 +85,11 @@ public:
     // n_discard (RoPE re-rotated by libllama), so generation can continue near n_ctx while the
     // system prompt (the first n_keep positions) stays.
     void slide(int n_keep, int n_discard, int seq = 0);
+    // Makes `dst` a copy of `src` (beam search): its KV cache and position; `dst` has no output
+    // row until it is evaluated. Each sequence has a stream of its own, and libllama copies a
+    // stream whole (all n_ctx positions of every layer), on the device, at the start of the next
+    // llama_decode, in the order the copies were asked for.
+    void copy_seq(int src, int dst);
 
 private:
     struct Seq {
