@@ -115,6 +115,23 @@ def test_idle_whole_life_session_gives_its_worker_back_while_others_wait():
     assert reclaimed and released and served and told and told[0] >= 0.2
 
 
+def test_idle_whole_life_session_yields_to_a_waiting_request_of_another_type():
+    # An idle Realtime session on a worker that also serves chat: a queued chat request gets the
+    # worker after the short idle limit, not after the long one.
+    async def go():
+        pool = pool_with(1, caps=("turn_based", "half_duplex", "full_duplex"))
+        lease = await pool.wait(pool.enqueue("realtime", "rt"))
+        told = []
+        holder = asyncio.create_task(pool.hold_for_life(lease, asyncio.Event().wait(), 0.2, 60.0, told.append))
+        chat = pool.enqueue("chat", "c")
+        assert not chat.future.done()
+        reclaimed = await asyncio.wait_for(holder, 5)
+        return reclaimed, told, chat.future.done()
+
+    reclaimed, told, served = asyncio.run(go())
+    assert reclaimed and served and told and told[0] >= 0.2
+
+
 def test_refusals_are_logged_once_per_interval(caplog):
     clock = [0.0]
     log = RateLimitedLog(logging.getLogger("omni.test"), interval_s=10.0, clock=lambda: clock[0])

@@ -24,7 +24,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .worker_slots import ALIVE, SESSION_TYPES, STATUSES, SessionType, Worker, now_iso  # noqa: F401 -- Worker: pool's API
+from .worker_slots import ALIVE, CAPABILITY_HINTS, SESSION_TYPES, STATUSES, SessionType, Worker, now_iso  # noqa: F401 -- Worker: pool's API
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,9 @@ class WorkerPool:
         when the queue is at its limit; NoWorkerFor when no worker could ever serve it)."""
         t = SESSION_TYPES[type_name]
         if not self.can_serve(t):
-            raise NoWorkerFor(f"no worker of this server serves {t.name} sessions ({t.capability})")
+            hint = CAPABILITY_HINTS.get(t.capability)
+            why = f"no worker of this server serves {t.name} sessions ({t.capability})"
+            raise NoWorkerFor(why + (f"; {hint}" if hint else ""))
         ticket = Ticket(f"q_{uuid.uuid4().hex[:12]}", t, session_id, asyncio.get_running_loop().create_future())
         worker = self._free_for(t)
         if worker is not None and not any(x.type.capability == t.capability for x in self.queue.values()):
@@ -240,18 +242,19 @@ class WorkerPool:
             self._recalc()
         return failed
 
-    def waiting_for(self, t: SessionType) -> bool:
-        """Someone in the queue could use a worker of this type's capability."""
-        return any(x.type.capability == t.capability for x in self.queue.values())
+    def waiting_for(self, worker: Worker) -> bool:
+        """Someone in the queue could use a slot of this worker (a request of any type it serves)."""
+        return any(x.type.capability in worker.capabilities for x in self.queue.values())
 
     async def hold_for_life(self, lease: Lease, session, short_s: float, long_s: float, on_idle=None) -> bool:
         """Runs ``session`` (a coroutine) while it holds ``lease``; when the client has been idle
-        for ``short_s`` while others wait (``long_s`` otherwise) the session is cancelled, the
-        worker given back, and ``on_idle(idle_s)`` told. True when it was reclaimed."""
+        for ``short_s`` while a request of any type that its worker serves waits (``long_s``
+        otherwise) the session is cancelled, the worker given back, and ``on_idle(idle_s)`` told.
+        True when it was reclaimed."""
         task = asyncio.ensure_future(session)
         try:
             while not task.done():
-                limit = short_s if self.waiting_for(lease.type) else long_s
+                limit = short_s if self.waiting_for(lease.worker) else long_s
                 idle = time.monotonic() - lease.last_activity
                 if idle >= limit:
                     task.cancel()

@@ -30,6 +30,10 @@ SESSION_TYPES = {
         SessionType("omni_duplex", "duplex_active", "full_duplex", 90.0, True),
     )
 }
+# what the operator of a pool without a capability is told to do about it
+CAPABILITY_HINTS = {
+    "half_duplex": "a worker serves these once the voice extra is installed: pip install 'llama-omni-py[voice]'",
+}
 BUSY = {t.busy_status for t in SESSION_TYPES.values()} | {"duplex_paused"}
 ALIVE = BUSY | {"idle", "loading"}  # a worker in one of these may still serve
 STATUSES = ("idle", *sorted(BUSY), "loading", "error", "offline")
