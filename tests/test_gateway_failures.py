@@ -75,6 +75,25 @@ def test_a_turn_that_lost_its_worker_is_not_replayed_and_the_worker_comes_back()
         assert again[-1]["type"] == "done"
 
 
+def test_dead_workers_restart_in_parallel_each_on_its_own_backoff():
+    # worker_0 dies twice and waits out a long backoff; worker_1 dies meanwhile and is back after
+    # its own short one, not after worker_0's.
+    workers = FakeWorkers(2)
+    cfg = GatewayConfig(port=0, health_interval_s=0.2, restart_backoff_s=(0.2, 60.0))
+    with BackgroundGateway(cfg, [workers]) as g:
+        assert g.wait_ready(60) == "ready"
+        w0, w1 = workers.workers
+        os.kill(workers.procs[0].pid, signal.SIGKILL)
+        wait_until(lambda: w0.restarts == 1 and w0.status == "idle", 30)
+        os.kill(workers.procs[0].pid, signal.SIGKILL)  # its second failure in a row: 60 s
+        time.sleep(1.0)
+        os.kill(workers.procs[1].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        wait_until(lambda: w1.restarts == 1 and w1.status == "idle", 30)
+        assert time.monotonic() - t0 < 15 and w0.restarts == 1 and w0.status == "offline"
+        assert asyncio.run(_chat_until_end(g.url))[-1]["type"] == "done"  # served by worker_1 meanwhile
+
+
 def test_queued_requests_fail_in_bounded_time_when_no_worker_is_left():
     # One worker, never started again (a backoff longer than the test): every request behind the
     # dead worker gets a clear error once no live worker could serve it for no_worker_grace_s.

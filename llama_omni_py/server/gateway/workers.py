@@ -117,36 +117,40 @@ class LocalWorkers:
         return list(self.workers)
 
     async def supervise(self, gateway) -> None:
-        """Watches the worker processes; one that died (and is reaped here, no zombie) is marked
-        offline and started again after a backoff (gateway.config.restart_backoff_s, stepping up
-        with each failure in a row; a worker that ran a minute starts the count over)."""
+        """Watches the worker processes, each on its own: one that died (and is reaped here, no
+        zombie) is marked offline and started again after its own backoff
+        (gateway.config.restart_backoff_s, stepping up with each failure in a row; a worker that
+        ran a minute starts the count over), while the others are watched and restarted as
+        they fail."""
+        await asyncio.gather(*(self._watch(i, gateway) for i in range(len(self.procs))))
+
+    async def _watch(self, i: int, gateway) -> None:
         backoff = gateway.config.restart_backoff_s
-        fails = [0] * len(self.procs)
-        since = [time.monotonic()] * len(self.procs)
+        fails, since = 0, time.monotonic()
         while True:
             await asyncio.sleep(0.5)
-            for i, proc in enumerate(self.procs):
-                if proc.poll() is None:
-                    if time.monotonic() - since[i] > 60:
-                        fails[i] = 0
-                    continue
-                worker = self.workers[i]
-                gateway.pool.mark_down(worker, "offline", f"process {proc.pid} exited with status {proc.returncode}")
-                delay = backoff[min(fails[i], len(backoff) - 1)]
-                log.error("worker_%d %s; starting it again in %g s", i, worker.error, delay)
-                fails[i] += 1
-                await asyncio.sleep(delay)
-                try:
-                    new, port = await self._launch(i)
-                except Exception as e:  # noqa: BLE001 -- try again after the next backoff
-                    log.error("worker_%d did not start again: %s", i, e)
-                    continue
-                self.procs[i], since[i] = new, time.monotonic()
-                worker.port = port
-                gateway.pool.mark_down(worker, "loading", None)
-                worker.restarts += 1
-                gateway.metrics.worker_restarts.inc()
-                log.warning("worker_%d started again (pid %d): http://%s:%d", i, new.pid, self.host, port)
+            proc = self.procs[i]
+            if proc.poll() is None:
+                if time.monotonic() - since > 60:
+                    fails = 0
+                continue
+            worker = self.workers[i]
+            gateway.pool.mark_down(worker, "offline", f"process {proc.pid} exited with status {proc.returncode}")
+            delay = backoff[min(fails, len(backoff) - 1)]
+            log.error("worker_%d %s; starting it again in %g s", i, worker.error, delay)
+            fails += 1
+            await asyncio.sleep(delay)
+            try:
+                new, port = await self._launch(i)
+            except Exception as e:  # noqa: BLE001 -- try again after the next backoff
+                log.error("worker_%d did not start again: %s", i, e)
+                continue
+            self.procs[i], since = new, time.monotonic()
+            worker.port = port
+            gateway.pool.mark_down(worker, "loading", None)
+            worker.restarts += 1
+            gateway.metrics.worker_restarts.inc()
+            log.warning("worker_%d started again (pid %d): http://%s:%d", i, new.pid, self.host, port)
 
     async def stop(self) -> None:
         for proc in self.procs:
