@@ -2,10 +2,13 @@
 that the gateway uses (GET /health, WebSocket /backend with session.init -> session.created and
 input.append -> `--deltas` text deltas `--delay` s apart, then response.done; POST
 /sessions/{id}/close), `--slots` sessions at once (one more is refused as busy, as a real worker
-does), and `--parent-pid` like a real worker. It loads no model, so tests can kill it mid-turn
-at a known point.
+does), and `--parent-pid` like a real worker. With `--voice` it also serves the whole-life
+sessions of the half_duplex capability: /ws/half_duplex (prepare -> prepared; audio_chunk ->
+`--deltas` chunks, then turn_done; stop) and /v1/realtime (session.created; response.create ->
+response.created, `--deltas` text deltas, response.done; the gateway's stop). It loads no
+model, so tests can kill it mid-turn at a known point.
 
-    python fake_worker.py --port 0 [--parent-pid PID] [--deltas 40] [--delay 0.05] [--load-s 0] [--slots 1]
+    python fake_worker.py --port 0 [--parent-pid PID] [--deltas 40] [--delay 0.05] [--load-s 0] [--slots 1] [--voice]
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def gateway_config(**kw):
     """A gateway that checks its workers often and restarts them at once."""
     from llama_omni_py.server.gateway import GatewayConfig
 
-    return GatewayConfig(port=0, health_interval_s=0.2, restart_backoff_s=(0.2,), **kw)
+    return GatewayConfig(**{"port": 0, "health_interval_s": 0.2, "restart_backoff_s": (0.2,), **kw})
 
 
 def main() -> None:
@@ -55,6 +58,8 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--load-s", type=float, default=0.0, help="seconds /health says loading")
     ap.add_argument("--slots", type=int, default=1, help="sessions served at once")
+    ap.add_argument("--voice", action="store_true", help="serve /ws/half_duplex and /v1/realtime too")
+    ap.add_argument("--reject-ws", action="store_true", help="/health says ready; every WebSocket gets 503")
     args, _ = ap.parse_known_args()
     if args.parent_pid is not None:
         from llama_omni_py.server.lifeline import die_with_parent
@@ -82,18 +87,56 @@ def main() -> None:
                     "slots_busy": busy,
                     "slots_free": args.slots - busy,
                     "most_at_once": state["most"],  # the most sessions it ever held at once
-                    "capabilities": ["turn_based"],
+                    "capabilities": ["turn_based", *(["half_duplex"] if args.voice else [])],
                 },
             )
         m = re.fullmatch(r"/sessions/([^/]+)/close", request.path)
         if m:
             state["active"].discard(m.group(1))
             return reply(200, {"ok": True})
-        if request.path != "/backend":
+        path = request.path.split("?", 1)[0]
+        if args.reject_ws:
+            return reply(503, {"error": "not now"})
+        if path != "/backend" and not (args.voice and path in ("/ws/half_duplex", "/v1/realtime")):
             return reply(404, {"error": "no route"})
         return None
 
+    async def deltas(ws, make) -> None:
+        for i in range(args.deltas):
+            await ws.send(json.dumps(make(i)))
+            await asyncio.sleep(args.delay)
+
+    async def half_duplex(ws):
+        async for raw in ws:
+            msg = json.loads(raw)
+            if msg["type"] == "prepare":
+                await ws.send(json.dumps({"type": "prepared", "session_id": "fake", "timeout_s": 180}))
+            elif msg["type"] == "audio_chunk":
+                await deltas(ws, lambda i: {"type": "chunk", "chunk_index": i, "text_delta": f"w{i} "})
+                await ws.send(json.dumps({"type": "turn_done", "turn_index": 1, "text": ""}))
+            elif msg["type"] == "stop":
+                await ws.send(json.dumps({"type": "stopped"}))
+                return
+
+    async def realtime(ws):
+        await ws.send(json.dumps({"type": "session.created", "session": {"type": "realtime"}}))
+        async for raw in ws:
+            msg = json.loads(raw)
+            if msg["type"] == "response.create":
+                response = {"id": "resp_fake", "object": "realtime.response", "status": "in_progress", "output": []}
+                await ws.send(json.dumps({"type": "response.created", "response": response}))
+                await deltas(ws, lambda i: {"type": "response.output_text.delta", "delta": f"w{i} "})
+                await ws.send(json.dumps({"type": "response.done", "response": {**response, "status": "completed"}}))
+            elif msg["type"] == "stop":
+                return
+            else:
+                await ws.send(json.dumps({"type": "error", "error": {"code": "invalid_event", "message": msg["type"]}}))
+
     async def backend(ws):
+        path = ws.request.path.split("?", 1)[0]
+        if path != "/backend":
+            await (half_duplex if path == "/ws/half_duplex" else realtime)(ws)
+            return
         sid = None
         try:
             async for raw in ws:

@@ -32,7 +32,7 @@ def _get(url: str, headers: dict) -> tuple[int, dict, dict]:
 @pytest.fixture(scope="module")
 def gateway():
     cfg = GatewayConfig(port=0, health_interval_s=0.2, api_keys=(KEY,))
-    with BackgroundGateway(cfg, [FakeWorkers(1, "--deltas", "3", "--delay", "0")]) as g:
+    with BackgroundGateway(cfg, [FakeWorkers(1, "--deltas", "3", "--delay", "0", "--voice")]) as g:
         assert g.wait_ready(60) == "ready"
         yield g
 
@@ -73,6 +73,21 @@ def test_websockets_need_the_key_too(gateway):
     assert e.value.response.status_code == 403
     assert asyncio.run(_chat(ws_url + f"?api_key={KEY}"))[-1]["type"] == "done"  # what a browser page does
     assert asyncio.run(_chat(ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}))[-1]["type"] == "done"
+
+
+def test_realtime_takes_the_key_as_the_browser_client_offers_it(gateway):
+    # OpenAI's browser client offers the subprotocols "realtime" and "openai-insecure-api-key.KEY"
+    url = gateway.url.replace("http://", "ws://") + "/v1/realtime?model=m"
+
+    async def first_event(key):
+        async with connect(url, subprotocols=["realtime", f"openai-insecure-api-key.{key}"]) as ws:
+            return ws.subprotocol, json.loads(await asyncio.wait_for(ws.recv(), 30))
+
+    chosen, event = asyncio.run(first_event(KEY))
+    assert chosen == "realtime" and event["type"] == "session.created"
+    with pytest.raises(InvalidStatus) as e:
+        asyncio.run(first_event("wrong-key-123"))
+    assert e.value.response.status_code == 403
 
 
 def test_a_worker_with_a_secret_serves_only_its_gateway(tiny_dir):

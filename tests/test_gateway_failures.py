@@ -7,12 +7,14 @@ can kill one at a known point of a turn."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,7 +29,8 @@ from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
 _config = gateway_config
 
 
-async def _chat_until_end(url: str, on_chunk=None) -> list[dict]:
+async def _chat_until_end(url: str, on_chunk=None, closes=None) -> list[dict]:
+    """The messages of one /ws/chat turn up to done or error; ``closes`` gets the close code."""
     msgs: list[dict] = []
     async with connect(url.replace("http://", "ws://") + "/ws/chat") as ws:
         await ws.send(json.dumps(chat_request("tell me a story")))
@@ -39,6 +42,10 @@ async def _chat_until_end(url: str, on_chunk=None) -> list[dict]:
                     on_chunk(sum(x["type"] == "chunk" for x in msgs))
                 if m["type"] in ("done", "error"):
                     break
+            if closes is not None:
+                with contextlib.suppress(ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 30)
+                closes.append(ws.close_code)
         except ConnectionClosed:
             pass
     return msgs
@@ -59,9 +66,11 @@ def test_a_turn_that_lost_its_worker_is_not_replayed_and_the_worker_comes_back()
                 serving = next(i for i, w in enumerate(workers.workers) if w.leased)
                 os.kill(workers.procs[serving].pid, signal.SIGKILL)
 
-        msgs = asyncio.run(_chat_until_end(g.url, kill_serving))
+        closes = []
+        msgs = asyncio.run(_chat_until_end(g.url, kill_serving, closes))
         texts = [m["text_delta"] for m in msgs if m["type"] == "chunk" and m.get("text_delta")]
         assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "worker_failed", msgs[-1]
+        assert closes == [1008]  # an error ends the connection as a policy close
         assert "incomplete" in msgs[-1]["error"]
         assert not any(m["type"] == "done" for m in msgs)
         assert len(texts) == len(set(texts))  # nothing was sent twice: the turn was not run again
@@ -73,6 +82,28 @@ def test_a_turn_that_lost_its_worker_is_not_replayed_and_the_worker_comes_back()
         assert all(p.poll() is None for p in workers.procs)
         again = asyncio.run(_chat_until_end(g.url))
         assert again[-1]["type"] == "done"
+
+
+def test_api_chat_whose_worker_dies_mid_reply_is_a_502_not_a_replay():
+    # /api/chat answers whole; the worker still streams to the gateway, so a death after its first
+    # piece is known and the turn is not run again on the other worker.
+    workers = FakeWorkers(2, "--deltas", "400", "--delay", "0.01")
+    with BackgroundGateway(_config(), [workers]) as g:
+        assert g.wait_ready(60) == "ready"
+
+        def kill_when_serving() -> None:
+            wait_until(lambda: any(w.leased for w in workers.workers), 30)
+            time.sleep(0.5)  # some pieces are out
+            serving = next(i for i, w in enumerate(workers.workers) if w.leased)
+            os.kill(workers.procs[serving].pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_when_serving)
+        killer.start()
+        status, body = http(g.url + "/api/chat", "POST", json.dumps(chat_request("tell me a story")).encode())
+        killer.join()
+        assert status == 502 and body["error"] == "worker_failed" and body["success"] is False, body
+        assert _metric(g.url, "omni_worker_failures_total") == 1
+        assert sum(w.total_requests for w in workers.workers) == 1  # it ran once, on the worker that died
 
 
 def test_dead_workers_restart_in_parallel_each_on_its_own_backoff():

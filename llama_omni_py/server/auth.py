@@ -1,6 +1,7 @@
 """Who may use a server: the token a request carries, checked in constant time. The gateway takes
-API keys from its clients (``Authorization: Bearer KEY``, ``X-API-Key: KEY``, or ``?api_key=KEY``
-on a WebSocket URL, which browsers cannot give headers); a worker takes one shared secret from its
+API keys from its clients (``Authorization: Bearer KEY``, ``X-API-Key: KEY``, or, on a WebSocket,
+which browsers cannot give headers, ``?api_key=KEY`` or the subprotocol
+``openai-insecure-api-key.KEY``); a worker takes one shared secret from its
 gateway (``Authorization: Bearer SECRET``), so that nobody else can open sessions on it."""
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ def bearer(headers) -> str | None:
 def query_token(query: str) -> str | None:
     values = parse_qs(query or "").get("api_key")
     return values[0] if values else None
+
+
+SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how OpenAI's browser Realtime client passes its key
+
+
+def subprotocol_token(subprotocols) -> str | None:
+    """The key a browser WebSocket offers as the subprotocol ``openai-insecure-api-key.KEY`` (a
+    browser can set no header but ``Sec-WebSocket-Protocol``), or None."""
+    for p in subprotocols or ():
+        if p.startswith(SUBPROTOCOL_KEY):
+            return p[len(SUBPROTOCOL_KEY) :] or None
+    return None
 
 
 def allowed(token: str | None, keys) -> bool:

@@ -19,7 +19,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from .. import auth
+from ..log_limits import RateLimitedLog
 from . import chat_api, duplex_api, openai_api, realtime_api, status_api
+from .bodies import BodyLimit
 from .config import GatewayConfig
 from .service import Gateway
 
@@ -69,9 +71,10 @@ PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/duplex", "/half_duplex
 
 class ApiKeys:
     """ASGI middleware: with API keys configured, every HTTP request and WebSocket handshake but
-    the public paths needs one (auth.py: a Bearer or X-API-Key header, or ?api_key= for browsers'
-    WebSockets). HTTP answers 401 in the interface's error shape; a WebSocket is refused before
-    it opens (close 1008, HTTP 403 to the handshake)."""
+    the public paths needs one (auth.py: a Bearer or X-API-Key header; for browsers' WebSockets
+    ?api_key= or the subprotocol openai-insecure-api-key.KEY). HTTP answers 401 in the
+    interface's error shape; a WebSocket is refused before it opens (close 1008, HTTP 403 to
+    the handshake)."""
 
     def __init__(self, app, keys: tuple):
         self.app, self.keys = app, keys
@@ -87,7 +90,11 @@ class ApiKeys:
             return await self.app(scope, receive, send)
         from starlette.datastructures import Headers
 
-        token = auth.bearer(Headers(scope=scope)) or auth.query_token(scope.get("query_string", b"").decode("latin-1"))
+        token = (
+            auth.bearer(Headers(scope=scope))
+            or auth.query_token(scope.get("query_string", b"").decode("latin-1"))
+            or auth.subprotocol_token(scope.get("subprotocols"))
+        )
         if auth.allowed(token, self.keys):
             return await self.app(scope, receive, send)
         if scope["type"] == "websocket":
@@ -138,15 +145,41 @@ def build_app(gateway: Gateway) -> Starlette:
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _not_found},
-        middleware=[Middleware(ApiKeys, keys=gateway.config.api_keys)],
+        middleware=[
+            Middleware(BodyLimit, max_body_bytes=gateway.config.max_body_bytes),
+            Middleware(ApiKeys, keys=gateway.config.api_keys),
+        ],
     )
     app.state.gateway = gateway
     return app
 
 
+class InvalidUtf8Lines(logging.Filter):
+    """uvicorn logs a traceback for every text frame that is not UTF-8 (and closes it, 1007):
+    anyone could flood the log. This keeps one line per ``interval_s``, counting the rest."""
+
+    def __init__(self, interval_s: float):
+        super().__init__()
+        self.limited = RateLimitedLog(log, interval_s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Invalid UTF-8 sequence"):
+            return True
+        self.limited("invalid_utf8", "a client sent a WebSocket text frame that is not UTF-8; closed it (1007)")
+        return False
+
+
+def quiet_invalid_utf8(interval_s: float) -> None:
+    """Installs the filter on uvicorn's error log (once)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, InvalidUtf8Lines) for f in logger.filters):
+        logger.addFilter(InvalidUtf8Lines(interval_s))
+
+
 def uvicorn_config(app, cfg: GatewayConfig):
     import uvicorn
 
+    quiet_invalid_utf8(cfg.log_interval_s)
     return uvicorn.Config(
         app,
         host=cfg.host,
@@ -161,19 +194,39 @@ def uvicorn_config(app, cfg: GatewayConfig):
     )
 
 
-def run_gateway(cfg: GatewayConfig, sources: list) -> None:
-    """Serves until SIGINT or SIGTERM, then stops the workers and returns (exit status 0)."""
+def _server_class():
     import uvicorn
 
     class Server(uvicorn.Server):
+        """uvicorn's server that tells its clients why it stops before it closes their sockets."""
+
+        gateway: Gateway
+
+        async def shutdown(self, sockets=None) -> None:
+            with contextlib.suppress(Exception):  # nothing keeps the server from stopping
+                await self.gateway.tell_shutdown()
+            await super().shutdown(sockets)
+
         @contextlib.contextmanager
         def capture_signals(self):
             with super().capture_signals():
                 yield
                 self._captured_signals.clear()  # uvicorn would raise the signal again on the way out
 
+    return Server
+
+
+def _server(gateway: Gateway):
+    server = _server_class()(uvicorn_config(build_app(gateway), gateway.config))
+    server.gateway = gateway
+    return server
+
+
+def run_gateway(cfg: GatewayConfig, sources: list) -> None:
+    """Serves until SIGINT or SIGTERM, then tells its clients, stops the workers and returns
+    (exit status 0)."""
     gateway = Gateway(cfg, sources)
-    server = Server(uvicorn_config(build_app(gateway), cfg))
+    server = _server(gateway)
     log.warning("gateway on http://%s:%d (%s)", cfg.host, cfg.port, ", ".join(s.describe() for s in sources))
     server.run()
 
@@ -183,10 +236,8 @@ class BackgroundGateway:
     ``with BackgroundGateway(cfg, sources) as g: g.url``."""
 
     def __init__(self, config: GatewayConfig, sources: list):
-        import uvicorn
-
         self.gateway = Gateway(config, sources)
-        self.server = uvicorn.Server(uvicorn_config(build_app(self.gateway), config))
+        self.server = _server(self.gateway)
         self.server.install_signal_handlers = lambda: None  # not the main thread
         self._thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
 

@@ -9,13 +9,14 @@ import asyncio
 import contextlib
 import logging
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .. import jsonio
-from .bodies import BodyTooLarge, read_body
+from .bodies import body_error, read_json
 from .client_channel import ClientChannel, SlowReader
+from .duplex_api import Face
 from .turns import TurnFailed, run_turn
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ async def ws_chat(websocket: WebSocket) -> None:
     cfg = gw.config
     await websocket.accept()
     channel = ClientChannel(websocket, cfg.send_buffer_bytes, cfg.send_timeout_s)
+    gw.clients[channel] = Face()  # told when the gateway shuts down
     try:
         try:  # the request comes first: no worker is taken for a connection that says nothing
             msg = await asyncio.wait_for(websocket.receive(), cfg.first_message_timeout_s)
@@ -99,11 +101,15 @@ async def ws_chat(websocket: WebSocket) -> None:
         await asyncio.wait({turn, watch, gone}, return_when="FIRST_COMPLETED")
         if not turn.done():  # the client left, read too slowly or broke the one-request rule
             turn.cancel()
+        failed = False
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await turn
+            failed = await turn
         watch.cancel()
         gone.cancel()
+        if failed:
+            channel.close(1008, "request failed")
     finally:
+        gw.clients.pop(channel, None)
         channel.close(1000, "done")
         await channel.closed(cfg.send_timeout_s + 1)
 
@@ -123,7 +129,8 @@ async def _watch(websocket: WebSocket, channel: ClientChannel) -> None:
         return
 
 
-async def _chat_turn(gw, body: dict, channel: ClientChannel, streaming: bool) -> None:
+async def _chat_turn(gw, body: dict, channel: ClientChannel, streaming: bool) -> bool:
+    """Runs the turn, telling the client; True when it ended with an error."""
     state = {"prefill": False}
 
     async def on_event(ev):
@@ -145,20 +152,19 @@ async def _chat_turn(gw, body: dict, channel: ClientChannel, streaming: bool) ->
     except TurnFailed as e:
         with contextlib.suppress(SlowReader):
             channel.put({"type": "error", "error": f"{e.reason}: {e.message}", "code": e.reason})
+        return True
     except SlowReader:
         log.info("ws/chat client dropped: %s", channel.failed)
+    return False
 
 
 async def api_chat(request: Request) -> JSONResponse:
     gw = request.app.state.gateway
     try:
-        body = jsonio.loads(await read_body(request, gw.config.max_body_bytes))
-    except ClientDisconnect:
-        return JSONResponse({"detail": "client disconnected"}, 400)
-    except BodyTooLarge as e:
-        return JSONResponse({"detail": str(e), "success": False}, 413)
-    except jsonio.BadJson as e:
-        return JSONResponse({"detail": str(e), "success": False}, 400)
+        body = await read_json(request, gw.config.max_body_bytes, "the request")
+    except ValueError as e:
+        status, message = body_error(e)
+        return JSONResponse({"detail": message, "success": False}, status)
     error = _request_error(body)
     if error:
         return JSONResponse({"detail": error, "success": False}, 400)

@@ -25,7 +25,7 @@ from ... import constants
 from .. import jsonio
 from .. import protocol as P
 from . import audio_codec
-from .bodies import BodyTooLarge, read_body
+from .bodies import BodyGone, BodyTooLarge, read_body
 from .client_channel import SlowReader
 from .openai_request import ChatCompletion, OpenAIError, parse
 from .openai_stop import StopScanner
@@ -118,6 +118,8 @@ async def chat_completions(request: Request):
             body = jsonio.loads(await read_body(request, gw.config.max_body_bytes), "the request body")
         except BodyTooLarge as e:
             raise OpenAIError(413, str(e), None, "request_too_large") from None
+        except BodyGone as e:  # nobody reads the answer
+            raise OpenAIError(400, str(e), None, "client_disconnected") from None
         except jsonio.BadJson as e:
             raise OpenAIError(400, str(e), None, "invalid_json") from None
         req = await asyncio.to_thread(

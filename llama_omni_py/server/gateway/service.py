@@ -11,6 +11,7 @@ import time
 from ..log_limits import RateLimitedLog
 from .audio_store import AudioStore
 from .backend_client import WorkerUnavailable, health
+from .client_channel import SlowReader
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
 from .pool import WorkerPool
@@ -28,6 +29,7 @@ class Gateway:
         self.refusal_log = RateLimitedLog(log, config.log_interval_s)
         self.audio = AudioStore(config.audio_ttl_s)
         self.started = time.time()
+        self.clients: dict = {}  # ClientChannel -> its protocol's Face (duplex_api): told of a shutdown
         self._health_task: asyncio.Task | None = None
         self._supervisors: list[asyncio.Task] = []
 
@@ -54,6 +56,17 @@ class Gateway:
                     await task
         for source in self.sources:
             await source.stop()
+
+    async def tell_shutdown(self, grace_s: float = 2.0) -> None:
+        """Every client connection, running or queued, gets an error in its protocol saying the
+        server is stopping, then a close 1012 (service restart), before uvicorn drops them."""
+        channels = list(self.clients.items())
+        for channel, face in channels:
+            with contextlib.suppress(SlowReader):
+                channel.put(face.error("the server is shutting down: connect again later", "server_shutdown"))
+            channel.close(1012, "server shutting down")
+        if channels:
+            await asyncio.gather(*(channel.closed(grace_s) for channel, _ in channels))
 
     # -- health of the workers ---------------------------------------------------------------
     async def _health_loop(self) -> None:

@@ -5,6 +5,7 @@ of the gateway (demo chat, OpenAI) runs its requests through ``run_turn``."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from dataclasses import dataclass
@@ -67,9 +68,13 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
         if gateway.state() == "unavailable":  # loading workers are worth waiting for; failed ones not
             metrics.refusals.labels(reason="no_worker").inc()
             raise TurnFailed("no_worker", "no worker is available (every worker failed or is unreachable)", 503)
-        # A worker that vanished is marked offline; the turn is tried once more, but only when
-        # nothing of it reached the client yet: a turn is never replayed after partial output.
-        forwarded = _Forwarded(on_event)
+        # A worker that vanished is marked offline; the turn is tried once more, but only when the
+        # worker had made nothing of the reply yet: a turn is never replayed after partial output.
+        # A whole (non-streamed) reply is streamed from the worker all the same, so that its
+        # death mid-reply is known as such.
+        forwarded = _Forwarded(on_event, whole=inp.get("streaming") is False)
+        if forwarded.whole:
+            inp = dict(inp, streaming=True)
         for attempt in (1, 2):
             try:
                 async with gateway.pool.lease("chat", session_id, queued) as lease:
@@ -119,14 +124,24 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
 
 
 class _Forwarded:
-    """Wraps on_event and remembers whether anything reached the client."""
+    """Wraps on_event and remembers whether the worker made any of the reply (``any``). For a
+    ``whole`` reply the deltas stay here: their audio becomes response.done's ``audio`` (base64
+    float32 24 kHz, as the worker sends a non-streamed reply), which is all on_event sees."""
 
-    def __init__(self, on_event):
-        self.on_event, self.any = on_event, False
+    def __init__(self, on_event, whole: bool = False):
+        self.on_event, self.whole, self.any = on_event, whole, False
+        self.audio: list[bytes] = []
 
     async def __call__(self, ev: dict) -> None:
-        if self.on_event is not None:
+        if ev["type"] == "response.output.delta":
             self.any = True
+            if self.whole:
+                if ev.get("kind") == "audio":
+                    self.audio.append(base64.b64decode(ev["audio"]))
+                return
+        elif self.whole and ev["type"] == "response.done" and self.audio:
+            ev["audio"] = base64.b64encode(b"".join(self.audio)).decode("ascii")
+        if self.on_event is not None:
             await self.on_event(ev)
 
 
