@@ -260,3 +260,179 @@ def test_full_duplex_through_the_same_endpoint(gw):
     assert cut.audio_end_ms == round(sum(len(base64.b64decode(e.delta)) // 2 for e in deltas) / 24)
     assert not ev.of("input_audio_buffer.speech_started")  # no server VAD in full duplex
     wait_until(lambda: idle(gw))
+
+
+def test_fields_not_served_are_refused_by_name_and_the_session_goes_on(gw):
+    refused = [
+        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "session.tools", "unsupported_parameter"),
+        ({"audio": {"input": {"transcription": {"model": "whisper-1"}}}}, "session.audio.input.transcription", None),
+        ({"audio": {"input": {"noise_reduction": {"type": "far_field"}}}}, "session.audio.input.noise_reduction", None),
+        ({"audio": {"output": {"speed": 1.5}}}, "session.audio.output.speed", None),
+        ({"tool_choice": "required"}, "session.tool_choice", None),
+        ({"unheard_of": 1}, "session.unheard_of", "unknown_parameter"),
+        ({"turn_detection": None}, "session.turn_detection", "unknown_parameter"),  # the beta-era shape
+        ({"input_audio_format": "pcm16"}, "session.input_audio_format", "unknown_parameter"),
+        ({"modalities": ["text"]}, "session.modalities", "unknown_parameter"),
+    ]
+
+    async def go():
+        async with client(gw).realtime.connect(model="m") as conn:
+            ev = Events(conn)
+            await ev.wait(lambda e: e.type == "session.created")
+            for n, (fields, _, _) in enumerate(refused, 1):
+                update = {"type": "realtime", "instructions": f"changed {n}", **fields}
+                await conn.send({"type": "session.update", "session": update, "event_id": f"ev_{n}"})
+                await ev.wait(lambda e, n=n: len(ev.of("error")) >= n)
+            await conn.send({"type": "response.create", "response": {"conversation": "none"}})
+            await ev.wait(lambda e: len(ev.of("error")) > len(refused))
+            ok = {"type": "realtime", "tools": [], "tool_choice": "auto", "truncation": "auto", "instructions": "Hi."}
+            await conn.send({"type": "session.update", "session": ok})
+            updated = await ev.wait(lambda e: e.type == "session.updated")
+            ev.task.cancel()
+            return ev.of("error"), updated
+
+    errors, updated = asyncio.run(go())
+    for e, (_, param, code) in zip(errors, refused):
+        assert e.error.param == param and param in e.error.message, e.error
+        assert code is None or e.error.code == code
+    assert [e.error.event_id for e in errors[: len(refused)]] == [f"ev_{n}" for n in range(1, len(refused) + 1)]
+    assert "session.audio.input.turn_detection" in errors[6].error.message  # where the GA session has it
+    assert errors[-1].error.param == "response.conversation"
+    assert updated.session.instructions == "Hi."  # nothing refused changed the session
+    wait_until(lambda: idle(gw))
+
+
+def test_an_empty_conversation_answers_and_max_output_tokens_is_clamped(gw):
+    async def go():
+        async with client(gw).realtime.connect(model="m") as conn:
+            ev = Events(conn)
+            await ev.wait(lambda e: e.type == "session.created")
+            text = {"type": "realtime", "instructions": "Greet the user.", "output_modalities": ["text"]}
+            await conn.session.update(session=text)
+            await ev.wait(lambda e: e.type == "session.updated")
+            await conn.response.create()  # the assistant speaks first: nothing to answer but the instructions
+            greeting = await ev.wait(lambda e: e.type == "response.done")
+            await conn.response.create(response={"max_output_tokens": 4096, "instructions": "Say more."})
+            longest = await ev.wait(lambda e: e.type == "response.done" and e is not greeting)
+            ev.task.cancel()
+            return greeting, longest, ev
+
+    greeting, longest, ev = asyncio.run(go())
+    assert not ev.of("error"), [e.error for e in ev.of("error")]
+    assert greeting.response.status == "completed" and greeting.response.usage.output_tokens > 0
+    # 4096 is in the API's range but over this server's cap (the worker's 400): clamped, not refused
+    assert longest.response.status == "completed", longest.response.status_details
+    assert 0 < longest.response.usage.output_tokens <= LONG.max_new_tokens
+    assert longest.response.usage.input_token_details.cached_tokens > 0  # the greeting is in the conversation
+    wait_until(lambda: idle(gw))
+
+
+def test_one_append_may_carry_more_than_15_seconds(gw):
+    question = pcm16_24k(np.concatenate([say("What time is it?"), np.zeros(16000 * 18, np.float32)]))
+
+    async def go():
+        async with client(gw).realtime.connect(model="m") as conn:
+            ev = Events(conn)
+            await ev.wait(lambda e: e.type == "session.created")
+            manual = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, "output_modalities": ["text"]}
+            await conn.session.update(session=manual)
+            await ev.wait(lambda e: e.type == "session.updated")
+            await conn.input_audio_buffer.append(audio=base64.b64encode(question).decode())  # about 20 s at once
+            await conn.input_audio_buffer.commit()
+            committed = await ev.wait(lambda e: e.type in ("input_audio_buffer.committed", "error"))
+            ev.task.cancel()
+            return committed
+
+    assert asyncio.run(go()).type == "input_audio_buffer.committed"
+    wait_until(lambda: idle(gw))
+
+
+def test_unanswered_input_is_bounded_and_refused_once_full(gw):
+    from llama_omni_py.server.realtime import MAX_PENDING_PARTS, MAX_PENDING_TEXT_BYTES
+    from llama_omni_py.server.realtime_events import MAX_TEXT_BYTES
+
+    def item(text):
+        return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+    big = "x" * (MAX_TEXT_BYTES - 16)
+    fits = MAX_PENDING_TEXT_BYTES // len(big)
+
+    async def go():
+        async with client(gw).realtime.connect(model="m") as conn:
+            ev = Events(conn)
+            await ev.wait(lambda e: e.type == "session.created")
+            await conn.conversation.item.create(item=item("y" * (MAX_TEXT_BYTES + 1)))  # one part too long
+            too_long = await ev.wait(lambda e: e.type == "error")
+            for _ in range(fits + 1):
+                await conn.conversation.item.create(item=item(big))
+            full = await ev.wait(lambda e: e.type == "error" and e is not too_long)
+            added = len(ev.of("conversation.item.done"))
+            await conn.response.create(response={"max_output_tokens": 4})
+            await ev.wait(lambda e: e.type == "response.done")  # it takes the unanswered input
+            for _ in range(MAX_PENDING_PARTS + 1):
+                await conn.conversation.item.create(item=item("hello"))
+            parts = await ev.wait(lambda e: e.type == "error" and e not in (too_long, full))
+            ev.task.cancel()
+            return too_long, full, added, parts
+
+    too_long, full, added, parts = asyncio.run(go())
+    assert too_long.error.code == "text_too_long" and too_long.error.param == "item.content[0].text"
+    assert full.error.code == "conversation_full" and "MiB of text" in full.error.message and added == fits
+    assert parts.error.code == "conversation_full" and f"{MAX_PENDING_PARTS} inputs" in parts.error.message
+    wait_until(lambda: idle(gw))
+
+
+def test_continuous_speech_without_responses_is_refused_past_the_audio_limit(gw):
+    from llama_omni_py.server.realtime import MAX_PENDING_AUDIO_S, MAX_PENDING_PARTS
+
+    sentence = say("The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.")
+    one = np.concatenate([sentence, np.zeros(16000, np.float32)])
+    talk = np.tile(one, int(MAX_PENDING_AUDIO_S / (sentence.size / 16000)) + 3)
+
+    async def go():
+        async with client(gw).realtime.connect(model="m") as conn:
+            ev = Events(conn)
+            await ev.wait(lambda e: e.type == "session.created")
+            vad = {"type": "server_vad", "create_response": False, "silence_duration_ms": 500}
+            await conn.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": vad}}})
+            await ev.wait(lambda e: e.type == "session.updated")
+            pcm = pcm16_24k(talk)
+            for at in range(0, len(pcm), 24000 * 2 * 10):  # 10 s per append, as fast as it goes
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[at : at + 24000 * 2 * 10]).decode())
+            await ev.wait(lambda e: e.type == "error", timeout=180)
+            ev.task.cancel()
+            return ev
+
+    ev = asyncio.run(go())
+    committed = {e.item_id for e in ev.of("input_audio_buffer.committed")}
+    spans = {e.item_id: e.audio_start_ms for e in ev.of("input_audio_buffer.speech_started")}
+    stopped = [e for e in ev.of("input_audio_buffer.speech_stopped") if e.item_id in committed]
+    held_s = sum(e.audio_end_ms - spans[e.item_id] for e in stopped) / 1000
+    assert len(committed) < MAX_PENDING_PARTS and MAX_PENDING_AUDIO_S - 8 < held_s <= MAX_PENDING_AUDIO_S, held_s
+    error = ev.of("error")[0].error
+    assert error.code == "conversation_full" and f"{MAX_PENDING_AUDIO_S:g} s of audio" in error.message
+    assert not ev.of("response.created")
+    wait_until(lambda: idle(gw))
+
+
+def test_the_workers_max_new_tokens_caps_every_response(tiny_dir):
+    # --max-new-tokens 20 on the worker: "inf" and 100 both give at most 20 tokens
+    with running_gateway(tiny_dir, workers=1, worker_overrides={"session": LONG, "max_new_tokens": 20}) as capped:
+
+        async def go():
+            async with AsyncOpenAI(base_url=capped.url + "/v1", api_key="none").realtime.connect(model="m") as conn:
+                ev = Events(conn)
+                await ev.wait(lambda e: e.type == "session.created")
+                await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+                dones = []
+                for limit in ("inf", 100):
+                    hello = [{"type": "input_text", "text": "Tell me a long story."}]
+                    await conn.conversation.item.create(item={"type": "message", "role": "user", "content": hello})
+                    await conn.response.create(response={"max_output_tokens": limit})
+                    dones.append(await ev.wait(lambda e: e.type == "response.done" and e not in dones))
+                ev.task.cancel()
+                return dones
+
+        dones = asyncio.run(go())
+    assert [d.response.status for d in dones] == ["completed", "completed"]
+    assert all(0 < d.response.usage.output_tokens <= 20 for d in dones), [d.response.usage for d in dones]

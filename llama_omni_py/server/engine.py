@@ -19,6 +19,7 @@ from ..errors import OmniError, ProtocolError, SlotsBusyError
 from ..results import SpeechChunk
 from ..session import OmniSession
 from .config import ServerConfig
+from .memory import give_back
 from .protocol import Turn
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,7 @@ class Engine:
         self._emptying.add(emptying)
         emptying.add_done_callback(self._emptying.discard)  # before any waiter in claim() wakes
         await asyncio.shield(emptying)
+        asyncio.get_running_loop().run_in_executor(None, give_back)  # the session's memory, to the system
 
     # -- turns -----------------------------------------------------------------------------
     async def run(self, session: OmniSession, turn: Turn) -> AsyncIterator[SpeechChunk]:

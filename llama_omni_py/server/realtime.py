@@ -22,11 +22,21 @@ from ..errors import OmniError, ProtocolError
 from ..pipeline import iterate_in_thread
 from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
 from . import realtime_events as R
+from .realtime_fields import check_response
 from .realtime_response import ResponseEvents
 from .realtime_socket import RealtimeSocket
 
 log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)
+# User input no response has answered yet (create_response false, items without response.create):
+# beyond these the next input is refused with conversation_full. Answered turns are bounded by
+# the VoiceSession (the newest 64 entries, no more audio than the LLM context holds).
+MAX_PENDING_PARTS = 32
+MAX_PENDING_AUDIO_S = 120.0
+MAX_PENDING_TEXT_BYTES = 1 << 20
+# A response with no unanswered input (the assistant speaks first, or again) answers this cue:
+# the model's prompt needs a user turn.
+START_CUE, GO_ON_CUE = "Please start the conversation.", "Please go on."
 
 
 class RealtimeConnection(RealtimeSocket):
@@ -35,11 +45,13 @@ class RealtimeConnection(RealtimeSocket):
         self.voice = None
         self.buffer: list[np.ndarray] = []  # manual mode: appended, not yet committed
         self.pending: list = []  # committed user contents a response has not answered yet
+        self.pending_audio_s = 0.0
+        self.pending_text = 0  # bytes
         self.last_item: str | None = None
         self.speech_item: str | None = None  # the item id speech_started announced
         self.response: asyncio.Task | None = None
         self.cancel_reason = "turn_detected"
-        self.last_reply: tuple[str, int] | None = None  # (assistant item id, its index in history)
+        self.last_reply: tuple[str, tuple] | None = None  # (assistant item id, its history entry)
         self.appended_ms = 0.0
         self.vad_origin_ms = 0.0  # appended audio before the detector's stream began
 
@@ -48,8 +60,10 @@ class RealtimeConnection(RealtimeSocket):
         await self.send(R.event("session.created", session=self.cfg.session()))
 
     async def _end(self) -> None:
-        """Frees the slot (idempotent)."""
+        """Frees the slot (idempotent) and what the conversation held."""
         await self._end_response()
+        self._take_pending()
+        self.buffer.clear()
         voice, self.voice = self.voice, None
         if voice is not None:
             voice.close()
@@ -79,7 +93,7 @@ class RealtimeConnection(RealtimeSocket):
                     raise ProtocolError("the input audio buffer is full (29 s): commit or clear it", "buffer_full")
                 self.buffer.append(x)
             else:
-                for ev in self.voice.push(x):
+                for ev in await asyncio.to_thread(self.voice.push, x):  # a long append: seconds of VAD
                     await self._on_vad(ev)
         elif kind == "input_audio_buffer.commit":
             await self._commit()
@@ -98,6 +112,7 @@ class RealtimeConnection(RealtimeSocket):
             opts = msg.get("response") or {}
             if not isinstance(opts, dict):
                 raise ProtocolError("response must be an object", "invalid_value")
+            check_response(opts)
             self._start_response(opts)
         elif kind == "response.cancel":
             if self.response is None or self.response.done():
@@ -121,7 +136,11 @@ class RealtimeConnection(RealtimeSocket):
             end_ms = round(self.vad_origin_ms + ev.end_s * 1000) + self.voice.vad.options.speech_pad_ms
             await self.send(R.event("input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id=item))
             if isinstance(ev, SpeechStopped):
-                await self._add_user_audio(item, ev)
+                try:
+                    await self._add_user_audio(item, ev)
+                except ProtocolError as e:  # conversation_full: this utterance is dropped
+                    await self.send(R.error(str(e), e.code))
+                    return
                 if self.cfg.turn_detection["create_response"]:
                     await self._end_response()
                     self._start_response({})
@@ -142,7 +161,31 @@ class RealtimeConnection(RealtimeSocket):
         self.buffer.clear()
         await self._add_user_audio(R.new_id("item"), SpeechStopped(0.0, audio.size / 16000, 0.0, audio))
 
+    def _admit(self, parts: int = 1, audio_s: float = 0.0, text_bytes: int = 0) -> None:
+        """ProtocolError conversation_full when this input would pass the unanswered limits."""
+        over = None
+        if len(self.pending) + parts > MAX_PENDING_PARTS:
+            over = f"{MAX_PENDING_PARTS} inputs"
+        elif self.pending_audio_s + audio_s > MAX_PENDING_AUDIO_S:
+            over = f"{MAX_PENDING_AUDIO_S:g} s of audio"
+        elif self.pending_text + text_bytes > MAX_PENDING_TEXT_BYTES:
+            over = f"{MAX_PENDING_TEXT_BYTES >> 20} MiB of text"
+        if over:
+            raise ProtocolError(
+                f"the conversation holds more unanswered input than this server keeps ({over}): "
+                "ask for a response (response.create) before adding more",
+                "conversation_full",
+            )
+        self.pending_audio_s += audio_s
+        self.pending_text += text_bytes
+
+    def _take_pending(self) -> list:
+        turn, self.pending = self.pending, []
+        self.pending_audio_s, self.pending_text = 0.0, 0
+        return turn
+
     async def _add_user_audio(self, item_id: str, utterance: SpeechStopped) -> None:
+        self._admit(audio_s=utterance.audio.size / 16000)
         await self._end_response()  # the encoder and the engine: one thing at a time
         await self.send(R.event("input_audio_buffer.committed", item_id=item_id, previous_item_id=self.last_item))
         enc = await asyncio.to_thread(self.voice.encode, utterance)
@@ -164,21 +207,24 @@ class RealtimeConnection(RealtimeSocket):
         parts, shown = [], []
         for i, c in enumerate(content):
             kind = c.get("type") if isinstance(c, dict) else None
-            if role == "user" and kind == "input_text" and isinstance(c.get("text"), str):
-                parts.append(c["text"])
+            if role == "user" and kind == "input_text":
+                parts.append(R.text_field(c.get("text"), f"item.content[{i}].text"))
                 shown.append({"type": "input_text", "text": c["text"]})
             elif role == "user" and kind == "input_audio":
                 x = R.pcm16_in(c.get("audio"), f"item.content[{i}].audio", R.MAX_BUFFER_SECONDS)
                 parts.append(SpeechStopped(0.0, x.size / 16000, 0.0, x))
                 shown.append({"type": "input_audio", "transcript": c.get("transcript")})
             elif role == "assistant" and kind in ("output_text", "text", "output_audio"):
-                text = c.get("text") if kind != "output_audio" else c.get("transcript")
-                if not isinstance(text, str):
-                    raise ProtocolError(f"item.content[{i}] needs its text", "invalid_value")
+                name = "transcript" if kind == "output_audio" else "text"
+                text = R.text_field(c.get(name), f"item.content[{i}].{name}")
                 parts.append(text)
                 shown.append({"type": kind, ("transcript" if kind == "output_audio" else "text"): text})
             else:
                 raise ProtocolError(f"item.content[{i}]: type {kind!r} is not served for role {role}", "invalid_value")
+        if role == "user":
+            audio_s = sum(p.audio.size / 16000 for p in parts if isinstance(p, SpeechStopped))
+            text_bytes = sum(len(p.encode("utf-8", "surrogatepass")) for p in parts if isinstance(p, str))
+            self._admit(len(parts), audio_s, text_bytes)
         await self._end_response()
         if role == "user":
             for p in parts:
@@ -200,9 +246,8 @@ class RealtimeConnection(RealtimeSocket):
 
     def _flush_pending(self) -> None:
         """User input no response answered joins the conversation as it is."""
-        for c in self.pending:
+        for c in self._take_pending():
             self.voice.add("user", c)
-        self.pending.clear()
 
     async def _truncate(self, msg: dict) -> None:
         item_id, ms = msg.get("item_id"), msg.get("audio_end_ms")
@@ -210,7 +255,10 @@ class RealtimeConnection(RealtimeSocket):
             raise ProtocolError("only the last assistant item can be truncated", "invalid_value")
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise ProtocolError("audio_end_ms must be a non-negative integer", "invalid_value")
-        _, index = self.last_reply
+        history = self.voice.history
+        index = next((i for i in range(len(history) - 1, -1, -1) if history[i] is self.last_reply[1]), None)
+        if index is None:
+            raise ProtocolError("the item has left the conversation (it was too long ago)", "invalid_value")
         record = self.voice.turns[-1]
         total_ms = record.audio_samples / 24.0
         if ms > total_ms + 1:
@@ -218,20 +266,27 @@ class RealtimeConnection(RealtimeSocket):
         text = record.text
         if total_ms > 0:  # the transcript kept in proportion to the audio heard
             text = text[: round(len(text) * min(1.0, ms / total_ms))]
-        self.voice.history[index] = ("assistant", text)
+        history[index] = ("assistant", text)
+        self.last_reply = (item_id, history[index])
         await self.send(R.event("conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=ms))
 
     # -- responses -----------------------------------------------------------------------------
     def _start_response(self, opts: dict) -> None:
-        if not self.pending:
-            raise ProtocolError("nothing to respond to: commit audio or create a user item first", "no_input")
+        """A response to the unanswered input; with none (the assistant speaks first, or again)
+        it answers from the instructions and the conversation so far."""
         modalities = opts.get("output_modalities", self.cfg.output_modalities)
         if modalities not in (["audio"], ["text"]):
             raise ProtocolError("response.output_modalities must be ['audio'] or ['text']", "invalid_value")
         limit = R.max_tokens(opts.get("max_output_tokens", self.cfg.max_output_tokens), "max_output_tokens")
-        turn, self.pending = list(self.pending), []
+        cap = self.server.config.max_new_tokens or self.session.config.max_new_tokens  # every route's cap
+        limit = cap if limit == "inf" else min(limit, cap)
+        instructions = opts.get("instructions")
+        if instructions is not None:
+            R.text_field(instructions, "response.instructions")
+        R.audio_format(((opts.get("audio") or {}).get("output") or {}).get("format"), "response.audio.output.format")
+        turn = self._take_pending() or [GO_ON_CUE if self.voice.history else START_CUE]
         self.cancel_reason = "turn_detected"
-        self.response = asyncio.create_task(self._respond(turn, modalities[0], None if limit == "inf" else limit))
+        self.response = asyncio.create_task(self._respond(turn, modalities[0], limit, instructions))
 
     async def _end_response(self) -> None:
         task = self.response
@@ -239,16 +294,15 @@ class RealtimeConnection(RealtimeSocket):
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                 await task
 
-    async def _respond(self, turn: list, modality: str, limit: int | None) -> None:
+    async def _respond(self, turn: list, modality: str, limit: int, instructions: str | None = None) -> None:
         voice, loop = self.voice, asyncio.get_running_loop()
         out = ResponseEvents(self.send, self._item_added, self.cfg, modality)
         await out.start()
         failed = None
+        options = {"speech": modality == "audio", "max_new_tokens": limit, "system_prompt": instructions}
         try:
             with self.engine.turn_running():
-                chunks = iterate_in_thread(
-                    lambda: voice.respond(turn, speech=modality == "audio", max_new_tokens=limit), voice.interrupt, loop
-                )
+                chunks = iterate_in_thread(lambda: voice.respond(turn, **options), voice.interrupt, loop)
                 async for chunk in chunks:
                     await out.text(chunk.text_delta)
                     await out.audio(chunk.audio)
@@ -256,7 +310,7 @@ class RealtimeConnection(RealtimeSocket):
         except (OmniError, ValueError) as e:
             failed = {"type": "server_error", "code": "generation_failed", "message": str(e)}
         record = voice.turns[-1] if voice.turns else None
-        self.last_reply = (out.item_id, len(voice.history) - 1)
+        self.last_reply = (out.item_id, voice.history[-1]) if voice.history else None
         if failed:
             status, details = "failed", {"type": "failed", "error": failed}
         elif record is not None and record.interrupted:

@@ -18,10 +18,12 @@ from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ..errors import ConfigError, ProtocolError
 from ..media import resample
 from ..voice import VadOptions
+from .realtime_fields import check_session, refusal
 
 RATE = 24000  # the API's PCM rate, both ways
-MAX_APPEND_SECONDS = 15.0  # one input_audio_buffer.append
-MAX_BUFFER_SECONDS = 29.0  # a committed buffer (the audio encoder holds 30 s)
+MAX_EVENT_AUDIO_BYTES = 15 << 20  # one event's base64 audio, as OpenAI allows (about 4 minutes)
+MAX_BUFFER_SECONDS = 29.0  # a committed buffer, one audio item (the audio encoder holds 30 s)
+MAX_TEXT_BYTES = 64 << 10  # the instructions, one text part of an item (a 4096-token context holds less)
 # OpenAI's server_vad defaults (threshold, prefix_padding_ms, silence_duration_ms)
 DEFAULT_TURN_DETECTION = {
     "type": "server_vad",
@@ -89,11 +91,10 @@ class RealtimeConfig:
             raise ProtocolError("session must be an object", "invalid_value")
         if s.get("type", "realtime") != "realtime":
             raise ProtocolError("session.type must be 'realtime' (no transcription sessions here)", "invalid_value")
+        check_session(s)
         new = dict(self.__dict__)
         if "instructions" in s:
-            if not isinstance(s["instructions"], str):
-                raise ProtocolError("session.instructions must be a string", "invalid_value")
-            new["instructions"] = s["instructions"]
+            new["instructions"] = text_field(s["instructions"], "session.instructions")
         if "output_modalities" in s:
             m = s["output_modalities"]
             if m not in (["audio"], ["text"]):
@@ -106,12 +107,8 @@ class RealtimeConfig:
             raise ProtocolError("session.audio must be an object", "invalid_value")
         inp, out = audio.get("input") or {}, audio.get("output") or {}
         for where, part in (("input", inp), ("output", out)):
-            fmt = part.get("format") if isinstance(part, dict) else None
-            if fmt is not None and (
-                not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or fmt.get("rate", RATE) != RATE
-            ):
-                raise ProtocolError(f"session.audio.{where}.format: only audio/pcm at 24000 Hz", "invalid_value")
-        if isinstance(out, dict) and isinstance(out.get("voice"), str):
+            audio_format(part.get("format"), f"session.audio.{where}.format")
+        if isinstance(out.get("voice"), str):
             new["voice"] = out["voice"]
         if isinstance(inp, dict) and "turn_detection" in inp:
             new["turn_detection"] = turn_detection(inp["turn_detection"])
@@ -119,6 +116,23 @@ class RealtimeConfig:
             setattr(self, k, v)
         if self.turn_detection is not None:
             self.vad_options()  # ranges were checked in turn_detection()
+
+
+def text_field(v, where: str) -> str:
+    """A string of at most MAX_TEXT_BYTES (UTF-8)."""
+    if not isinstance(v, str):
+        raise refusal(f"{where} must be a string", "invalid_value", where)
+    if len(v) > MAX_TEXT_BYTES or len(v.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+        raise refusal(f"{where} is longer than {MAX_TEXT_BYTES >> 10} KiB", "text_too_long", where)
+    return v
+
+
+def audio_format(fmt, where: str) -> None:
+    """Only audio/pcm at 24 kHz, both ways (None: unchanged)."""
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") != "audio/pcm" or fmt.get("rate", RATE) != RATE:
+        raise refusal(f"{where}: only audio/pcm at 24000 Hz", "invalid_value", where)
 
 
 def max_tokens(v, where: str):
@@ -159,11 +173,15 @@ def turn_detection(td) -> dict | None:
     return out
 
 
-def pcm16_in(value, what: str, max_seconds: float = MAX_APPEND_SECONDS) -> np.ndarray:
-    """Base64 PCM16 at 24 kHz -> float32 at 16 kHz (the audio encoder's rate)."""
+def pcm16_in(value, what: str, max_seconds: float | None = None) -> np.ndarray:
+    """Base64 PCM16 at 24 kHz -> float32 at 16 kHz (the audio encoder's rate): at most
+    MAX_EVENT_AUDIO_BYTES of base64, and ``max_seconds`` when given (refused by the length alone,
+    before anything is decoded)."""
     if not isinstance(value, str):
         raise ProtocolError(f"{what} must be a base64 string of 16-bit PCM", "invalid_value")
-    if len(value) * 3 // 4 > max_seconds * RATE * 2 + 4:
+    if len(value) > MAX_EVENT_AUDIO_BYTES:
+        raise ProtocolError(f"{what} is more than {MAX_EVENT_AUDIO_BYTES >> 20} MiB of base64", "audio_too_long")
+    if max_seconds is not None and len(value) * 3 // 4 > max_seconds * RATE * 2 + 4:
         raise ProtocolError(f"{what} is longer than {max_seconds:g} s", "audio_too_long")
     try:
         data = base64.b64decode(value, validate=True)

@@ -52,4 +52,5 @@ class RealtimeSocket(EngineSocket):
                 if await self._dispatch(msg) == "stop":
                     return
             except (ValueError, ProtocolError, MediaError, OmniError) as e:  # the session goes on
-                await self.send(R.error(str(e), getattr(e, "code", "invalid_value"), event_id))
+                code, param = getattr(e, "code", "invalid_value"), getattr(e, "param", None)
+                await self.send(R.error(str(e), code, event_id, param))

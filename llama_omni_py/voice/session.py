@@ -28,6 +28,7 @@ from ..results import SpeechChunk
 from .vad import SpeechStarted, SpeechStopped, StreamingVad, VadEvent, VadOptions
 
 MAX_TURNS_KEPT = 64  # history entries beyond these are dropped oldest first (the prompt trims further)
+MAX_RECORDS_KEPT = 8  # TurnRecords (each holds its utterance's audio) kept, newest last
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ class VoiceSession:
         self.max_new_tokens, self.llm, self.barge_in = max_new_tokens, llm, barge_in
         self.vad = StreamingVad(vad)
         self.history: list[tuple[str, object]] = []
-        self.turns: list[TurnRecord] = []
+        self.turns: list[TurnRecord] = []  # the newest MAX_RECORDS_KEPT
+        self.turn_count = 0
         self._lock = threading.Lock()
         self._replying = False
         self._interrupt: ReplyInterrupted | None = None
@@ -139,11 +141,18 @@ class VoiceSession:
             contents.append(item)
         return contents, utterance, encode_ms
 
-    def respond(self, turn, *, speech: bool | None = None, max_new_tokens: int | None = None) -> Iterator[SpeechChunk]:
+    def respond(
+        self,
+        turn,
+        *,
+        speech: bool | None = None,
+        max_new_tokens: int | None = None,
+        system_prompt: str | None = None,
+    ) -> Iterator[SpeechChunk]:
         """The reply to the user's turn -- an utterance (SpeechStopped), already encoded audio,
         text, or a list of them -- streamed; afterwards the turn is in ``history`` and ``turns``
-        (its text cut to what was delivered when speech interrupted it). ``speech`` and
-        ``max_new_tokens`` override the session's for this reply."""
+        (its text cut to what was delivered when speech interrupted it). ``speech``,
+        ``max_new_tokens`` and ``system_prompt`` override the session's for this reply."""
         with self._lock:
             if self._replying:
                 raise InvalidArgumentError("a reply is already running in this voice session")
@@ -153,13 +162,13 @@ class VoiceSession:
         contents = None
         try:
             contents, utterance, encode_ms = self._user_turn(turn)
-            record = TurnRecord(len(self.turns) + 1, "", False, utterance, encode_ms)
+            record = TurnRecord(self.turn_count + 1, "", False, utterance, encode_ms)
             audio = [c for c in contents if isinstance(c, EncodedAudio)]
             stream = self.session.stream(
                 " ".join(c for c in contents if isinstance(c, str)) or None,
                 audio=audio or None,
                 voice=self.voice,
-                system_prompt=self.system_prompt,
+                system_prompt=self.system_prompt if system_prompt is None else system_prompt,
                 history=self.history[-MAX_TURNS_KEPT:],
                 speech=self.speech if speech is None else speech,
                 max_new_tokens=max_new_tokens or self.max_new_tokens,
@@ -188,13 +197,33 @@ class VoiceSession:
             if contents is not None:
                 record.text, record.interrupted = "".join(text), interrupted
                 self.history += [("user", c) for c in contents] + [("assistant", record.text)]
-                self.turns.append(record)
+                self.turns = [*self.turns[-(MAX_RECORDS_KEPT - 1) :], record]
+                self.turn_count += 1
+                self._trim()
 
     def add(self, role: str, content) -> None:
         """Adds an earlier message to the conversation (text, or EncodedAudio for the user)."""
         if role not in ("user", "assistant") or not isinstance(content, (str, EncodedAudio)):
             raise InvalidArgumentError("add() takes role user or assistant and text (or EncodedAudio for the user)")
         self.history.append((role, content))
+        self._trim()
+
+    def _trim(self) -> None:
+        """Bounds the conversation to what a prompt could still hold: at most MAX_TURNS_KEPT
+        entries, and no entry older than those whose audio alone fills the LLM context. The
+        oldest go first, a whole turn at a time, as the prompt would leave them out."""
+        n_ctx = getattr(self.session.config, "n_ctx", None)
+        rows = [c.embeddings.shape[0] if isinstance(c, EncodedAudio) else 0 for _, c in self.history]
+        drop, later = 0, sum(rows)
+        while drop < len(self.history) and (
+            len(self.history) - drop > MAX_TURNS_KEPT or (n_ctx is not None and later - rows[drop] >= n_ctx)
+        ):
+            later -= rows[drop]
+            drop += 1
+        while 0 < drop < len(self.history) and self.history[drop][0] != "user":  # a turn starts with the user
+            drop += 1
+        if drop:
+            del self.history[:drop]
 
     @property
     def last_interrupt(self) -> ReplyInterrupted | None:
@@ -205,6 +234,7 @@ class VoiceSession:
         self.vad.reset()
         self.history.clear()
         self.turns.clear()
+        self.turn_count = 0
 
     def close(self) -> None:
         if self._replying:
