@@ -23,7 +23,8 @@ MAX_TEXT_BYTES, MAX_PENDING_TEXT_BYTES, MAX_TURNS_KEPT = 64 << 10, MIB, 64
 def _item(role: str, text: str) -> str:
     kind = "input_text" if role == "user" else "output_text"
     content = [{"type": kind, "text": text}]
-    return json.dumps({"type": "conversation.item.create", "item": {"type": "message", "role": role, "content": content}})
+    item = {"type": "message", "role": role, "content": content}
+    return json.dumps({"type": "conversation.item.create", "item": item})
 
 
 async def _attack(port: int, rss) -> tuple[list[dict], float]:
