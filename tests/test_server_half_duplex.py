@@ -245,3 +245,20 @@ def test_config_out_of_range_is_an_error_and_the_session_goes_on(server, config,
     assert ok["type"] == "prepared"
     assert missing == {"type": "error", "error": "Missing audio_base64"}
     wait_until(lambda: http(server.url + "/health")[1]["session_active"] is False)
+
+
+def test_prepare_skips_an_audio_item_without_data_as_the_demo_does():
+    # The demo's page sends its system_content with {"type": "audio", "data": null} until a voice
+    # is loaded; the demo's worker skips the item, and so does ours.
+    from llama_omni_py.server.half_duplex_protocol import parse_prepare
+
+    items = [
+        {"type": "text", "text": "Speak naturally."},
+        {"type": "audio", "data": None, "name": "", "duration": 0},
+        {"type": "text", "text": "You are a helpful assistant."},
+    ]
+    start = parse_prepare({"type": "prepare", "system_content": items})
+    assert start.voice is None and start.system_prompt == "Speak naturally.\nYou are a helpful assistant."
+    voice = b64(np.zeros(SR, np.float32) + 0.01)
+    start = parse_prepare({"type": "prepare", "system_content": [items[1], {**items[1], "data": voice}, items[2]]})
+    assert start.voice is not None and start.voice.size == SR and start.system_prompt == "You are a helpful assistant."

@@ -62,7 +62,8 @@ def vad_options(cfg: dict, where: str = "config.vad.") -> VadOptions:
 def _system_content(items) -> tuple[str | None, np.ndarray | None]:
     """The demo's [text, audio, text]: the first audio is the voice; the text after it (or all the
     text when there is no audio) is the system prompt. A leading text equal to the voice-clone
-    instruction our prompt already holds is not repeated."""
+    instruction our prompt already holds is not repeated. An audio item without data (the demo's
+    page sends one until a voice is loaded) is skipped, as the demo's worker does."""
     if not isinstance(items, list):
         raise ProtocolError("system_content must be a list of {type: text|audio} items", "invalid_input")
     before, after, voice = [], [], None
@@ -70,6 +71,8 @@ def _system_content(items) -> tuple[str | None, np.ndarray | None]:
         where = f"system_content[{i}]"
         if not isinstance(item, dict) or item.get("type") not in ("text", "audio"):
             raise ProtocolError(f"{where} must be an object of type text or audio", "invalid_input")
+        if item["type"] == "audio" and item.get("data") in (None, ""):
+            continue
         if item["type"] == "text":
             if not isinstance(item.get("text"), str):
                 raise ProtocolError(f"{where}.text must be a string", "invalid_input")
