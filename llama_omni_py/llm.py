@@ -76,6 +76,7 @@ class LanguageModel:
         self.prompt_cache = prompt_cache
         self._cached: list = []  # position keys of the prompt the KV cache holds
         self.reused_positions = 0  # prompt positions the last prefill took from the cache
+        self._max_token_bytes: int | None = None
 
     def forget(self) -> None:
         """Empties the KV cache (the beams' sequences too) and the prompt cache's memory of it (a
@@ -97,6 +98,29 @@ class LanguageModel:
 
     def detokenize_bytes(self, tokens: list[int]) -> bytes:
         return self.model.detokenize_bytes(tokens) if tokens else b""
+
+    @property
+    def max_token_bytes(self) -> int:
+        """The most UTF-8 bytes one token of the vocabulary spells (at least 32, what a special
+        token's name takes); read from the vocabulary once."""
+        if self._max_token_bytes is None:
+            pieces = (len(self.model.detokenize_bytes([t])) for t in range(self.model.info.n_vocab))
+            self._max_token_bytes = max(32, *pieces)
+        return self._max_token_bytes
+
+    def check_text_fits(self, n_bytes: int, max_new_tokens: int) -> None:
+        """InvalidArgumentError, before anything is tokenized, when ``n_bytes`` of text cannot fit
+        with the reply: it is at least n_bytes / max_token_bytes tokens. (Tokenizing a 30 MiB text
+        takes seconds; this takes none.)"""
+        room = self.n_ctx - max_new_tokens
+        if n_bytes <= room:  # a text this short may fit whatever its tokens
+            return
+        least = -(-n_bytes // self.max_token_bytes)
+        if least > room:
+            raise InvalidArgumentError(
+                f"the text ({n_bytes} bytes, at least {least} tokens) plus max_new_tokens ({max_new_tokens}) exceeds "
+                f"the context ({self.n_ctx} tokens): shorten the input or lower max_new_tokens"
+            )
 
     def check_fits(self, prompt: Prompt, max_new_tokens: int) -> None:
         """InvalidArgumentError when the prompt and the reply cannot fit the context."""

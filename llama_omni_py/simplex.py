@@ -87,6 +87,10 @@ class SimplexRun:
         limit = len(forced) if forced is not None else r.max_new_tokens or c.max_new_tokens
         if forced is None:
             check_beam_request(b, r.llm or c.llm, r.speech)
+        if r.prompt is None:  # the text no history left out can shorten, checked before any encoding
+            own = "".join(p for p in r.content if isinstance(p, str))
+            own += r.system_prompt if isinstance(r.system_prompt, str) else ""
+            b.llm.check_text_fits(len(own.encode("utf-8", "surrogatepass")), limit)
         media = b.inputs.encode(r)
         prompt, prompt_stats = fitting_prompt(b, r, media, limit)
         if self._cancelled.is_set():  # cancelled while the inputs were encoded

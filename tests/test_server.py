@@ -411,3 +411,24 @@ def test_first_audio_leaves_before_the_llm_finishes(tiny_dir, monkeypatch):
     assert first_audio is not None and first_audio[0] < llm_done[0]
     assert first_audio[1] <= 24000  # the first audio delta holds at most one second
     assert 0 < done["first_text_ms"] <= done["first_codes_ms"] <= done["time_to_first_audio_ms"]
+
+
+def test_a_text_too_long_for_the_context_is_refused_before_it_is_tokenized(server, monkeypatch):
+    # 20 MiB of text cannot fit 4096 positions whatever its tokens: refused by its byte length,
+    # without the seconds that tokenizing it would take (the prompt is never built).
+    import llama_omni_py.simplex as simplex
+
+    built = []
+    real = simplex.build_prompt
+    monkeypatch.setattr(simplex, "build_prompt", lambda *a, **k: built.append(1) or real(*a, **k))
+
+    async def go():
+        async with Client.open(server.url) as c:
+            await c.init()
+            await c.send(push([user(text="hello world " * (20 * 2**20 // 12))]))
+            return await c.closed()
+
+    closed = asyncio.run(go())
+    assert closed["reason"] == "invalid_input" and "exceeds the context" in closed["diagnostic"]["message"]
+    assert built == []
+    assert asyncio.run(one_turn(server.url))[-1]["type"] == "response.done"  # and the next is served
