@@ -322,6 +322,10 @@ def test_page_is_served_and_opens_no_socket_by_itself(gw):
     status, js = http(gw.url + "/static/app.js")
     assert status == 200 and "/ws/chat" in js and "queue_done" in js
     assert http(gw.url + "/static/../pool.py")[0] == 404 and http(gw.url + "/static/nothere.js")[0] == 404
+    for path in ("/", "/duplex", "/half_duplex"):  # every page links to the others
+        html = http(gw.url + path)[1]
+        assert all(f'href="{other}"' in html for other in ("/", "/duplex", "/half_duplex") if other != path), path
+    assert http(gw.url + "/health")[1]["random_weights"] is True  # the tiny set: the pages say so
 
 
 def test_unreachable_workers_mean_unavailable_not_an_endless_queue():

@@ -72,6 +72,20 @@ def discover(path: str | Path) -> ModelSet:
     return ModelSet(root=root, llm=llm, files=files)
 
 
+def random_weights(path: str | Path | None) -> bool:
+    """Whether the set at ``path`` was written by make_models (random weights: gibberish)."""
+    from .spec.llm import RANDOM_WEIGHTS_MARK
+
+    try:
+        llm = discover(path).llm if path is not None else None
+        if llm is None:
+            return False
+        g = core.GgufFile(str(llm))
+        return g.has_key("general.name") and RANDOM_WEIGHTS_MARK in str(g.value("general.name"))
+    except Exception:  # noqa: BLE001 -- an unreadable file is the loader's to report
+        return False
+
+
 class _Reader:
     """Adapter of the native GgufFile to the accessors spec's infer functions use."""
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from ..demo import demo_config
 from ..engine import OmniEngine
 from ..errors import OmniError, ProtocolError, SlotsBusyError
+from ..modelset.layout import random_weights
 from ..results import SpeechChunk
 from ..session import OmniSession
 from .config import ServerConfig
@@ -48,6 +49,7 @@ class Engine:
         self.running = 0  # turns running, over all slots
         self.load_s = self.warmup_s = None
         self.voice_ready = False  # the voice activity detector loads: half-duplex and Realtime served
+        self.random_weights = False  # a generated set (the demo's): replies are gibberish
         self.turns = 0
 
     @property
@@ -98,6 +100,7 @@ class Engine:
         self.omni = self._factory(c.model_dir, c.device, slots=c.slots, config=cfg)
         self.load_s = time.perf_counter() - t0
         self.voice_ready = self._load_vad()
+        self.random_weights = random_weights(getattr(self.omni, "model_dir", None))
         if c.warmup:  # the first turn pays one-time costs (shared by every slot); ready means a turn has run
             t0 = time.perf_counter()
             with self.omni.session() as s:
@@ -129,6 +132,7 @@ class Engine:
                 "load_s": round(self.load_s, 3),
                 "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
                 "turns": self.turns,
+                "random_weights": self.random_weights,
                 "capabilities": ["turn_based", "full_duplex", *(["half_duplex"] if self.voice_ready else [])],
             }
         if self.state == "failed":

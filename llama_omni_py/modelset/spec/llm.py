@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from .common import F16, F32, KeyRule, Meta, TensorSpec, _w
 from .vocab import VOCAB_KEYS
 
+RANDOM_WEIGHTS_MARK = "llama-omni-py random weights"  # in general.name of a generated set's LLM
+
 
 @dataclass(frozen=True)
 class LlmDims:
@@ -59,7 +61,7 @@ def llm_metadata(d: LlmDims) -> Meta:
     a = "qwen3"
     return [
         ("general.architecture", "string", a),
-        ("general.name", "string", "MiniCPM-o-4_5 (llama-omni-py random weights)"),
+        ("general.name", "string", f"MiniCPM-o-4_5 ({RANDOM_WEIGHTS_MARK})"),
         ("general.file_type", "uint32", 0 if d.wtype == F32 else 1),
         (f"{a}.context_length", "uint32", d.n_ctx_train),
         (f"{a}.embedding_length", "uint32", d.n_embd),

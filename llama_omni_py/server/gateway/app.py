@@ -28,7 +28,7 @@ from .service import Gateway
 log = logging.getLogger(__name__)
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
 STATIC = (
-    *("index.html", "app.js", "style.css", "pcm.js"),
+    *("index.html", "app.js", "style.css", "pcm.js", "common.js"),
     *("duplex.html", "duplex.js", "half_duplex.html", "half_duplex.js"),
 )
 

@@ -92,6 +92,8 @@ class Gateway:
             facts["device"] = body["device"]
         if body.get("capabilities"):
             facts["capabilities"] = frozenset(body["capabilities"])
+        if "random_weights" in body:
+            facts["random_weights"] = body["random_weights"] is True
         if isinstance(body.get("slots"), int) and body["slots"] >= 1:
             facts["slots"] = body["slots"]
         if status == 200 and body.get("status") == "ready":

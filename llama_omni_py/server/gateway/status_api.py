@@ -25,6 +25,8 @@ async def health(request: Request) -> JSONResponse:
         "timestamp": datetime.now(timezone.utc).isoformat(),
         "queue_length": len(gw.pool.queue),
         **gw.pool.slot_counts(),
+        # a worker runs a generated set: the pages say its replies are gibberish by design
+        "random_weights": any(w.random_weights for w in gw.pool.workers.values()),
         "workers": [
             {
                 "worker_id": w.id,

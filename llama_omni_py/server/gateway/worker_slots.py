@@ -61,6 +61,7 @@ class Worker:
     total_ms: float = 0.0
     last_heartbeat: str | None = None
     restarts: int = 0  # times the gateway started this worker again after it died
+    random_weights: bool = False  # it runs a generated set (its /health says): replies are gibberish
     secret: str | None = field(default=None, repr=False)  # what the worker requires of this gateway
 
     @property

@@ -95,20 +95,15 @@ function onEvent(ev) {
 
 function request(content) {
   // One WebSocket per turn: the page holds no engine while the user reads or types.
-  // A gateway that requires an API key: open the page as /?api_key=KEY (browsers cannot give a
-  // WebSocket an Authorization header).
-  const key = new URLSearchParams(location.search).get("api_key");
-  const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/chat" +
-    (key ? "?api_key=" + encodeURIComponent(key) : "");
-  const ws = new WebSocket(url);
+  const ws = new WebSocket(wsUrl("/ws/chat"));
   const body = { messages: history.concat([{ role: "user", content }]), streaming: $("streaming").checked,
                  tts: { enabled: $("tts").checked } };
   pendingUser = content.filter((c) => c.type === "text").map((c) => c.text).join("");
   ws.onopen = () => { status("sent", "ready"); ws.send(JSON.stringify(body)); };
   ws.onmessage = (m) => onEvent(JSON.parse(m.data));
-  ws.onclose = (e) => {
+  ws.onclose = async (e) => {
     $("send").disabled = false;
-    if (e.code !== 1000) status("connection closed (code " + e.code + ")", "error");
+    if (e.code !== 1000 && e.code !== 1008) status(await explainClose(e.code), "error");  // 1008: an error said why
   };
 }
 

@@ -78,11 +78,12 @@ function teardown() {
 function start() {
   player.open();  // on the click: autoplay allows it
   const id = "adx_" + Date.now().toString(36);
-  const key = new URLSearchParams(location.search).get("api_key");  // as on the chat page
-  ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/duplex/" + id +
-    (key ? "?api_key=" + encodeURIComponent(key) : ""));
+  ws = new WebSocket(wsUrl("/ws/duplex/" + id));
   ws.onmessage = (m) => onMessage(JSON.parse(m.data));
-  ws.onclose = (e) => { teardown(); if (!stats.stopped) status("connection closed (code " + e.code + ")", e.code === 1000 ? "ready" : "error"); };
+  ws.onclose = async (e) => {
+    teardown();
+    if (!stats.stopped) status(e.code === 1000 ? "connection closed (code 1000)" : await explainClose(e.code), e.code === 1000 ? "ready" : "error");
+  };
   $("start").disabled = true; $("stop").disabled = false; $("pause").disabled = false;
   status("connecting…", "ready");
 }

@@ -90,12 +90,13 @@ function teardown() {
 function start() {
   player.open();  // on the click: autoplay allows it
   const id = "hdx_" + Date.now().toString(36);
-  const key = new URLSearchParams(location.search).get("api_key");  // as on the chat page
-  ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/half_duplex/" + id +
-    (key ? "?api_key=" + encodeURIComponent(key) : ""));
+  ws = new WebSocket(wsUrl("/ws/half_duplex/" + id));
   ws.sessionId = id;
   ws.onmessage = (m) => onMessage(JSON.parse(m.data));
-  ws.onclose = (e) => { teardown(); if (!stats.stopped) status("connection closed (code " + e.code + ")", e.code === 1000 ? "ready" : "error"); };
+  ws.onclose = async (e) => {
+    teardown();
+    if (!stats.stopped) status(e.code === 1000 ? "connection closed (code 1000)" : await explainClose(e.code), e.code === 1000 ? "ready" : "error");
+  };
   $("start").disabled = true; $("stop").disabled = false; $("cut").disabled = false;
   status("connecting…", "ready");
 }
@@ -109,9 +110,8 @@ function stop() {
 function cutReply() {  // the demo's stop button: POST /api/half_duplex/stop
   if (!ws) return;
   player.cut();
-  const key = new URLSearchParams(location.search).get("api_key");
   fetch("/api/half_duplex/stop", { method: "POST", body: JSON.stringify({ session_id: ws.sessionId }),
-    headers: { "Content-Type": "application/json", ...(key ? { Authorization: "Bearer " + key } : {}) } });
+    headers: { "Content-Type": "application/json", ...(omniKey ? { Authorization: "Bearer " + omniKey } : {}) } });
 }
 
 $("start").onclick = start;
