@@ -57,7 +57,7 @@ def _idle_workers(url: str) -> int:
 
 
 def start_server(
-    model_dir: str, max_new_tokens: int, codes_per_chunk: int, workers: int | None
+    model_dir: str, max_new_tokens: int, codes_per_chunk: int, workers: int | None, extra: tuple = ()
 ) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     command = ["worker"] if workers is None else ["serve", "--workers", str(workers)]
@@ -76,6 +76,7 @@ def start_server(
         str(max_new_tokens),
         "--max-audio-per-chunk",
         str(codes_per_chunk),
+        *extra,
     ]
     # Not from the source tree: `-m llama_omni_py` there would import the uncompiled package.
     proc = subprocess.Popen(
