@@ -106,22 +106,17 @@ def test_binary_frames_are_refused_and_the_session_goes_on():
     with BackgroundGateway(gateway_config(), [workers]) as g:
         assert g.wait_ready(60) == "ready"
 
-        async def go():
-            async with connect(ws(g.url, "/v1/realtime")) as conn:
-                await until(conn, "session.created")
+        async def binary_then(path, opened, then, answer):
+            """A binary frame once the session is open, then a text event: (the refusal, the answer)."""
+            async with connect(ws(g.url, path)) as conn:
+                await until(conn, opened)
                 await conn.send(b"\x00\x01binary")
                 refused = (await until(conn, "error"))[-1]
-                await conn.send(json.dumps({"type": "response.create"}))
-                done = (await until(conn, "response.done"))[-1]
-            async with connect(ws(g.url, "/ws/half_duplex/hdx_2")) as conn:
-                await until(conn, "queue_done")
-                await conn.send(b"\x00\x01binary")
-                demo_refused = (await until(conn, "error"))[-1]
-                await conn.send(json.dumps({"type": "prepare"}))
-                prepared = (await until(conn, "prepared"))[-1]
-            return refused, done, demo_refused, prepared
+                await conn.send(json.dumps({"type": then}))
+                return refused, (await until(conn, answer))[-1]
 
-        refused, done, demo_refused, prepared = asyncio.run(go())
+        refused, done = asyncio.run(binary_then("/v1/realtime", "session.created", "response.create", "response.done"))
+        demo_refused, prepared = asyncio.run(binary_then("/ws/half_duplex/hdx_2", "queue_done", "prepare", "prepared"))
     assert refused["error"]["code"] == "invalid_json" and refused["error"]["type"] == "invalid_request_error"
     assert "binary" in refused["error"]["message"] and done["response"]["status"] == "completed"
     assert "binary" in demo_refused["error"] and prepared["type"] == "prepared"

@@ -64,6 +64,19 @@ class Events:
         return [e for e in self.all if e.type == kind]
 
 
+MANUAL_TEXT = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, "output_modalities": ["text"]}
+
+
+async def started(conn, session: dict | None = None) -> Events:
+    """The connection's events once it is open (and ``session`` applied)."""
+    ev = Events(conn)
+    await ev.wait(lambda e: e.type == "session.created")
+    if session is not None:
+        await conn.session.update(session=session)
+        await ev.wait(lambda e: e.type == "session.updated")
+    return ev
+
+
 async def stream(conn, pcm: bytes, realtime=True):
     """Appends the audio in 100 ms chunks, at real time."""
     t0 = time.monotonic()
@@ -164,11 +177,7 @@ def test_manual_commit_text_items_and_errors(gw):
 
     async def go():
         async with client(gw).realtime.connect(model="minicpm-o-4.5") as conn:
-            ev = Events(conn)
-            await ev.wait(lambda e: e.type == "session.created")
-            manual = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, "output_modalities": ["text"]}
-            await conn.session.update(session=manual)
-            await ev.wait(lambda e: e.type == "session.updated")
+            ev = await started(conn, MANUAL_TEXT)
             await conn.input_audio_buffer.commit()  # nothing appended
             empty = await ev.wait(lambda e: e.type == "error")
             await conn.response.cancel()  # nothing running
@@ -305,11 +314,7 @@ def test_fields_not_served_are_refused_by_name_and_the_session_goes_on(gw):
 def test_an_empty_conversation_answers_and_max_output_tokens_is_clamped(gw):
     async def go():
         async with client(gw).realtime.connect(model="m") as conn:
-            ev = Events(conn)
-            await ev.wait(lambda e: e.type == "session.created")
-            text = {"type": "realtime", "instructions": "Greet the user.", "output_modalities": ["text"]}
-            await conn.session.update(session=text)
-            await ev.wait(lambda e: e.type == "session.updated")
+            ev = await started(conn, {**MANUAL_TEXT, "instructions": "Greet the user."})
             await conn.response.create()  # the assistant speaks first: nothing to answer but the instructions
             greeting = await ev.wait(lambda e: e.type == "response.done")
             await conn.response.create(response={"max_output_tokens": 4096, "instructions": "Say more."})
@@ -332,11 +337,7 @@ def test_one_append_may_carry_more_than_15_seconds(gw):
 
     async def go():
         async with client(gw).realtime.connect(model="m") as conn:
-            ev = Events(conn)
-            await ev.wait(lambda e: e.type == "session.created")
-            manual = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, "output_modalities": ["text"]}
-            await conn.session.update(session=manual)
-            await ev.wait(lambda e: e.type == "session.updated")
+            ev = await started(conn, MANUAL_TEXT)
             await conn.input_audio_buffer.append(audio=base64.b64encode(question).decode())  # about 20 s at once
             await conn.input_audio_buffer.commit()
             committed = await ev.wait(lambda e: e.type in ("input_audio_buffer.committed", "error"))
@@ -391,11 +392,8 @@ def test_continuous_speech_without_responses_is_refused_past_the_audio_limit(gw)
 
     async def go():
         async with client(gw).realtime.connect(model="m") as conn:
-            ev = Events(conn)
-            await ev.wait(lambda e: e.type == "session.created")
             vad = {"type": "server_vad", "create_response": False, "silence_duration_ms": 500}
-            await conn.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": vad}}})
-            await ev.wait(lambda e: e.type == "session.updated")
+            ev = await started(conn, {"type": "realtime", "audio": {"input": {"turn_detection": vad}}})
             pcm = pcm16_24k(talk)
             for at in range(0, len(pcm), 24000 * 2 * 10):  # 10 s per append, as fast as it goes
                 await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[at : at + 24000 * 2 * 10]).decode())
@@ -421,9 +419,7 @@ def test_the_workers_max_new_tokens_caps_every_response(tiny_dir):
 
         async def go():
             async with AsyncOpenAI(base_url=capped.url + "/v1", api_key="none").realtime.connect(model="m") as conn:
-                ev = Events(conn)
-                await ev.wait(lambda e: e.type == "session.created")
-                await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+                ev = await started(conn, {"type": "realtime", "output_modalities": ["text"]})
                 dones = []
                 for limit in ("inf", 100):
                     hello = [{"type": "input_text", "text": "Tell me a long story."}]
