@@ -50,12 +50,15 @@ def gw():
 
 
 def raw_http(port: int, head: str, body: bytes = b"", hang_up: bool = False, timeout: float = 10.0) -> bytes:
-    """Sends a request head (and part of a body) on a plain socket; the first bytes of the answer."""
+    """Sends a request head (and part of a body) on a plain socket; the answer (the server closes)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(head.encode() + body)
         if hang_up:
             return b""
-        return s.recv(4096)
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+        return answer
 
 
 ROUTES = [
