@@ -123,7 +123,7 @@ def test_bad_use_is_refused(session):
 
 def test_the_conversation_stays_bounded(session):
     # A long conversation keeps only what a prompt could still hold: the newest 64 entries, and
-    # no more audio than the LLM context (4096 positions here); the oldest go a turn at a time.
+    # no more audio than the LLM context; the oldest go a turn at a time.
     from llama_omni_py.voice.session import MAX_RECORDS_KEPT, MAX_TURNS_KEPT
 
     voice = VoiceSession(session, max_new_tokens=2)
@@ -131,14 +131,13 @@ def test_the_conversation_stays_bounded(session):
         voice.add("user", f"question {i}")
         voice.add("assistant", f"answer {i}")
     assert len(voice.history) == MAX_TURNS_KEPT and voice.history[0] == ("user", "question 68")
-    assert session.config.n_ctx == 4096
     width = session.encode_audio(np.zeros(SR, np.float32)).embeddings.shape[1]
-    rows = np.zeros((1500, width), np.float32)  # 1500 positions each
+    rows = np.zeros((session.config.n_ctx * 3 // 8, width), np.float32)  # 3/8 of the context each
     for i in range(6):
         voice.add("user", EncodedAudio(rows))
         voice.add("assistant", f"heard {i}")
     audio = [c for _, c in voice.history if isinstance(c, EncodedAudio)]
-    assert len(audio) == 3 and voice.history[0][0] == "user"  # 3 x 1500 holds the 4096 the last 2 do not
+    assert len(audio) == 3 and voice.history[0][0] == "user"  # the last 2 do not fill the context, 3 do
     assert voice.history[-1] == ("assistant", "heard 5")
     for _ in range(MAX_RECORDS_KEPT + 3):
         list(voice.respond("hi"))

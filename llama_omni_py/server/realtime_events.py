@@ -23,7 +23,7 @@ from .realtime_fields import check_session, refusal
 RATE = 24000  # the API's PCM rate, both ways
 MAX_EVENT_AUDIO_BYTES = 15 << 20  # one event's base64 audio, as OpenAI allows (about 4 minutes)
 MAX_BUFFER_SECONDS = 29.0  # a committed buffer, one audio item (the audio encoder holds 30 s)
-MAX_TEXT_BYTES = 64 << 10  # the instructions, one text part of an item (a 4096-token context holds less)
+MAX_TEXT_BYTES = 64 << 10  # the instructions, one text part of an item (more than a context holds)
 # OpenAI's server_vad defaults (threshold, prefix_padding_ms, silence_duration_ms)
 DEFAULT_TURN_DETECTION = {
     "type": "server_vad",
