@@ -28,11 +28,11 @@ sys.path.insert(0, str(HERE))
 from common import rss_mib, write_result  # noqa: E402
 
 from llama_omni_py._native import core  # noqa: E402
-from llama_omni_py.beam_search import BeamSearch, search  # noqa: E402
-from llama_omni_py.llm import LanguageModel  # noqa: E402
-from llama_omni_py.llm_slots import LlmContext  # noqa: E402
 from llama_omni_py.modelset.layout import discover  # noqa: E402
-from llama_omni_py.prompt import Prompt, SpecialTokens  # noqa: E402
+from llama_omni_py.modules.llm.beam_search import BeamSearch, search  # noqa: E402
+from llama_omni_py.modules.llm.context import LlmContext  # noqa: E402
+from llama_omni_py.modules.llm.model import LanguageModel  # noqa: E402
+from llama_omni_py.modules.llm.prompt import Prompt, SpecialTokens  # noqa: E402
 
 PROMPT = [(i * 37) % 300 + 10 for i in range(64)]
 

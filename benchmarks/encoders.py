@@ -36,9 +36,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd 
 
 from common import busy_competitor, write_result  # noqa: E402
 
-from llama_omni_py.apm import AudioEncoder  # noqa: E402
 from llama_omni_py.modelset.layout import discover  # noqa: E402
-from llama_omni_py.vpm import ImageEncoder  # noqa: E402
+from llama_omni_py.modules.apm import AudioEncoder  # noqa: E402
+from llama_omni_py.modules.vpm import ImageEncoder  # noqa: E402
 
 
 def main(argv=None) -> int:

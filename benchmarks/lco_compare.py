@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lco  # noqa: E402
 
 from llama_omni_py import fidelity  # noqa: E402
-from llama_omni_py.apm import AudioEncoder  # noqa: E402
 from llama_omni_py.modelset import spec as ms  # noqa: E402
-from llama_omni_py.vpm import ImageEncoder  # noqa: E402
+from llama_omni_py.modules.apm import AudioEncoder  # noqa: E402
+from llama_omni_py.modules.vpm import ImageEncoder  # noqa: E402
 
 AUDIO_LENGTHS = (1000, 16000, 16500, 47987, 48000, 80037)  # samples at 16 kHz, on and off 100 ms
 IMAGE_SIZES = ((448, 448), (960, 540), (200, 150), (1344, 1008), (4000, 300), (300, 800))

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 from lco_compare import distance, photo_like, speech_like
 
-from llama_omni_py.apm import AudioEncoder
 from llama_omni_py.content import Audio
-from llama_omni_py.inputs import InputEncoder, Request
+from llama_omni_py.modules.apm import AudioEncoder
+from llama_omni_py.modules.vpm import ImageEncoder
+from llama_omni_py.orchestration.inputs import InputEncoder, Request
 from llama_omni_py.vision import VisionConfig
-from llama_omni_py.vpm import ImageEncoder
 
 TONES = (16000, 48000)  # samples at 16 kHz
 CHUNKS = (16000, 9600, 16000, 9600)  # 1 s, 0.6 s, 1 s, 0.6 s

@@ -25,14 +25,14 @@ import lco
 import numpy as np
 from lco_compare import distance, photo_like, speech_like
 
-from llama_omni_py.apm import AudioEncoder
 from llama_omni_py.config import LlmSampling, TtsSampling
-from llama_omni_py.llm import LanguageModel
 from llama_omni_py.modelset import spec as ms
 from llama_omni_py.modelset.layout import discover
-from llama_omni_py.prompt import Prompt, simplex_speech_prompt
-from llama_omni_py.tts import TtsModel
-from llama_omni_py.vpm import ImageEncoder
+from llama_omni_py.modules.apm import AudioEncoder
+from llama_omni_py.modules.llm.model import LanguageModel
+from llama_omni_py.modules.llm.prompt import Prompt, simplex_speech_prompt
+from llama_omni_py.modules.tts import TtsModel
+from llama_omni_py.modules.vpm import ImageEncoder
 
 N_PREDICT = 20  # two chunks of 10 text tokens
 CODE_LIMIT = 500  # codes per text chunk, both engines

@@ -323,9 +323,9 @@ class StandInDevice:
 
 
 def overlap(args, t2w, window, threads: int) -> dict:
-    from llama_omni_py import stages
-    from llama_omni_py.pipeline import Pipeline
-    from llama_omni_py.tts import CodeChunk
+    from llama_omni_py.modules.tts import CodeChunk
+    from llama_omni_py.orchestration import stages
+    from llama_omni_py.orchestration.channels import Pipeline
 
     v = variants(args.engines)[0]
     config = Token2WavConfig(steps=args.steps, threads=threads, engine=v["engine"], bf16=v["bf16"])

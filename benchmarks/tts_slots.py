@@ -28,7 +28,7 @@ from common import write_result  # noqa: E402
 
 from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.modelset.layout import discover  # noqa: E402
-from llama_omni_py.tts import KV_POSITIONS, TtsModel  # noqa: E402
+from llama_omni_py.modules.tts import KV_POSITIONS, TtsModel  # noqa: E402
 
 GOAL_4_SLOTS = 2.5
 

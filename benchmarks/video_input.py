@@ -29,12 +29,12 @@ from common import busy_competitor, write_result  # noqa: E402
 
 import llama_omni_py as omni  # noqa: E402
 from llama_omni_py import video as V  # noqa: E402
-from llama_omni_py.apm import AudioEncoder  # noqa: E402
-from llama_omni_py.inputs import InputEncoder, Request, build_prompt  # noqa: E402
-from llama_omni_py.llm import LanguageModel  # noqa: E402
 from llama_omni_py.modelset import spec as ms  # noqa: E402
 from llama_omni_py.modelset.layout import discover  # noqa: E402
-from llama_omni_py.vpm import ImageEncoder  # noqa: E402
+from llama_omni_py.modules.apm import AudioEncoder  # noqa: E402
+from llama_omni_py.modules.llm.model import LanguageModel  # noqa: E402
+from llama_omni_py.modules.vpm import ImageEncoder  # noqa: E402
+from llama_omni_py.orchestration.inputs import InputEncoder, Request, build_prompt  # noqa: E402
 
 
 def make_video(path: Path, seconds: float, size: str) -> None:

@@ -21,7 +21,7 @@ After each question the microphone sends silence until the reply is done, then a
                                        [--first-window-codes 25] [--max-new-tokens 20]
 
 Without --model-dir the demo set (tiny, random weights) is used; ``--model-dir`` a real-dimension
-set (``llama_omni_py.demo.demo_model_dir("real")``) gives real stage costs. The servers run in
+set (``llama_omni_py.modelset.random_set.demo_model_dir("real")``) gives real stage costs. The servers run in
 this process (a worker and a gateway on free ports). Results: docs/performance.md.
 """
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from common import write_result  # noqa: E402
 from speech import SR, say  # noqa: E402  (tests/speech.py: espeak-ng material)
 
-from llama_omni_py.demo import DEMO_AUDIO_PER_CHUNK  # noqa: E402
+from llama_omni_py.modelset.random_set import DEMO_AUDIO_PER_CHUNK  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -318,7 +318,7 @@ def main() -> None:
 
     from llama_omni_py import OmniSession
     from llama_omni_py.config import Token2WavConfig
-    from llama_omni_py.demo import demo_config, demo_model_dir
+    from llama_omni_py.modelset.random_set import demo_config, demo_model_dir
     from llama_omni_py.server import BackgroundServer, ServerConfig
     from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
     from llama_omni_py.server.gateway.workers import StaticWorkers

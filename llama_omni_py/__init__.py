@@ -16,21 +16,21 @@ from .errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 
-from .apm import AudioEncoder  # noqa: E402
-from .backend import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig, TtsSampling  # noqa: E402
 from .content import Audio, Image, Video  # noqa: E402
+from .device.backends import Device, backends, compiled_backends, devices, resolve_device  # noqa: E402
 from .duplex import DuplexResult, DuplexSession  # noqa: E402
 from .engine import OmniEngine  # noqa: E402
 from .modelset.generate import make_models  # noqa: E402
 from .modelset.hub import download  # noqa: E402
 from .modelset.layout import ModelSet, discover, validate  # noqa: E402
+from .modules.apm import AudioEncoder  # noqa: E402
+from .modules.token2wav import Token2Wav  # noqa: E402
+from .modules.vpm import EncodedImage, ImageEncoder  # noqa: E402
 from .results import SpeakResult, SpeechChunk, Timings  # noqa: E402
 from .session import OmniSession  # noqa: E402
-from .token2wav import Token2Wav  # noqa: E402
 from .video import VideoConfig  # noqa: E402
 from .vision import VisionConfig  # noqa: E402
-from .vpm import EncodedImage, ImageEncoder  # noqa: E402
 
 __all__ = [
     *_errors_all,

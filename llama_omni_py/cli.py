@@ -66,8 +66,9 @@ def _pkg_version(name: str) -> str:
 
 
 def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
-    from . import backend, placement
     from ._native import core, cpu_kernels
+    from .device import backends as backend
+    from .device import placement
 
     topo = placement.read_topology()
     devs = []
@@ -152,8 +153,8 @@ def _print_info(info: dict) -> None:
 
 
 def cmd_cann_audit(args) -> int:
-    from .cann_audit import run_audit
-    from .demo import demo_model_dir
+    from .modelset.random_set import demo_model_dir
+    from .modules.cann_audit import run_audit
 
     result = run_audit(args.model_dir or demo_model_dir(), args.cann_table)
     if args.json:
@@ -169,8 +170,8 @@ def cmd_info(args) -> int:
         return cmd_cann_audit(args)
     info = collect_info(args.model_dir, args.device)
     if args.plan:
-        from .backend import resolve_device
-        from .placement import plan_from_environment
+        from .device.backends import resolve_device
+        from .device.placement import plan_from_environment
 
         info["placement"] = plan_from_environment(resolve_device(args.device)).as_dict()
     if args.json:
@@ -206,7 +207,7 @@ def cmd_make_models(args) -> int:
 
 def cmd_speak(args) -> int:
     from .config import SessionConfig
-    from .demo import demo_config
+    from .modelset.random_set import demo_config
     from .session import OmniSession
     from .video import VideoConfig
     from .vision import VisionConfig
@@ -259,7 +260,7 @@ def cmd_worker(args) -> int:
     from .server.worker_options import WorkerOptions
 
     if args.numa_node is not None:  # the whole process on its device's node (threads inherit it)
-        from .placement import pin_process_to_node
+        from .device.placement import pin_process_to_node
 
         pin_process_to_node(args.numa_node)
     if args.parent_pid is not None:  # a gateway's worker ends with its gateway

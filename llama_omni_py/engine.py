@@ -16,12 +16,12 @@ import threading
 from typing import Callable
 
 from . import checks
-from .backend import resolve_device
-from .bundle import SharedStages, StageBundle
 from .config import SessionConfig
-from .demo import demo_config, demo_model_dir
+from .device.backends import resolve_device
 from .errors import ConfigError, InvalidArgumentError, SlotsBusyError
 from .modelset.hub import resolve as resolve_model
+from .modelset.random_set import demo_config, demo_model_dir
+from .orchestration.slot import SharedStages, StageBundle
 
 MAX_SLOTS = 256
 

@@ -1,7 +1,7 @@
 """The main API: ``OmniSession.speak()`` / ``stream()`` / ``duplex()``.
 
 A session is one slot of an engine (engine.py; alone, an engine of one slot that it owns). Its
-stages are a :class:`~llama_omni_py.bundle.StageBundle`, and it answers one request at a time: a
+stages are a :class:`~llama_omni_py.orchestration.slot.StageBundle`, and it answers one request at a time: a
 simplex reply through the threaded pipeline LLM -> TTS -> Token2Wav (simplex.py,
 docs/architecture.md), or a full-duplex conversation (duplex/).
 """
@@ -16,12 +16,12 @@ from typing import Callable
 
 from .config import DuplexConfig, LlmSampling, SessionConfig, Token2WavConfig
 from .errors import ConfigError, InvalidArgumentError
-from .inputs import Request
-from .pipeline import iterate_in_thread
-from .profile import Profiler
-from .prompt import EncodedAudio
+from .modules.llm.prompt import EncodedAudio
+from .orchestration.channels import iterate_in_thread
+from .orchestration.inputs import Request
+from .orchestration.timings import Profiler
+from .orchestration.turn_based import SimplexRun
 from .results import SpeakResult, SpeechChunk
-from .simplex import SimplexRun
 
 
 class OmniSession:

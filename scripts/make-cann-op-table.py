@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from llama_omni_py.cann_audit import distill_csv  # the installed package
+from llama_omni_py.modules.cann_audit import distill_csv  # the installed package
 
 ROOT = Path(__file__).resolve().parent.parent
 

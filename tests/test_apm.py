@@ -7,8 +7,8 @@ from reference import apm as ref
 
 import llama_omni_py as omni
 from llama_omni_py._native import core
-from llama_omni_py.apm import AudioEncoder
 from llama_omni_py.modelset import spec as ms
+from llama_omni_py.modules.apm import AudioEncoder
 
 
 def _audio(seconds, seed=0):

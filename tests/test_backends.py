@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import backend
 from llama_omni_py._native import core
+from llama_omni_py.device import backends as backend
 
 
 def test_cpu_is_always_listed():

@@ -10,16 +10,16 @@ from threads import in_threads
 
 import llama_omni_py as omni
 from llama_omni_py._native import core
-from llama_omni_py.beam_search import BeamSearch, place, search
 from llama_omni_py.config import LlmSampling, SessionConfig
-from llama_omni_py.demo import demo_config
 from llama_omni_py.errors import ConfigError, InvalidArgumentError
-from llama_omni_py.inputs import Request
-from llama_omni_py.llm import LanguageModel
-from llama_omni_py.llm_slots import LlmContext
 from llama_omni_py.modelset.layout import discover
-from llama_omni_py.prompt import Prompt, SpecialTokens
-from llama_omni_py.simplex import fitting_prompt
+from llama_omni_py.modelset.random_set import demo_config
+from llama_omni_py.modules.llm.beam_search import BeamSearch, place, search
+from llama_omni_py.modules.llm.context import LlmContext
+from llama_omni_py.modules.llm.model import LanguageModel
+from llama_omni_py.modules.llm.prompt import Prompt, SpecialTokens
+from llama_omni_py.orchestration.inputs import Request
+from llama_omni_py.orchestration.turn_based import fitting_prompt
 
 N_CTX = 512
 NEG = np.float32(-1e9)

@@ -6,11 +6,11 @@ import struct
 import numpy as np
 import pytest
 
-from llama_omni_py import cann_audit as ca
 from llama_omni_py import cli
 from llama_omni_py._native import core
 from llama_omni_py.errors import InvalidArgumentError
-from llama_omni_py.vpm import ImageEncoder
+from llama_omni_py.modules import cann_audit as ca
+from llama_omni_py.modules.vpm import ImageEncoder
 
 # Nodes that may stay unsupported on CANN, each with the reason. Empty: every device graph of the
 # APM, VPM, TTS, projector, Token2Mel (conformer + DiT with its CFG batch) and the LLM has a

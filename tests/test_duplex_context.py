@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from llama_omni_py.duplex.context import UnitContext
-from llama_omni_py.llm import LanguageModel
 from llama_omni_py.modelset.layout import discover
+from llama_omni_py.modules.llm.model import LanguageModel
 
 
 @pytest.fixture(scope="module")

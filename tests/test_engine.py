@@ -8,7 +8,7 @@ import pytest
 from threads import in_threads
 
 import llama_omni_py as omni
-from llama_omni_py.demo import demo_config
+from llama_omni_py.modelset.random_set import demo_config
 
 QUESTIONS = ["Hello there.", "What is the weather like?", "Tell me a story about a fox."]
 

@@ -10,9 +10,9 @@ from reference import apm as ref
 
 import llama_omni_py as omni
 from llama_omni_py import fidelity
-from llama_omni_py.apm import AudioEncoder
 from llama_omni_py.config import SessionConfig, Token2WavConfig, TtsSampling
 from llama_omni_py.modelset import spec as ms
+from llama_omni_py.modules.apm import AudioEncoder
 
 
 def test_default_is_llama_cpp_omni_and_reference_switches_every_rule():
@@ -125,7 +125,7 @@ def test_audio_encoder_rules_on_both_sides(tiny_dir, reference_apm, reference_ap
 
 
 def test_a_session_follows_its_fidelity(tiny_dir):
-    from llama_omni_py.demo import demo_config
+    from llama_omni_py.modelset.random_set import demo_config
 
     with omni.OmniSession(tiny_dir, "cpu", demo_config(threads=1, fidelity="reference")) as s:
         assert s.stages.token2wav.cache_policy == "reference"

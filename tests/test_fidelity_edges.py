@@ -12,11 +12,11 @@ from reference import apm as ref
 import llama_omni_py as omni
 from llama_omni_py import fidelity, media
 from llama_omni_py._native import core
-from llama_omni_py.apm import AudioEncoder
 from llama_omni_py.config import SessionConfig
 from llama_omni_py.content import Audio
-from llama_omni_py.inputs import InputEncoder, Request
 from llama_omni_py.modelset import spec as ms
+from llama_omni_py.modules.apm import AudioEncoder
+from llama_omni_py.orchestration.inputs import InputEncoder, Request
 from llama_omni_py.vision import VisionConfig
 
 

@@ -14,9 +14,9 @@ from hub_server import FakeHub, Repo, serving
 import llama_omni_py as omni
 from llama_omni_py import cli
 from llama_omni_py.config import ConfigError, hub_choice, hub_environment
-from llama_omni_py.demo import demo_config
 from llama_omni_py.modelset import hub
 from llama_omni_py.modelset import spec as ms
+from llama_omni_py.modelset.random_set import demo_config
 
 REPO = "test/tiny-gguf"
 

@@ -9,8 +9,8 @@ import pytest
 
 import llama_omni_py as omni
 from llama_omni_py import media
+from llama_omni_py.modules.vpm import ImageEncoder
 from llama_omni_py.vision import VisionConfig
-from llama_omni_py.vpm import ImageEncoder
 
 
 @pytest.fixture(scope="module")

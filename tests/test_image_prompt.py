@@ -8,9 +8,9 @@ from reference.image_processor import ReferenceSlicer
 
 from llama_omni_py._native import core
 from llama_omni_py.modelset import spec as ms
-from llama_omni_py.prompt import simplex_speech_prompt
+from llama_omni_py.modules.llm.prompt import simplex_speech_prompt
+from llama_omni_py.modules.vpm import EncodedImage
 from llama_omni_py.vision import plan_slices
-from llama_omni_py.vpm import EncodedImage
 
 UNK = "<unk>" * 64
 

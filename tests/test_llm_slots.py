@@ -9,10 +9,10 @@ from threads import in_threads
 
 from llama_omni_py.config import LlmSampling
 from llama_omni_py.errors import InvalidArgumentError
-from llama_omni_py.llm import LanguageModel
-from llama_omni_py.llm_slots import DecodeScheduler, LlmContext
 from llama_omni_py.modelset.layout import discover
-from llama_omni_py.prompt import Prompt
+from llama_omni_py.modules.llm.context import DecodeScheduler, LlmContext
+from llama_omni_py.modules.llm.model import LanguageModel
+from llama_omni_py.modules.llm.prompt import Prompt
 
 PROMPTS = [[(i * 37 + 11 * s) % 300 + 10 for i in range(30 + 9 * s)] for s in range(3)]
 FORCED = [[(7 * k + 3 * s) % 250 + 20 for k in range(12)] for s in range(3)]

@@ -1,8 +1,8 @@
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import placement
 from llama_omni_py.config import numa_node_choice
+from llama_omni_py.device import placement
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import profile
+from llama_omni_py.orchestration import timings as profile
 
 
 def _events():

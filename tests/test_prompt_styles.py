@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import prompt as p
 from llama_omni_py._native import core
+from llama_omni_py.modules.llm import prompt as p
 
 SLOT = object()  # an embedding block in a restated layout
 

@@ -416,7 +416,7 @@ def test_first_audio_leaves_before_the_llm_finishes(tiny_dir, monkeypatch):
 def test_a_text_too_long_for_the_context_is_refused_before_it_is_tokenized(server, monkeypatch):
     # 20 MiB of text cannot fit the context whatever its tokens: refused by its byte length,
     # without the seconds that tokenizing it would take (the prompt is never built).
-    import llama_omni_py.simplex as simplex
+    import llama_omni_py.orchestration.turn_based as simplex
 
     built = []
     real = simplex.build_prompt

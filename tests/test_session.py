@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import stages
-from llama_omni_py.inputs import Request, build_prompt
+from llama_omni_py.orchestration import stages
+from llama_omni_py.orchestration.inputs import Request, build_prompt
 
 TEXT = "hello there, how are you today?"
 
@@ -165,7 +165,7 @@ def test_empty_request_and_close(tiny_dir):
 def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
     import os
 
-    from llama_omni_py import placement
+    from llama_omni_py.device import placement
 
     mask = sorted(os.sched_getaffinity(0))
     if len(mask) < placement.MIN_CPUS_TO_PIN:  # emulate a roomier node inside our own mask
@@ -192,7 +192,7 @@ def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
 
 
 def test_small_hosts_stay_unpinned(tmp_path):
-    from llama_omni_py import placement
+    from llama_omni_py.device import placement
 
     (tmp_path / "node0").mkdir()
     (tmp_path / "node0" / "cpulist").write_text("0-1\n")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py.prompt import ASSISTANT_PLAIN_PREFIX, ASSISTANT_SPEECH_PREFIX, simplex_speech_prompt
+from llama_omni_py.modules.llm.prompt import ASSISTANT_PLAIN_PREFIX, ASSISTANT_SPEECH_PREFIX, simplex_speech_prompt
 
 TEXT = "hello there, how are you today?"
 

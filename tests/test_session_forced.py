@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py.inputs import Request, build_prompt
+from llama_omni_py.orchestration.inputs import Request, build_prompt
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py import stages
 from llama_omni_py.config import LlmSampling, TtsSampling
 from llama_omni_py.constants import AUDIO_EOS
-from llama_omni_py.llm import LanguageModel
 from llama_omni_py.modelset import spec as ms
 from llama_omni_py.modelset.layout import discover
-from llama_omni_py.prompt import simplex_speech_prompt
-from llama_omni_py.tts import CodeChunk, TtsModel
+from llama_omni_py.modules.llm.model import LanguageModel
+from llama_omni_py.modules.llm.prompt import simplex_speech_prompt
+from llama_omni_py.modules.tts import CodeChunk, TtsModel
+from llama_omni_py.orchestration import stages
 
 TEXT = "hello there, how are you today?"
 
@@ -208,8 +208,8 @@ def test_bad_embedding_blocks_are_rejected(core_small, rows, cols, fill):
 
 
 def test_audio_and_image_questions_reach_the_llm(core_small, tiny_dir):
-    from llama_omni_py.apm import AudioEncoder
-    from llama_omni_py.vpm import ImageEncoder
+    from llama_omni_py.modules.apm import AudioEncoder
+    from llama_omni_py.modules.vpm import ImageEncoder
 
     t = np.arange(16000) / 16000
     audio = AudioEncoder(tiny_dir).encode((0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32))

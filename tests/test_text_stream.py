@@ -2,7 +2,7 @@
 
 from llama_omni_py._native import core
 from llama_omni_py.modelset import spec as ms
-from llama_omni_py.text_stream import TextStream
+from llama_omni_py.modules.llm.text_stream import TextStream
 
 
 def test_pieces_split_inside_characters():

@@ -12,7 +12,7 @@ import pytest
 import llama_omni_py as omni
 from llama_omni_py._native import core
 from llama_omni_py.modelset import spec as ms
-from llama_omni_py.tts import TtsModel
+from llama_omni_py.modules.tts import TtsModel
 
 CODES = 40  # per chunk: min_codes = limit, so every slot runs its whole loop
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from reference import apm as ref
 
-from llama_omni_py.apm import AudioEncoder
 from llama_omni_py.modelset import spec as ms
+from llama_omni_py.modules.apm import AudioEncoder
 from llama_omni_py.video import audio_rows
 
 CHUNK = 480000  # the reference's 30 s feature chunk

@@ -8,8 +8,8 @@ import pytest
 from video_files import video
 
 import llama_omni_py as omni
-from llama_omni_py.inputs import Request, build_prompt
-from llama_omni_py.prompt import ASSISTANT_SPEECH_PREFIX, ASSISTANT_TEXT_PREFIX
+from llama_omni_py.modules.llm.prompt import ASSISTANT_SPEECH_PREFIX, ASSISTANT_TEXT_PREFIX
+from llama_omni_py.orchestration.inputs import Request, build_prompt
 from llama_omni_py.video import audio_rows
 
 QUESTION = "Carefully read the following question and select the letter."

@@ -9,7 +9,7 @@ from speech import SR, conversation
 
 import llama_omni_py as omni
 from llama_omni_py.errors import InvalidArgumentError
-from llama_omni_py.prompt import EncodedAudio
+from llama_omni_py.modules.llm.prompt import EncodedAudio
 from llama_omni_py.voice import ReplyInterrupted, SpeechStarted, SpeechStopped, VadOptions, VoiceSession
 
 

@@ -32,8 +32,8 @@ def test_encoder_matches_reference(pair, height, width):
 def test_sliced_image_matches_the_batched_reference(tiny_dir, pair):
     # MiniCPM-o encodes an image's overview and slices as one padded, masked batch; ours encodes
     # the slices together unpadded and the overview apart: the same 7 x 64 embeddings.
+    from llama_omni_py.modules.vpm import ImageEncoder
     from llama_omni_py.vision import VisionConfig
-    from llama_omni_py.vpm import ImageEncoder
 
     encoder = ImageEncoder(tiny_dir, threads=2, exact=True, vision=VisionConfig(rules="reference"))
     image = (np.random.default_rng(6).random((1008, 1344, 3)) * 255).astype(np.uint8)
@@ -108,7 +108,7 @@ def test_agrees_with_upstream_libmtmd(tiny_dir):
     # slices) both must give the same 64 embeddings, up to F16 weights on both sides.
     from reference.mtmd import UpstreamVision
 
-    from llama_omni_py.vpm import ImageEncoder
+    from llama_omni_py.modules.vpm import ImageEncoder
 
     image = (np.random.default_rng(3).random((448, 448, 3)) * 255).astype(np.uint8)
     upstream = UpstreamVision(str(next(tiny_dir.glob(ms.LLM_FILE_GLOB))), str(tiny_dir / ms.VPM_FILE))

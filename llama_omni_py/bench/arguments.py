@@ -157,7 +157,7 @@ def _int_tuple(field: str, text: str) -> tuple[int, ...]:
 
 
 def load_options_from_args(a: argparse.Namespace):
-    from ..placement import parse_cpulist
+    from ..device.placement import parse_cpulist
     from .load import LoadBenchOptions
 
     _refuse_simplex_options(a, codes_per_chunk=False)

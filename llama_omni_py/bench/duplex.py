@@ -193,8 +193,8 @@ def run_units(duplex, case, interval_s: float) -> list[dict]:
 
 def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
     from ..config import DuplexConfig, SessionConfig, Token2WavConfig
-    from ..demo import demo_model_dir
     from ..modelset.layout import discover
+    from ..modelset.random_set import demo_model_dir
     from ..session import OmniSession
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))

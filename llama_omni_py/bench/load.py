@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import checks, placement
+from .. import checks
 from ..config import bench_taskset
+from ..device import placement
 from ..errors import ConfigError, OmniError
 from . import load_metrics
 from .load_metrics import KINDS, MODES
@@ -217,8 +218,8 @@ def _stop(proc: subprocess.Popen | None) -> None:
 
 def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
     """Every slot count, both modes alternating round by round; returns the run record."""
-    from ..demo import demo_model_dir
     from ..modelset.layout import discover
+    from ..modelset.random_set import demo_model_dir
 
     model_dir = str(Path(opts.model_dir).resolve()) if opts.model_dir else str(demo_model_dir("real"))
     before_mask = checks.usable_cpus()

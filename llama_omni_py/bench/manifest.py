@@ -94,8 +94,9 @@ def git_state() -> dict:
 
 def manifest(model_files=(), full_hash: bool = True) -> dict:
     """Build, host and environment; model files hashed in full, or by their first MiB."""
-    from .. import backend, placement
     from .._native import core, cpu_kernels
+    from ..device import backends as backend
+    from ..device import placement
 
     topo = placement.read_topology()
     return {

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import profile
 from ..constants import OUTPUT_SAMPLE_RATE
+from ..orchestration import timings as profile
 
 STEADY_SAMPLES = OUTPUT_SAMPLE_RATE  # one Token2Wav window: 25 codes
 T2W_QUEUE_LIMIT_MS = 1000.0

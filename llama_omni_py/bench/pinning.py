@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import placement
 from ..config import numa_node_choice
+from ..device import placement
 from ..errors import ConfigError
 
 REFUSED = 3  # exit status when the mask is outside the node
@@ -82,7 +82,7 @@ def _device_node(device: str, sys_pci: Path, bus_id: str | None) -> tuple[int | 
         return placement.pci_numa_node(bus_id, sys_pci), f"{device} ({bus_id})"
     if device == "cpu":
         return None, device
-    from ..backend import resolve_device
+    from ..device.backends import resolve_device
 
     return placement.device_numa_node(resolve_device(device), sys_pci)
 

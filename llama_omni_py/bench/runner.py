@@ -148,7 +148,7 @@ class _Sessions:
 
 def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     """(config as resolved, the manifest's placement and thread fields) of a session set up for c."""
-    from ..placement import plan_for_device, plan_from_environment
+    from ..device.placement import plan_for_device, plan_from_environment
 
     taskset = bench_taskset()
     pinning = (
@@ -189,8 +189,8 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
 
 def run_bench(opts: BenchOptions, log=print) -> list[dict]:
     """Runs every configuration, alternating per round; returns one run record per configuration."""
-    from ..demo import demo_model_dir
     from ..modelset.layout import discover
+    from ..modelset.random_set import demo_model_dir
 
     model_dir = opts.model_dir or str(demo_model_dir("real"))
     chosen = prompts.select(opts.prompts)

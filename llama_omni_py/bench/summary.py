@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from .. import profile
 from ..constants import OUTPUT_SAMPLE_RATE
+from ..orchestration import timings as profile
 
 METRICS = ("wall_rtf", "compute_rtf", "time_to_first_audio_s", "audio_s", "wall_s")
 

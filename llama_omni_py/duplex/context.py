@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..llm import LanguageModel
+from ..modules.llm.model import LanguageModel
 from ..vision.placeholder import placeholder_parts
 
 

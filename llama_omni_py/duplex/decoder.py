@@ -17,7 +17,7 @@ import numpy as np
 
 from ..config import DuplexConfig
 from ..errors import ConfigError
-from ..text_stream import TextStream
+from ..modules.llm.text_stream import TextStream
 
 
 class LlmFeed(Protocol):

@@ -25,7 +25,7 @@ from .. import checks
 from ..config import DuplexConfig
 from ..constants import OUTPUT_SAMPLE_RATE
 from ..errors import InvalidArgumentError
-from ..pipeline import Channel, Pipeline
+from ..orchestration.channels import Channel, Pipeline
 from ..vision import slice_counts, slices_of
 from .context import UnitContext
 from .decoder import DuplexTokens, UnitDecision, UnitDecoder

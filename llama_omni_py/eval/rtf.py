@@ -71,7 +71,7 @@ def judge_rtf(frames: list[dict]) -> dict:
 
 def run_rtf(args, out: Path) -> int:
     from ..bench.duplex import DuplexBenchOptions, run_duplex_bench
-    from ..demo import demo_model_dir
+    from ..modelset.random_set import demo_model_dir
 
     units = out / "units"
     n = write_units(args.video, units, args.seconds)

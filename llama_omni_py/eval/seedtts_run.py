@@ -32,7 +32,7 @@ LCO_USER = "读出下列文本内容。"
 def _lco_prompt(session, voice, text: str):
     """omni-tts-eval's prompt, token for token: its system text and the voice's embedding, the
     user's instruction and text, the thinking block with single newlines, <|tts_bos|>."""
-    from ..prompt import Prompt
+    from ..modules.llm.prompt import Prompt
 
     model = session.llm.model
     tok = lambda s, special=True: ("tokens", list(model.tokenize(s, special)))  # noqa: E731

@@ -44,7 +44,7 @@ def resolved_model(model: str | None, llm_quant: str | None, hub: str | None, de
         if llm_quant or hub:
             raise InvalidArgumentError("--llm-quant and --hub go with a repository id in --model (owner/name)")
         return model
-    from ..backend import resolve_device
+    from ..device.backends import resolve_device
 
     return str(download(model, llm_quant, resolve_device(device), hub))
 
@@ -81,7 +81,7 @@ def add_download_parser(sub) -> None:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from ..backend import resolve_device
+    from ..device.backends import resolve_device
     from .hub import download
     from .layout import discover
 

@@ -13,10 +13,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from ..demo import demo_config
 from ..engine import OmniEngine
 from ..errors import OmniError, ProtocolError, SlotsBusyError
 from ..modelset.layout import random_weights
+from ..modelset.random_set import demo_config
 from ..results import SpeechChunk
 from ..session import OmniSession
 from .config import ServerConfig

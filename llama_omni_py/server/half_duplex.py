@@ -20,7 +20,7 @@ import uuid
 from websockets.exceptions import ConnectionClosed
 
 from ..errors import OmniError, ProtocolError
-from ..pipeline import iterate_in_thread
+from ..orchestration.channels import iterate_in_thread
 from ..voice import ReplyInterrupted, SpeechDiscarded, SpeechStarted, SpeechStopped
 from . import half_duplex_protocol as H
 from .engine_socket import EngineSocket, query

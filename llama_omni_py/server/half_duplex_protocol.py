@@ -13,7 +13,7 @@ import numpy as np
 from ..config import LlmSampling
 from ..constants import OUTPUT_SAMPLE_RATE
 from ..errors import ConfigError, ProtocolError
-from ..prompt import VOICE_PREFIX
+from ..modules.llm.prompt import VOICE_PREFIX
 from ..results import SpeechChunk
 from ..voice import VadOptions
 from .protocol import MAX_VOICE_SECONDS, float_pcm, object_field, pcm_b64

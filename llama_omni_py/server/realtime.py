@@ -19,7 +19,7 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 
 from ..errors import OmniError, ProtocolError
-from ..pipeline import iterate_in_thread
+from ..orchestration.channels import iterate_in_thread
 from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
 from . import realtime_events as R
 from .realtime_fields import check_response

@@ -80,7 +80,7 @@ class WorkerOptions:
 
     def session_config(self, numa_node: int | None = None):
         from ..config import SessionConfig, Token2WavConfig
-        from ..demo import demo_config
+        from ..modelset.random_set import demo_config
 
         options: dict = {
             "threads": self.threads,

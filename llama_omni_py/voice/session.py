@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..config import LlmSampling
 from ..constants import INPUT_SAMPLE_RATE
 from ..errors import InvalidArgumentError
-from ..prompt import EncodedAudio
+from ..modules.llm.prompt import EncodedAudio
 from ..results import SpeechChunk
 from .vad import SpeechStarted, SpeechStopped, StreamingVad, VadEvent, VadOptions
 

@@ -26,7 +26,7 @@ class EngineWorkerActor:
     def __init__(self, options: WorkerOptions, accelerator: str, host: str | None = None, secret: str | None = None):
         import ray
 
-        from ...placement import pin_process_to_node
+        from ...device.placement import pin_process_to_node
         from ..app import BackgroundServer
         from .workers import numa_node_of
 

@@ -31,7 +31,7 @@ def devices_for(workers: int | None, device: str = "auto") -> list[str]:
     """One engine per accelerator: ``auto`` takes every accelerator of the build (or one CPU
     worker on a host without one); ``cpu`` gives ``workers`` CPU engines (default 1); a named
     device takes one worker."""
-    from ...backend import backends
+    from ...device.backends import backends
 
     if workers is not None and workers < 1:
         raise ConfigError("workers", f"must be >= 1, got {workers}")
@@ -53,7 +53,7 @@ def devices_for(workers: int | None, device: str = "auto") -> list[str]:
 
 def numa_node_of(device: str) -> int | None:
     """The NUMA node the placement plan puts a session on ``device`` on (None: no NUMA info)."""
-    from ...placement import plan_from_environment
+    from ...device.placement import plan_from_environment
 
     try:
         return plan_from_environment(device).node

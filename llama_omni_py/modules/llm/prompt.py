@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InvalidArgumentError, ModelFileError
-from .vision.placeholder import placeholder_parts
+from ...errors import InvalidArgumentError, ModelFileError
+from ...vision.placeholder import placeholder_parts
 
 # The voice-cloning system prompt of MiniCPM-o 4.5's speech assistant (Chinese, as both
 # llama.cpp-omni and the reference use by default): the instruction before the voice sample, the
@@ -181,7 +181,7 @@ def simplex_speech_prompt(
     template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do. A
     message's parts are joined as :func:`join_of` says.
 
-    An image is an :class:`~llama_omni_py.vpm.EncodedImage` (overview and slices, laid out as
+    An image is an :class:`~llama_omni_py.modules.vpm.EncodedImage` (overview and slices, laid out as
     `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
     layout has them); a frame one (n, n_embd) block (<image>..</image>, no id)."""
     if style not in LAYOUTS:

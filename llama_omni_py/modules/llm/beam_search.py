@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 NEG = np.float32(-1e9)  # transformers' score of an impossible beam
 F32 = np.float32

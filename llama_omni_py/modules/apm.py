@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks
-from . import fidelity as fidelities
-from ._native import core
-from .backend import resolve_device
-from .constants import INPUT_SAMPLE_RATE
-from .media import MAX_AUDIO_SECONDS, load_audio
-from .modelset import spec as ms
-from .video import audio_rows
+from .. import checks
+from .. import fidelity as fidelities
+from .._native import core
+from ..constants import INPUT_SAMPLE_RATE
+from ..device.backends import resolve_device
+from ..media import MAX_AUDIO_SECONDS, load_audio
+from ..modelset import spec as ms
+from ..video import audio_rows
 
 WINDOW_SECONDS = 30.0
 CHUNK_SAMPLES = 30 * INPUT_SAMPLE_RATE  # the reference's audio feature chunk

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._native import core
+from ..._native import core
 
 N_BATCH = 512  # prompt rows per libllama batch
 GATHER_S = 0.002  # how long a batch waits for slots still inside a decode loop

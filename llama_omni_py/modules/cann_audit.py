@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._native import core
-from .errors import InvalidArgumentError
+from .._native import core
+from ..errors import InvalidArgumentError
 
 TABLE_PATH = Path(__file__).with_name("data") / "cann_ops.json"
 
@@ -264,8 +264,8 @@ def record_model_graphs(
     would build it (fused attention only where the table has it), and returns the recordings.
     The formulation choices made are appended to `notes`."""
     notes = notes if notes is not None else []
+    from ..modelset.layout import load
     from .apm import AudioEncoder
-    from .modelset.layout import load
     from .token2wav import Token2Wav
     from .vpm import ImageEncoder
 

@@ -13,8 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from .config import profiling_enabled
-from .results import Timings
+from ..config import profiling_enabled
+from ..results import Timings
 
 COMPUTE_STAGES = ("llm", "tts", "token2wav")
 T2W_HALVES = ("token2mel", "vocoder")  # Token2Wav as two stages (stages.token2wav_stages)

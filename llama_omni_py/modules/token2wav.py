@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ._native import core
-from .backend import resolve_device
-from .config import Token2WavConfig
-from .errors import ConfigError, InvalidArgumentError
-from .modelset import spec as ms
-from .modelset.layout import discover, validate
+from .._native import core
+from ..config import Token2WavConfig
+from ..device.backends import resolve_device
+from ..errors import ConfigError, InvalidArgumentError
+from ..modelset import spec as ms
+from ..modelset.layout import discover, validate
 
 
 class Token2Wav:

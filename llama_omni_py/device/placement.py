@@ -16,8 +16,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .constants import DEFAULT_VOCODER_THREADS
-from .errors import ConfigError
+from ..constants import DEFAULT_VOCODER_THREADS
+from ..errors import ConfigError
 
 _SYS_NODE = Path("/sys/devices/system/node")
 _SYS_PCI = Path("/sys/bus/pci/devices")
@@ -177,7 +177,7 @@ def device_numa_node(device: str, sys_pci: Path = _SYS_PCI) -> tuple[int | None,
     ``npu-smi`` for Ascend, then sysfs."""
     if device == "cpu":
         return None, device
-    from . import backend
+    from . import backends as backend
 
     dev = next((d for d in backend.devices() if d.id == device), None)
     bus = dev.pci_bus_id if dev is not None else ""
@@ -259,7 +259,7 @@ def plan_for_device(
 def plan_from_environment(device: str) -> PlacementPlan:
     """The plan a session with default settings gets on ``device``: OMNI_T2W_THREADS and
     OMNI_NUMA_NODE as the configuration reads them."""
-    from .config import numa_node_choice, t2w_threads_env
+    from ..config import numa_node_choice, t2w_threads_env
 
     return plan_for_device(device, t2w_threads_env(), *numa_node_choice(None))
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks
-from ._native import core
-from .backend import resolve_device
-from .errors import ConfigError
-from .media import load_frame
-from .modelset import spec as ms
-from .vision import MAX_SLICE_NUMS, SlicedImage, VisionConfig, normalize, slice_image
+from .. import checks
+from .._native import core
+from ..device.backends import resolve_device
+from ..errors import ConfigError
+from ..media import load_frame
+from ..modelset import spec as ms
+from ..vision import MAX_SLICE_NUMS, SlicedImage, VisionConfig, normalize, slice_image
 
 BATCH = 16  # images per graph evaluation at most (the reference's vision_batch_size)
 

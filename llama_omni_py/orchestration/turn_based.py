@@ -1,4 +1,4 @@
-"""One simplex request on a :class:`~llama_omni_py.bundle.StageBundle`: its prompt (with the
+"""One simplex request on a :class:`~llama_omni_py.orchestration.slot.StageBundle`: its prompt (with the
 oldest history left out when it would not fit), the threaded pipeline LLM -> TTS -> Token2Wav
 (stages.py, pipeline.py) and the request's Timings, built once from the stages' stat records."""
 
@@ -12,16 +12,16 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..config import LlmSampling, SessionConfig
+from ..constants import OUTPUT_SAMPLE_RATE
+from ..errors import InvalidArgumentError
+from ..modules.llm.prompt import Prompt
+from ..results import PromptStats, SpeechChunk
 from . import stages
-from .bundle import StageBundle
-from .config import LlmSampling, SessionConfig
-from .constants import OUTPUT_SAMPLE_RATE
-from .errors import InvalidArgumentError
+from .channels import Pipeline
 from .inputs import Request, build_prompt
-from .pipeline import Pipeline
-from .profile import Profiler, request_timings
-from .prompt import Prompt
-from .results import PromptStats, SpeechChunk
+from .slot import StageBundle
+from .timings import Profiler, request_timings
 
 log = logging.getLogger(__name__)
 

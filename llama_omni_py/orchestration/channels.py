@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from .errors import PipelineError
+from ..errors import PipelineError
 
 _END = object()  # sentinel: the producer is done
 _CLOSED = object()  # returned by get() once the channel is closed

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks
-from .apm import AudioEncoder
-from .config import LlmSampling
-from .content import Audio, Image, Video, parts, shorthand
-from .errors import InvalidArgumentError
-from .media import MAX_AUDIO_SECONDS
-from .prompt import LAYOUTS, ROLES, EncodedAudio, EncodedMessage, Prompt, simplex_speech_prompt
-from .results import MediaStats
-from .video import MAX_FRAMES, MAX_STACK_FRAMES, VideoConfig, load_video
-from .vision import VisionConfig, slice_counts, slices_of
-from .vpm import ImageEncoder
+from .. import checks
+from ..config import LlmSampling
+from ..content import Audio, Image, Video, parts, shorthand
+from ..errors import InvalidArgumentError
+from ..media import MAX_AUDIO_SECONDS
+from ..modules.apm import AudioEncoder
+from ..modules.llm.prompt import LAYOUTS, ROLES, EncodedAudio, EncodedMessage, Prompt, simplex_speech_prompt
+from ..modules.vpm import ImageEncoder
+from ..results import MediaStats
+from ..video import MAX_FRAMES, MAX_STACK_FRAMES, VideoConfig, load_video
+from ..vision import VisionConfig, slice_counts, slices_of
 
 
 @dataclass(frozen=True)

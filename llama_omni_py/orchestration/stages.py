@@ -22,13 +22,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .config import LlmSampling, TtsSampling
-from .constants import CODES_PER_SECOND
-from .llm import LanguageModel, TextChunk
-from .prompt import Prompt
-from .results import SpeechChunk, TtsStats
-from .token2wav import Token2Wav
-from .tts import CodeChunk, TtsModel
+from ..config import LlmSampling, TtsSampling
+from ..constants import CODES_PER_SECOND
+from ..modules.llm.model import LanguageModel, TextChunk
+from ..modules.llm.prompt import Prompt
+from ..modules.token2wav import Token2Wav
+from ..modules.tts import CodeChunk, TtsModel
+from ..results import SpeechChunk, TtsStats
 
 Emit = Callable[[object], bool]
 Stage = Callable[[Any, Emit], None]

@@ -13,8 +13,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ._native import core
-from .errors import BackendUnavailableError, DeviceError
+from .._native import core
+from ..errors import BackendUnavailableError, DeviceError
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from typing import Callable
 
 import numpy as np
 
-from ._native import core
-from .config import TtsSampling
-from .constants import CODES_PER_SECOND
-from .errors import InvalidArgumentError
+from .._native import core
+from ..config import TtsSampling
+from ..constants import CODES_PER_SECOND
+from ..errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from . import checks, placement
-from .config import SessionConfig, Token2WavConfig, numa_node_choice
-from .errors import InvalidArgumentError
+from .. import checks
+from ..config import SessionConfig, Token2WavConfig, numa_node_choice
+from ..device import placement
+from ..errors import InvalidArgumentError
+from ..modelset.layout import discover, validate
+from ..modules.llm.context import LlmContext
+from ..modules.llm.model import LanguageModel
+from ..modules.token2wav import Token2Wav
+from ..modules.tts import TtsModel
 from .inputs import InputEncoder
-from .llm import LanguageModel
-from .llm_slots import LlmContext
-from .modelset.layout import discover, validate
-from .token2wav import Token2Wav
-from .tts import TtsModel
 
 log = logging.getLogger(__name__)
 

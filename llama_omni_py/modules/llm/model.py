@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ...config import LlmSampling
+from ...constants import TEXT_CHUNK
+from ...errors import InvalidArgumentError
+from ...results import LlmStats
 from .beam_search import BeamSearch, search
-from .config import LlmSampling
-from .constants import TEXT_CHUNK
-from .errors import InvalidArgumentError
-from .llm_slots import LlmContext, LlmSlot
+from .context import LlmContext, LlmSlot
 from .prompt import Prompt, SpecialTokens
-from .results import LlmStats
 from .text_stream import TextStream
 
 

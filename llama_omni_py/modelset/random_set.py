@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .config import SessionConfig, cache_dir
-from .errors import OmniError
+from ..config import SessionConfig, cache_dir
+from ..errors import OmniError
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,8 @@ def demo_config(**overrides) -> SessionConfig:
 def demo_model_dir(size: str = "tiny") -> Path:
     """A random-weight set in the user cache (tiny: the demo; real: the benchmark set, about
     6.5 GB), generated on first use."""
-    from .modelset.generate import make_models
-    from .modelset.layout import discover, validate
+    from .generate import make_models
+    from .layout import discover, validate
 
     name = "demo-models" if size == "tiny" else f"demo-models-{size}"
     root = cache_dir() / name
