@@ -239,7 +239,7 @@ async def realtime(url: str, questions, silence_ms: int, threshold: float) -> li
 
 
 def python_api(session, questions, silence_ms: int, threshold: float) -> list[dict]:
-    from llama_omni_py.server.half_duplex import turn_metrics
+    from llama_omni_py.server.worker.half_duplex.connection import turn_metrics
     from llama_omni_py.voice import SpeechStopped, VadOptions
 
     voice = session.voice(vad=VadOptions(threshold=threshold, min_silence_duration_ms=silence_ms))

@@ -165,7 +165,7 @@ def main() -> None:
             state["active"].discard(sid)
 
     async def run():
-        from llama_omni_py.server.routes import BodyConnection  # the close request's JSON body, as a worker
+        from llama_omni_py.server.worker.routes import BodyConnection  # the close request's JSON body, as a worker
 
         async with serve(
             backend, args.host, args.port, process_request=process_request, create_connection=BodyConnection

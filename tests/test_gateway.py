@@ -133,7 +133,7 @@ def test_demo_chat_slices_images_as_the_demo_does(gw, tmp_path):
 
     from server_client import ffmpeg_bytes
 
-    from llama_omni_py.server.gateway.chat_api import demo_input
+    from llama_omni_py.server.gateway.turn_based_api import demo_input
 
     # the demo's chat passes image.max_slice_nums, else its processor's 9, whatever the worker's default
     assert demo_input({"messages": []})["image"] == {"max_slice_nums": 9}
@@ -299,7 +299,7 @@ def test_ticket_lookup_and_cancel(tiny_dir, monkeypatch):
 
 def test_half_duplex_route_says_no_worker_serves_it(tiny_dir, monkeypatch):
     # workers whose voice activity detector does not load (no voice extra) do not offer it
-    from llama_omni_py.server.engine import Engine
+    from llama_omni_py.server.worker.engine_host import Engine
 
     monkeypatch.setattr(Engine, "_load_vad", staticmethod(lambda: False))
 

@@ -75,8 +75,8 @@ def test_duplex_bad_tokens_reach_every_duplex_session(tmp_path):
 
     import llama_omni_py as omni
     from llama_omni_py.config import DuplexConfig
-    from llama_omni_py.server.duplex_protocol import DuplexStart
-    from llama_omni_py.server.engine import Engine
+    from llama_omni_py.server.worker.duplex.protocol import DuplexStart
+    from llama_omni_py.server.worker.engine_host import Engine
     from llama_omni_py.server.worker_options import WorkerOptions
 
     path = tmp_path / "tokenizer_config.json"

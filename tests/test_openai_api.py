@@ -28,9 +28,9 @@ from server_client import (
 
 from llama_omni_py.engine import OmniEngine
 from llama_omni_py.server import ServerConfig
-from llama_omni_py.server.engine import Engine
 from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
 from llama_omni_py.server.gateway.workers import StaticWorkers
+from llama_omni_py.server.worker.engine_host import Engine
 from llama_omni_py.session import SessionConfig
 
 MODEL = "MiniCPM-o-4.5"

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from llama_omni_py.server.gateway.pool import NoWorkerFor, QueueFull, Worker, WorkerPool
-from llama_omni_py.server.log_limits import RateLimitedLog
+from llama_omni_py.server.limits import RateLimitedLog
 
 
 def pool_with(n=1, caps=("turn_based",), **kw) -> WorkerPool:

@@ -349,8 +349,8 @@ def test_one_append_may_carry_more_than_15_seconds(gw):
 
 
 def test_unanswered_input_is_bounded_and_refused_once_full(gw):
-    from llama_omni_py.server.realtime import MAX_PENDING_PARTS, MAX_PENDING_TEXT_BYTES
     from llama_omni_py.server.realtime_events import MAX_TEXT_BYTES
+    from llama_omni_py.server.worker.realtime.connection import MAX_PENDING_PARTS, MAX_PENDING_TEXT_BYTES
 
     def item(text):
         return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
@@ -384,7 +384,7 @@ def test_unanswered_input_is_bounded_and_refused_once_full(gw):
 
 
 def test_continuous_speech_without_responses_is_refused_past_the_audio_limit(gw):
-    from llama_omni_py.server.realtime import MAX_PENDING_AUDIO_S, MAX_PENDING_PARTS
+    from llama_omni_py.server.worker.realtime.connection import MAX_PENDING_AUDIO_S, MAX_PENDING_PARTS
 
     sentence = say("The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.")
     one = np.concatenate([sentence, np.zeros(16000, np.float32)])

@@ -29,7 +29,7 @@ from server_client import (
 
 from llama_omni_py.engine import OmniEngine
 from llama_omni_py.server import ServerConfig
-from llama_omni_py.server.engine import Engine
+from llama_omni_py.server.worker.engine_host import Engine
 from llama_omni_py.session import SessionConfig
 
 
@@ -99,7 +99,7 @@ def test_audio_and_image_input(server, tmp_path):
 def test_max_slice_nums_out_of_the_protocols_range(value):
     # 1..9 or one per image (two here); anything else is invalid_input naming the field
     from llama_omni_py.errors import ProtocolError
-    from llama_omni_py.server.protocol import check_max_slice_nums
+    from llama_omni_py.server.worker.backend.protocol import check_max_slice_nums
 
     assert check_max_slice_nums(None, 2, "image.max_slice_nums") is None
     assert check_max_slice_nums(9, 2, "image.max_slice_nums") == 9

@@ -16,7 +16,7 @@ from server_client import SESSION, Client, b64, http, one_turn, push, running_se
 from websockets.exceptions import ConnectionClosed
 
 from llama_omni_py.config import SessionConfig
-from llama_omni_py.server import connection
+from llama_omni_py.server.worker.backend import connection
 
 TURN = push([user(text="hello")])
 MP4_HEAD = b"\x00\x00\x00\x18ftypisom" + b"\x00" * 64
@@ -304,7 +304,7 @@ def test_refused_sessions_are_logged_once_per_interval(server, caplog):
                     await c.send(INIT)
                     assert (await c.closed())["reason"] == "session_busy"
 
-    with caplog.at_level(logging.WARNING, "llama_omni_py.server.connection"):
+    with caplog.at_level(logging.WARNING, "llama_omni_py.server.worker.backend.connection"):
         run(go())
     refused = [r for r in caplog.records if "session_busy" in r.getMessage()]
     assert len(refused) == 1, [r.getMessage() for r in refused]

@@ -250,7 +250,7 @@ def test_config_out_of_range_is_an_error_and_the_session_goes_on(server, config,
 def test_prepare_skips_an_audio_item_without_data_as_the_demo_does():
     # The demo's page sends its system_content with {"type": "audio", "data": null} until a voice
     # is loaded; the demo's worker skips the item, and so does ours.
-    from llama_omni_py.server.half_duplex_protocol import parse_prepare
+    from llama_omni_py.server.worker.half_duplex.protocol import parse_prepare
 
     items = [
         {"type": "text", "text": "Speak naturally."},

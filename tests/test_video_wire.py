@@ -13,8 +13,8 @@ from video_files import video
 import llama_omni_py as omni
 from llama_omni_py.errors import ProtocolError
 from llama_omni_py.orchestration.inputs import Request, build_prompt
-from llama_omni_py.server import protocol as P
 from llama_omni_py.server.gateway import openai_request as O
+from llama_omni_py.server.worker.backend import protocol as P
 
 MODEL = "MiniCPM-o-4.5"
 

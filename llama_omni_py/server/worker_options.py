@@ -100,7 +100,7 @@ class WorkerOptions:
         """The worker's ServerConfig on host:port with its engine on ``device``; ``secret``: the
         gateway's (every route but /health then needs it)."""
         from ..duplex import bad_token_ids
-        from .config import ServerConfig
+        from .worker.config import ServerConfig
 
         session = self.session_config(numa_node)
         # a repository id is fetched here, on the worker's host (a Ray actor's may be another)

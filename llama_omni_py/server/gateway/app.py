@@ -19,8 +19,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from .. import auth
-from ..log_limits import RateLimitedLog
-from . import chat_api, duplex_api, openai_api, realtime_api, status_api
+from ..limits import RateLimitedLog
+from . import duplex_api, openai_api, realtime_api, status_api
+from . import turn_based_api as chat_api
 from .bodies import BodyLimit
 from .config import GatewayConfig
 from .service import Gateway
@@ -37,13 +38,13 @@ async def page(request: Request) -> Response:
     name = request.path_params.get("name", "index.html")
     if name not in STATIC:
         return JSONResponse({"error": "no such file"}, 404)
-    data = (resources.files("llama_omni_py.server") / "static" / name).read_bytes()
+    data = (resources.files("llama_omni_py.server.gateway") / "static" / name).read_bytes()
     return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]], headers={"Cache-Control": "no-store"})
 
 
 async def duplex_page(request: Request) -> Response:
     name = "half_duplex.html" if request.url.path == "/half_duplex" else "duplex.html"
-    data = (resources.files("llama_omni_py.server") / "static" / name).read_bytes()
+    data = (resources.files("llama_omni_py.server.gateway") / "static" / name).read_bytes()
     return Response(data, media_type=_TYPES["html"], headers={"Cache-Control": "no-store"})
 
 

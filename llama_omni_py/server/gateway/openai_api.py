@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from ... import constants
 from .. import jsonio
-from .. import protocol as P
+from ..worker.backend import protocol as P
 from . import audio_codec
 from .bodies import BodyGone, BodyTooLarge, read_body
 from .client_channel import SlowReader

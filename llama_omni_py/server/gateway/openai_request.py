@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ... import checks
 from ...errors import MediaError
 from ...media import load_audio
-from .. import protocol as P
+from ..worker.backend import protocol as P
 from . import audio_codec
 
 MAX_AUDIO_SECONDS = 30.0

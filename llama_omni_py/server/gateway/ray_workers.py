@@ -27,7 +27,7 @@ class EngineWorkerActor:
         import ray
 
         from ...device.placement import pin_process_to_node
-        from ..app import BackgroundServer
+        from ..worker.app import BackgroundServer
         from .workers import numa_node_of
 
         self.device = DEVICE[accelerator]

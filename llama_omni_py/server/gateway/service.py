@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 
-from ..log_limits import RateLimitedLog
+from ..limits import RateLimitedLog
 from .audio_store import AudioStore
 from .backend_client import WorkerUnavailable, health
 from .client_channel import SlowReader

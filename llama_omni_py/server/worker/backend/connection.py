@@ -17,12 +17,12 @@ from collections import deque
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 
-from ..content import Video
-from ..errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
-from . import duplex_protocol as D
+from ....content import Video
+from ....errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
+from ...limits import RateLimitedLog
+from ..duplex import protocol as D
 from . import protocol as P
-from .duplex_backend import BackendDuplex
-from .log_limits import RateLimitedLog
+from .full_duplex import BackendDuplex
 
 log = logging.getLogger(__name__)
 refusals = RateLimitedLog(log)  # a crowd retrying a busy engine must not flood the log

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import DuplexConfig
-from ..duplex import DuplexResult
-from ..errors import ConfigError, ProtocolError
-from ..vision import MAX_SLICE_NUMS
-from .protocol import MAX_VOICE_SECONDS, check_max_slice_nums, float_pcm, pcm_b64
+from ....config import DuplexConfig
+from ....duplex import DuplexResult
+from ....errors import ConfigError, ProtocolError
+from ....vision import MAX_SLICE_NUMS
+from ..backend.protocol import MAX_VOICE_SECONDS, check_max_slice_nums, float_pcm, pcm_b64
 
 MAX_UNIT_SECONDS = 5.0  # one push is about a second; more is a client out of step
 MAX_FRAMES = 4

@@ -13,9 +13,9 @@ import uuid
 
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import ProtocolError
-from . import duplex_protocol as D
-from .engine_socket import EngineSocket, query
+from ....errors import ProtocolError
+from ..slot_socket import EngineSocket, query
+from . import protocol as D
 
 log = logging.getLogger(__name__)
 PAUSE_TIMEOUT_S = 60.0  # a paused session gives its worker back after this

@@ -13,12 +13,12 @@ import logging
 
 import numpy as np
 
-from ..constants import INPUT_SAMPLE_RATE
-from ..errors import ProtocolError
-from . import realtime_events as R
-from .duplex_protocol import DuplexStart
-from .realtime_response import ResponseEvents
-from .realtime_socket import RealtimeSocket
+from ....constants import INPUT_SAMPLE_RATE
+from ....errors import ProtocolError
+from ... import realtime_events as R
+from ..duplex.protocol import DuplexStart
+from .base import RealtimeSocket
+from .response import ResponseEvents
 
 log = logging.getLogger(__name__)
 UNIT = INPUT_SAMPLE_RATE  # one second of 16 kHz audio per duplex unit

@@ -13,15 +13,15 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from ..engine import OmniEngine
-from ..errors import OmniError, ProtocolError, SlotsBusyError
-from ..modelset.layout import random_weights
-from ..modelset.random_set import demo_config
-from ..results import SpeechChunk
-from ..session import OmniSession
+from ...engine import OmniEngine
+from ...errors import OmniError, ProtocolError, SlotsBusyError
+from ...modelset.layout import random_weights
+from ...modelset.random_set import demo_config
+from ...results import SpeechChunk
+from ...session import OmniSession
+from .backend.protocol import Turn
 from .config import ServerConfig
 from .memory import give_back
-from .protocol import Turn
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Engine:
 
     @staticmethod
     def _load_vad() -> bool:
-        from ..voice import SileroVad
+        from ...voice import SileroVad
 
         try:
             SileroVad()

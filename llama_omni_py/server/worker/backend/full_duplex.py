@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ..duplex import DuplexResult
-from . import duplex_protocol as D
+from ....duplex import DuplexResult
+from ..duplex import protocol as D
 from . import protocol as P
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import realtime_events as R
+from ... import realtime_events as R
 
 
 class ResponseEvents:

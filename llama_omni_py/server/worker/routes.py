@@ -14,7 +14,7 @@ from websockets.frames import CloseCode
 from websockets.http11 import Response
 from websockets.protocol import State
 
-from . import auth, jsonio
+from .. import auth, jsonio
 
 MAX_BODY = 64 << 10
 MAX_HEAD = 16 << 10

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import checks
-from ..config import SessionConfig
-from ..engine import MAX_SLOTS
+from ... import checks
+from ...config import SessionConfig
+from ...engine import MAX_SLOTS
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import checks
-from ..constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
-from ..content import Audio, Image, Video
-from ..errors import ProtocolError
-from ..results import Timings
-from ..video import MAX_FRAMES, MAX_STACK_FRAMES
-from ..vision import MAX_SLICE_NUMS
-from . import jsonio
+from .... import checks
+from ....constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
+from ....content import Audio, Image, Video
+from ....errors import ProtocolError
+from ....results import Timings
+from ....video import MAX_FRAMES, MAX_STACK_FRAMES
+from ....vision import MAX_SLICE_NUMS
+from ... import jsonio
 
 INIT_TYPES = ("session.init",)
 PUSH_TYPES = ("input.append",)
@@ -319,8 +319,8 @@ def check_max_slice_nums(value, n_images: int, what: str):
 def _sampling(turn: Turn, gen: dict) -> None:
     """generation.temperature / top_p / top_k / seed: this turn's LLM sampling (an extension of
     the schema's generation object, which names max_new_tokens and length_penalty)."""
-    from ..config import LlmSampling
-    from ..errors import ConfigError
+    from ....config import LlmSampling
+    from ....errors import ConfigError
 
     for key, types in (("temperature", (int, float)), ("top_p", (int, float)), ("top_k", (int,))):
         v = gen.get(key)

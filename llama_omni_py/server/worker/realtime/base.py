@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ..errors import MediaError, OmniError, ProtocolError
-from . import jsonio
-from . import realtime_events as R
-from .engine_socket import EngineSocket, query
+from ....errors import MediaError, OmniError, ProtocolError
+from ... import jsonio
+from ... import realtime_events as R
+from ..slot_socket import EngineSocket, query
 
 DEFAULT_MODEL = "minicpm-o-4.5"
 

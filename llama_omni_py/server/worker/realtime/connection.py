@@ -18,13 +18,13 @@ import logging
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import OmniError, ProtocolError
-from ..orchestration.channels import iterate_in_thread
-from ..voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
-from . import realtime_events as R
-from .realtime_fields import check_response
-from .realtime_response import ResponseEvents
-from .realtime_socket import RealtimeSocket
+from ....errors import OmniError, ProtocolError
+from ....orchestration.channels import iterate_in_thread
+from ....voice import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad
+from ... import realtime_events as R
+from ...realtime_fields import check_response
+from .base import RealtimeSocket
+from .response import ResponseEvents
 
 log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)

@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import MediaError, OmniError, ProtocolError
-from . import jsonio
+from ...errors import MediaError, OmniError, ProtocolError
+from .. import jsonio
 
 
 def query(ws, key: str) -> str | None:

@@ -13,15 +13,15 @@ import threading
 
 from websockets.asyncio.server import serve as ws_serve
 
+from .backend.connection import Connection
 from .config import ServerConfig
-from .connection import Connection
-from .duplex_demo import DemoDuplexConnection
-from .engine import Engine
-from .engine_socket import query
-from .half_duplex import HalfDuplexConnection
-from .realtime import RealtimeConnection
-from .realtime_duplex import RealtimeDuplexConnection
+from .duplex.connection import DemoDuplexConnection
+from .engine_host import Engine
+from .half_duplex.connection import HalfDuplexConnection
+from .realtime.connection import RealtimeConnection
+from .realtime.full_duplex import RealtimeDuplexConnection
 from .routes import BodyConnection, process_request
+from .slot_socket import query
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import LlmSampling
-from ..constants import OUTPUT_SAMPLE_RATE
-from ..errors import ConfigError, ProtocolError
-from ..modules.llm.prompt import VOICE_PREFIX
-from ..results import SpeechChunk
-from ..voice import VadOptions
-from .protocol import MAX_VOICE_SECONDS, float_pcm, object_field, pcm_b64
+from ....config import LlmSampling
+from ....constants import OUTPUT_SAMPLE_RATE
+from ....errors import ConfigError, ProtocolError
+from ....modules.llm.prompt import VOICE_PREFIX
+from ....results import SpeechChunk
+from ....voice import VadOptions
+from ..backend.protocol import MAX_VOICE_SECONDS, float_pcm, object_field, pcm_b64
 
 DEFAULT_TIMEOUT_S = 180.0  # no client message for this long ends the session
 COLD_START_S = 0.5  # audio within this of `prepared` is dropped (microphone start-up noise)

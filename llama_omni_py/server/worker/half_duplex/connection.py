@@ -19,11 +19,11 @@ import uuid
 
 from websockets.exceptions import ConnectionClosed
 
-from ..errors import OmniError, ProtocolError
-from ..orchestration.channels import iterate_in_thread
-from ..voice import ReplyInterrupted, SpeechDiscarded, SpeechStarted, SpeechStopped
-from . import half_duplex_protocol as H
-from .engine_socket import EngineSocket, query
+from ....errors import OmniError, ProtocolError
+from ....orchestration.channels import iterate_in_thread
+from ....voice import ReplyInterrupted, SpeechDiscarded, SpeechStarted, SpeechStopped
+from ..slot_socket import EngineSocket, query
+from . import protocol as H
 
 log = logging.getLogger(__name__)
 
