@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 
 from llama_omni_py import Token2Wav, make_models  # noqa: E402
-from llama_omni_py.config import Token2WavConfig, cache_dir  # noqa: E402
+from llama_omni_py.config import Token2WavConfig  # noqa: E402
 from llama_omni_py.constants import CODES_PER_SECOND, OUTPUT_SAMPLE_RATE  # noqa: E402
+from llama_omni_py.env import cache_dir
 
 
 def stream(t2w: Token2Wav, codes: np.ndarray, first: int) -> tuple[np.ndarray, float]:

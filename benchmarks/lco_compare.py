@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lco  # noqa: E402
+from lco import distance, photo_like, speech_like  # noqa: E402
 
 from llama_omni_py import fidelity  # noqa: E402
 from llama_omni_py.modelset import spec as ms  # noqa: E402
@@ -45,33 +46,6 @@ from llama_omni_py.modules.vpm import ImageEncoder  # noqa: E402
 
 AUDIO_LENGTHS = (1000, 16000, 16500, 47987, 48000, 80037)  # samples at 16 kHz, on and off 100 ms
 IMAGE_SIZES = ((448, 448), (960, 540), (200, 150), (1344, 1008), (4000, 300), (300, 800))
-
-
-def speech_like(n: int, seed: int) -> np.ndarray:
-    """A voiced, amplitude-modulated tone with a little noise (the encoders see no real speech here)."""
-    t = np.arange(n) / 16000
-    rng = np.random.default_rng(seed)
-    f0 = 140 + 40 * np.sin(2 * np.pi * 0.7 * t)
-    x = sum(np.sin(2 * np.pi * k * np.cumsum(f0) / 16000) / k for k in range(1, 6))
-    return (0.2 * x * (1 + np.sin(2 * np.pi * 3 * t)) + 0.01 * rng.standard_normal(n)).astype(np.float32)
-
-
-def photo_like(w: int, h: int, seed: int) -> np.ndarray:
-    """Smooth gradients, discs and fine stripes: the content resizing treats differently."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    img = np.stack([x / w, y / h, 0.5 + 0.5 * np.sin((x + y) / 37.0)], axis=-1) * 180
-    for _ in range(6):
-        cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(0.05, 0.3) * min(w, h)
-        img[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = rng.uniform(0, 255, 3)
-    img[::7, :, :] = 250  # one-pixel lines: aliasing is where the resize kernels differ most
-    return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def distance(ours: np.ndarray, theirs: np.ndarray) -> float | None:
-    if ours.shape != theirs.shape:
-        return None
-    return float(np.abs(ours - theirs).max() / np.sqrt(np.mean(theirs.astype(np.float64) ** 2)))
 
 
 class Encoders:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from lco_compare import distance, photo_like, speech_like
+from lco import distance, photo_like, speech_like
 
 from llama_omni_py.content import Audio
 from llama_omni_py.modules.apm import AudioEncoder
@@ -72,7 +72,7 @@ def compare_history(theirs, model_dir: Path, threads: int) -> list[dict]:
     }
     for name, kw in rules.items():
         enc = InputEncoder(model_dir, "cpu", threads, "clamp", **kw)
-        media = enc.encode(Request((Audio(question),), voice=voice))
+        media = enc.encode(Request((Audio(question),), ref_audio=voice))
         row[name] = distance(media.user.parts[0][1], want)
     return [row]
 

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import lco
 import numpy as np
-from lco_compare import distance, photo_like, speech_like
+from lco import distance, photo_like, speech_like
 
 from llama_omni_py.config import LlmSampling, TtsSampling
 from llama_omni_py.modelset import spec as ms
 from llama_omni_py.modelset.layout import discover
 from llama_omni_py.modules.apm import AudioEncoder
 from llama_omni_py.modules.llm.model import LanguageModel
-from llama_omni_py.modules.llm.prompt import Prompt, simplex_speech_prompt
+from llama_omni_py.modules.llm.prompt import Prompt, turn_based_prompt
 from llama_omni_py.modules.tts import TtsModel
 from llama_omni_py.modules.vpm import ImageEncoder
 
@@ -43,14 +43,14 @@ class Request:
     name: str
     text: str = ""
     audio: np.ndarray | None = None
-    voice: np.ndarray | None = None
+    ref_audio: np.ndarray | None = None
     image: np.ndarray | None = None
 
 
 REQUESTS = (
     Request("text", text="What is the weather like today?"),
     Request("spoken question", audio=speech_like(40000, seed=1)),
-    Request("voice cloning", text="Say hello.", voice=speech_like(48000, seed=2)),
+    Request("voice cloning", text="Say hello.", ref_audio=speech_like(48000, seed=2)),
     Request("image", text="What is in the picture?", image=photo_like(960, 540, seed=3)),
 )
 
@@ -73,7 +73,7 @@ def run_theirs(exe: Path, model_dir: Path, llm: Path, req: Request, out: Path, t
     """Runs the driver until its reply is written and the TTS finished the reply's chunks (its
     speech stage never ends a reply cut at n_predict, so the driver is stopped then)."""
     out.mkdir(parents=True)
-    voice = _wav(out / "voice.wav", req.voice) if req.voice is not None else "-"
+    voice = _wav(out / "voice.wav", req.ref_audio) if req.ref_audio is not None else "-"
     audio = _wav(out / "user.wav", req.audio) if req.audio is not None else "-"
     image = "-"
     if req.image is not None:
@@ -189,10 +189,10 @@ class Ours:
         self.vpm = ImageEncoder(model_dir, threads=threads)
 
     def prompt(self, req: Request) -> Prompt:
-        return simplex_speech_prompt(
+        return turn_based_prompt(
             self.llm.model,
             req.text,
-            reference_audio=self.apm.encode(req.voice) if req.voice is not None else None,
+            reference_audio=self.apm.encode(req.ref_audio) if req.ref_audio is not None else None,
             user_audio=[self.apm.encode(req.audio)] if req.audio is not None else [],
             user_images=[self.vpm.encode(req.image)] if req.image is not None else [],
         )

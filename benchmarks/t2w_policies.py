@@ -15,7 +15,7 @@ with 3 tokens of look-ahead, bounded caches, chunked vocoding with cross-fades.
 
 Per window: relative RMS error (||a - b|| / ||b||) of the audio over the window's samples, and
 of the mel (streamed by the PyTorch modules under each policy, which match our engine to 1e-4 x
-RMS, see tests/test_token2wav_stream.py) against the offline mel. A second table repeats the
+RMS, see tests/modules/test_token2wav_stream_parity.py) against the offline mel. A second table repeats the
 policy-vs-policy distance with the set's own prompt_cache.gguf. Without --model-dir a
 real-dimension token2wav-gguf (random weights, ~740 MB) is written to
 ~/.cache/llama-omni/bench-token2wav. Needs scripts/install-reference.sh.
@@ -45,6 +45,7 @@ from llama_omni_py.config import Token2WavConfig  # noqa: E402
 from llama_omni_py.modelset import generate as modelgen  # noqa: E402
 from llama_omni_py.modelset import spec as ms  # noqa: E402
 from llama_omni_py.modelset.gguf_writer import GgufWriter  # noqa: E402
+from llama_omni_py.modules import token2wav  # noqa: E402
 
 SILENCE, HOP, WINDOW, SAMPLES_PER_FRAME = 4218, 25, 28, 480
 POLICIES = ("llama.cpp-omni", "reference")
@@ -59,7 +60,7 @@ def real_token2wav(cache: Path) -> Path:
 
 def write_prompt_cache(path: Path, cache: dict, spk: torch.Tensor, steps: int) -> None:
     """The reference flow's cache dict as prompt_cache.gguf (the inverse of
-    tests/reference/token2wav_stream.prompt_caches)."""
+    tests/support/reference/token2wav_stream.prompt_caches)."""
     ecnn = cache["estimator_cnn_cache"].permute(2, 0, 1, 4, 3)  # (2, steps, depth, 2, 2h)
     eatt = cache["estimator_att_cache"].permute(2, 0, 1, 3, 4, 5)  # (2, steps, depth, H, T, 2hd)
     arrays = {
@@ -98,7 +99,8 @@ def offline(flow, hift_ref, hift, tokens, ptok, pmel, spk, steps):
 
 def ours(t2w_dir, policy, tokens, steps):
     t = core.Token2Wav(
-        str(t2w_dir), Token2WavConfig(steps=steps, threads=2, temperature=0.0, cache_policy=policy).to_native("cpu")
+        str(t2w_dir),
+        token2wav.to_native(Token2WavConfig(steps=steps, threads=2, temperature=0.0, cache_policy=policy), "cpu"),
     )
     return np.concatenate([t.push(np.asarray(tokens, np.int32)), t.push(np.zeros(0, np.int32), final=True)])
 

@@ -57,6 +57,7 @@ from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.config import Token2WavConfig  # noqa: E402
 from llama_omni_py.modelset import generate as modelgen  # noqa: E402
 from llama_omni_py.modelset import spec as ms  # noqa: E402
+from llama_omni_py.modules import token2wav as t2w_module  # noqa: E402
 
 VOCODER_FRAMES, VOCODER_GFLOP = 58, 35.5  # docs/performance.md
 MODES = ("speed", "contention", "overlap")
@@ -87,9 +88,9 @@ def open_stream(t2w: Path, device: str, steps: int, threads: int, engine: str = 
     """Our streaming Token2Wav, past its first window (no vocoder cache yet: not steady state).
     The reference cache policy, so both implementations attend over the same bounded caches.
     Engine and BF16 are passed only when asked for, so an older build (--baseline) runs too."""
-    config = Token2WavConfig(steps=steps, threads=threads, cache_policy="reference", engine=engine, bf16=bf16)
+    config = Token2WavConfig(steps=steps, threads=threads, cache_policy="reference", token2mel=engine, bf16=bf16)
     try:
-        stream = core.Token2Wav(str(t2w), config.to_native(device))
+        stream = core.Token2Wav(str(t2w), t2w_module.to_native(config, device))
     except TypeError:  # an older build (--baseline) takes the options one by one
         extra = {"engine": engine} if engine != "auto" else {}
         extra.update({"bf16": True} if bf16 else {})
@@ -217,8 +218,8 @@ def bf16_snr(args, t2w: Path, threads: int, engine: str) -> float:
     tokens = np.random.default_rng(3).integers(0, 6561, 4 * 25 + 10).astype(np.int32)
     audio = []
     for bf16 in (False, True):
-        config = Token2WavConfig(steps=args.steps, threads=threads, engine=engine, bf16=bf16)
-        t = core.Token2Wav(str(t2w), config.to_native(args.device))
+        config = Token2WavConfig(steps=args.steps, threads=threads, token2mel=engine, bf16=bf16)
+        t = core.Token2Wav(str(t2w), t2w_module.to_native(config, args.device))
         audio.append(
             np.concatenate([t.push(tokens[i : i + 25]) for i in range(0, 100, 25)] + [t.push(tokens[100:], True)])
         )
@@ -328,8 +329,8 @@ def overlap(args, t2w, window, threads: int) -> dict:
     from llama_omni_py.orchestration.channels import Pipeline
 
     v = variants(args.engines)[0]
-    config = Token2WavConfig(steps=args.steps, threads=threads, engine=v["engine"], bf16=v["bf16"])
-    stream = core.Token2Wav(str(t2w), config.to_native(args.device))
+    config = Token2WavConfig(steps=args.steps, threads=threads, token2mel=v["engine"], bf16=v["bf16"])
+    stream = core.Token2Wav(str(t2w), t2w_module.to_native(config, args.device))
     lo, hi = (float(x) for x in args.device_ms.split(","))
     n = args.windows
     device_ms = list(np.random.default_rng(2).uniform(lo, hi, n))

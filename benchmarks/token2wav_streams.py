@@ -64,7 +64,7 @@ def throughput(model_dir: Path, counts: list[int], threads: int, windows: int, r
     out: dict = {
         "weight_mib": base.weight_bytes / mib,
         "stream_mib": base.stream_bytes / mib,
-        "engine": base.engine,
+        "token2mel": base.token2mel,
         "rows": [],
     }
     for pool in (shared, copies):  # warm-up: every stream's first window, untimed

@@ -1,7 +1,7 @@
 """Hands-free voice latency: spoken questions (espeak-ng) sent at real time, as a microphone
 sends them, through each voice interface -- the half-duplex WebSocket (0.5 s float32 chunks, the
 demo page's), the OpenAI Realtime API (100 ms PCM16 chunks, the official client) and the Python
-API (VoiceSession.push, 100 ms pieces) -- and, per turn:
+API (HandsFreeSession.push, 100 ms pieces) -- and, per turn:
 
 * end of speech -> first audio byte: from the instant the question's last audible sample was
   spoken (the microphone's clock: chunk i is sent once it has been recorded) to the arrival of
@@ -11,7 +11,7 @@ API (VoiceSession.push, 100 ms pieces) -- and, per turn:
   Realtime ``speech_stopped``, Python ``SpeechStopped``): the silence wait plus the chunking;
 * after the VAD decision, as the client sees it: the first text, the first audio, 1 s of audio
   (Realtime: also the user item once encoded); and per stage, as the reply's own timings report
-  them (half-duplex ``turn_done.metrics``, Python ``VoiceSession.turns``): encoding the
+  them (half-duplex ``turn_done.metrics``, Python ``HandsFreeSession.turns``): encoding the
   utterance, prefill, first 10 text tokens, first speech codes, first audio.
 
 After each question the microphone sends silence until the reply is done, then asks the next.
@@ -21,7 +21,7 @@ After each question the microphone sends silence until the reply is done, then a
                                        [--first-window-codes 25] [--max-new-tokens 20]
 
 Without --model-dir the demo set (tiny, random weights) is used; ``--model-dir`` a real-dimension
-set (``llama_omni_py.modelset.random_set.demo_model_dir("real")``) gives real stage costs. The servers run in
+set (``llama_omni_py.modelset.random_set.random_set_dir("real")``) gives real stage costs. The servers run in
 this process (a worker and a gateway on free ports). Results: docs/performance.md.
 """
 
@@ -44,9 +44,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from common import write_result  # noqa: E402
-from speech import SR, say  # noqa: E402  (tests/speech.py: espeak-ng material)
+from speech import SR, say  # noqa: E402  (tests/support/speech.py: espeak-ng material)
 
-from llama_omni_py.modelset.random_set import DEMO_AUDIO_PER_CHUNK  # noqa: E402
+from llama_omni_py.modelset.random_set import RANDOM_SET_AUDIO_PER_CHUNK  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -242,7 +242,7 @@ def python_api(session, questions, silence_ms: int, threshold: float) -> list[di
     from llama_omni_py.server.worker.half_duplex.connection import turn_metrics
     from llama_omni_py.voice import SpeechStopped, VadOptions
 
-    voice = session.voice(vad=VadOptions(threshold=threshold, min_silence_duration_ms=silence_ms))
+    voice = session.hands_free(vad=VadOptions(threshold=threshold, min_silence_duration_ms=silence_ms))
     mic = Microphone(0.1)
     turns = []
     for audio in questions:
@@ -307,7 +307,7 @@ def main() -> None:
     ap.add_argument(
         "--max-audio-per-chunk",
         type=int,
-        default=DEMO_AUDIO_PER_CHUNK,
+        default=RANDOM_SET_AUDIO_PER_CHUNK,
         help="speech codes per 10 text tokens before the TTS is cut (random weights never end speech)",
     )
     ap.add_argument("--first-window-codes", type=int, default=25)
@@ -318,13 +318,13 @@ def main() -> None:
 
     from llama_omni_py import OmniSession
     from llama_omni_py.config import Token2WavConfig
-    from llama_omni_py.modelset.random_set import demo_config, demo_model_dir
-    from llama_omni_py.server import BackgroundServer, ServerConfig
+    from llama_omni_py.modelset.random_set import random_set_config, random_set_dir
+    from llama_omni_py.server import BackgroundServer, WorkerConfig
     from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
     from llama_omni_py.server.gateway.workers import StaticWorkers
 
-    model_dir = Path(a.model_dir) if a.model_dir else demo_model_dir()
-    cfg = demo_config(
+    model_dir = Path(a.model_dir) if a.model_dir else random_set_dir()
+    cfg = random_set_config(
         max_new_tokens=a.max_new_tokens,
         max_audio_per_chunk=a.max_audio_per_chunk,
         token2wav=Token2WavConfig(first_window_codes=a.first_window_codes),
@@ -333,7 +333,7 @@ def main() -> None:
     results = {}
     wanted = a.interfaces.split(",")
     if {"half_duplex", "realtime"} & set(wanted):
-        server_cfg = ServerConfig(port=0, model_dir=str(model_dir), device=a.device, session=cfg)
+        server_cfg = WorkerConfig(port=0, model_dir=str(model_dir), device=a.device, session=cfg)
         with BackgroundServer(server_cfg) as worker:
             assert worker.wait_ready(600) == "ready", worker.server.engine.error
             with BackgroundGateway(GatewayConfig(port=0), [StaticWorkers([worker.url])]) as gw:

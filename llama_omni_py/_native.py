@@ -25,7 +25,7 @@ import ctypes
 import os
 from pathlib import Path
 
-from .config import ENV_CPU_ISA, cpu_isa_override
+from .env import ENV_CPU_ISA, any_set, cpu_isa_override, set_unset
 from .errors import ConfigError, OmniError
 
 
@@ -46,12 +46,11 @@ def _preload_misplaced_backends() -> list[str]:
 OPENMP_WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def _apply_openmp_wait_policy(environ=os.environ) -> dict[str, str]:
+def _apply_openmp_wait_policy(environ=None) -> dict[str, str]:
     """Sets the passive wait policy unless the user chose one; returns what was applied."""
-    if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+    if any_set(("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"), environ):
         return {}
-    environ.update(OPENMP_WAIT_DEFAULTS)
-    return dict(OPENMP_WAIT_DEFAULTS)
+    return set_unset(OPENMP_WAIT_DEFAULTS, environ)
 
 
 try:

@@ -90,6 +90,20 @@ def choice(name: str, value, allowed: tuple, *, config: bool = True):
     return value
 
 
+def flag(name: str, value) -> bool:
+    """ConfigError unless ``value`` is True or False."""
+    if not isinstance(value, bool):
+        raise ConfigError(name, f"must be True or False, got {value!r}")
+    return value
+
+
+def instance(name: str, value, cls: type):
+    """ConfigError unless ``value`` is a ``cls``."""
+    if not isinstance(value, cls):
+        raise ConfigError(name, f"must be a {cls.__name__}, got {type(value).__name__}")
+    return value
+
+
 def that(name: str, ok, message: str) -> None:
     """ConfigError(name, message) unless ``ok``."""
     if not ok:

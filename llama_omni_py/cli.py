@@ -67,12 +67,11 @@ def _pkg_version(name: str) -> str:
 
 def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
     from ._native import core, cpu_kernels
-    from .device import backends as backend
-    from .device import placement
+    from .device import backends, placement
 
     topo = placement.read_topology()
     devs = []
-    for d in backend.devices():
+    for d in backends.devices():
         node = placement.pci_numa_node(d.pci_bus_id)
         devs.append(
             {
@@ -87,7 +86,7 @@ def collect_info(model_dir: str | None = None, device: str = "cpu") -> dict:
         "llama_omni_py": __version__,
         "llama_cpp_python": _pkg_version("llama-cpp-python"),
         "ggml": core.ggml_version(),
-        "compiled_backends": backend.compiled_backends(),
+        "compiled_backends": backends.compiled_backends(),
         "devices": devs,
         "cpu": {
             "model": topo.cpu_model,
@@ -153,10 +152,10 @@ def _print_info(info: dict) -> None:
 
 
 def cmd_cann_audit(args) -> int:
-    from .modelset.random_set import demo_model_dir
+    from .modelset.random_set import random_set_dir
     from .modules.cann_audit import run_audit
 
-    result = run_audit(args.model_dir or demo_model_dir(), args.cann_table)
+    result = run_audit(args.model_dir or random_set_dir(), args.cann_table)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
@@ -207,7 +206,7 @@ def cmd_make_models(args) -> int:
 
 def cmd_speak(args) -> int:
     from .config import SessionConfig
-    from .modelset.random_set import demo_config
+    from .modelset.random_set import random_set_config
     from .session import OmniSession
     from .video import VideoConfig
     from .vision import VisionConfig
@@ -230,7 +229,7 @@ def cmd_speak(args) -> int:
     }
     if args.max_new_tokens:
         options["max_new_tokens"] = args.max_new_tokens
-    cfg = demo_config(**options) if args.model_dir is None else SessionConfig(**options)
+    cfg = random_set_config(**options) if args.model_dir is None else SessionConfig(**options)
     t0 = time.perf_counter()
     progress = _Progress()
     with OmniSession(args.model_dir, args.device, cfg, progress=progress) as session:
@@ -267,7 +266,7 @@ def cmd_worker(args) -> int:
         from .server.lifeline import die_with_parent
 
         die_with_parent(args.parent_pid)
-    from .config import worker_secret
+    from .env import worker_secret
 
     options = WorkerOptions.from_args(args)
     config = options.server_config(args.host, args.port, args.device, args.numa_node, worker_secret())
@@ -278,7 +277,7 @@ def cmd_worker(args) -> int:
 def cmd_serve(args) -> int:
     import secrets
 
-    from .config import api_keys_from, worker_secret
+    from .env import api_keys_from, worker_secret
     from .server.gateway import GatewayConfig, run_gateway
     from .server.gateway.workers import LocalWorkers, StaticWorkers, devices_for
     from .server.worker_options import WorkerOptions
@@ -466,6 +465,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# the extras the commands beyond speak need, by the module a missing one leaves out
+EXTRA_OF_MODULE = {
+    "starlette": "server",
+    "uvicorn": "server",
+    "websockets": "server",
+    "prometheus_client": "server",
+    "jsonschema": "bench",
+    "matplotlib": "bench",
+    "ray": "ray",
+}
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The one-line error for a command whose extra is not installed, or None."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    return f"this command needs the {extra} extra ({top} is not installed): pip install 'llama-omni-py[{extra}]'"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -483,6 +503,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llama-omni: error: {first or type(exc).__name__}{detail}", file=sys.stderr)
         if rest and args.verbose:
             print(rest, file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        message = missing_extra(exc)
+        if message is None:
+            raise
+        _Progress.finish()
+        print(f"llama-omni: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         _Progress.finish()

@@ -1,193 +1,43 @@
-"""Every knob of a session, as one tree of frozen dataclasses validated at construction (each
-error is a :class:`ConfigError` naming the field), and the one reader of environment overrides.
+"""Every knob, as frozen dataclasses validated at construction (each error is a
+:class:`ConfigError` naming the field). Two roots: what an engine is loaded with, and how a session
+replies; ``SessionConfig``, the two in one object, stays for one release.
 
-    SessionConfig
+    EngineConfig                load time, shared by every session slot of an engine
       fidelity                  llama.cpp-omni's rules or the reference's where they differ (fidelity.py)
-      llm: LlmSampling          the reply's text sampling, or beam search
-      tts: TtsSampling          speech-code sampling (None: the fidelity's)
-      token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy
+      token2wav: Token2WavConfig  CFM steps, vocoder threads/CPUs, noise, cache policy, Token2Mel
       vision: VisionConfig      image slicing rules and max_slice_nums
       video: VideoConfig        frames per video, frame rule, stacking, audio segments
-      placement and queues      pin, numa_node, tts_queue, audio_queue
-      limits                    n_ctx, max_new_tokens, max_audio_per_chunk, threads, seed, max_beams
+      placement                 pin, numa_node
+      limits                    n_ctx, tts_ctx, threads, max_beams, exact, batch_invariant
+    ReplyConfig                 per session (engine.session(...)), each request may override
+      system_prompt, ref_audio  the system turn and its reference audio
+      llm: LlmSampling          the reply's text sampling, or beam search
+      tts: TtsSampling          speech-code sampling (None: the fidelity's)
+      limits                    max_new_tokens, max_audio_per_chunk, seed
+      channels                  tts_queue, audio_queue
+    DuplexConfig                a full-duplex conversation (duplex/)
 
-Environment overrides (read here and nowhere else; an explicit field wins):
-OMNI_TTS_QUEUE (tts_queue), OMNI_T2W_THREADS (token2wav.threads), OMNI_NUMA_NODE (numa_node),
-OMNI_T2W_PROFILE (print a stage profile when a session closes), OMNI_CPU_ISA (the CPU kernel set of
-the native engines: generic, avx2, avx512 or neon; default: the best this CPU runs), OMNI_FFMPEG
-and OMNI_FFPROBE (the ffmpeg and ffprobe programs), XDG_CACHE_HOME (where generated sets go), OMNI_BENCH_TASKSET (set by
-scripts/bench-pinned.sh for the benchmark manifest), OMNI_HUB (the hub a repository id comes
-from) and the hub clients' HF_ENDPOINT, HF_HUB_OFFLINE, HF_HUB_CACHE, HF_HOME,
-MODELSCOPE_ENDPOINT and MODELSCOPE_CACHE (read when a model is fetched, docs/model-files.md).
+Environment overrides are read by env.py (an explicit field wins).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass, replace
 
 from . import checks
 from .constants import CODES_PER_SECOND, DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
+from .deprecation import renamed_fields
+from .env import ENV_NUMA_NODE, ENV_T2W_THREADS, ENV_TTS_QUEUE, env_int, tts_queue_env
 from .errors import ConfigError
 from .fidelity import AUDIO_HISTORIES, AUDIO_POSITIONS, DEFAULTS, FIDELITIES, RESAMPLERS
 from .video import VideoConfig
 from .vision.config import VisionConfig
 from .vision.slicing import MAX_SLICE_NUMS
 
-ENV_TTS_QUEUE = "OMNI_TTS_QUEUE"
-ENV_T2W_THREADS = "OMNI_T2W_THREADS"
-ENV_NUMA_NODE = "OMNI_NUMA_NODE"
-ENV_PROFILE = "OMNI_T2W_PROFILE"
-ENV_CPU_ISA = "OMNI_CPU_ISA"
-ENV_BENCH_TASKSET = "OMNI_BENCH_TASKSET"  # set by scripts/bench-pinned.sh: the taskset a bench runs under
-
 CACHE_POLICIES = ("llama.cpp-omni", "reference")
-ENGINES = ("auto", "graph", "native")
+TOKEN2MEL_IMPLEMENTATIONS = ("auto", "graph", "native")
 AUDIO_MODES = ("clamp", "window")
 HANDOFFS = ("window", "text_chunk")
-
-
-def env_int(name: str, environ=None) -> int | None:
-    """An integer environment override, or None when unset; a malformed value is a ConfigError."""
-    raw = (os.environ if environ is None else environ).get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be an integer, got {raw!r}") from None
-
-
-def numa_node_choice(numa_node: int | None, environ=None) -> tuple[int | None, str]:
-    """The NUMA node asked for -- the field, else OMNI_NUMA_NODE -- and the name of whichever gave
-    it (for the error that names a node without usable CPUs)."""
-    if numa_node is not None:
-        return numa_node, "numa_node"
-    return env_int(ENV_NUMA_NODE, environ), ENV_NUMA_NODE
-
-
-def t2w_threads_env(environ=None) -> int | None:
-    """OMNI_T2W_THREADS, or None."""
-    return env_int(ENV_T2W_THREADS, environ)
-
-
-def tts_queue_env(environ=None) -> int | None:
-    """OMNI_TTS_QUEUE, or None."""
-    return env_int(ENV_TTS_QUEUE, environ)
-
-
-ENV_WORKER_SECRET = "OMNI_WORKER_SECRET"
-ENV_API_KEY = "OMNI_API_KEY"
-
-
-def worker_secret(environ=None) -> str | None:
-    """OMNI_WORKER_SECRET: the secret a worker requires from its gateway (and a gateway sends to
-    workers it did not start), or None."""
-    return (os.environ if environ is None else environ).get(ENV_WORKER_SECRET) or None
-
-
-def api_keys_from(keys=(), key_file: str | None = None, environ=None) -> tuple[str, ...]:
-    """The gateway's API keys: those given, one per line of ``key_file``, and OMNI_API_KEY."""
-    out = [k for k in keys if k]
-    if key_file:
-        try:
-            text = Path(key_file).read_text()
-        except OSError as e:
-            raise ConfigError("api_key_file", f"cannot read {key_file}: {e}") from None
-        out += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    env = (os.environ if environ is None else environ).get(ENV_API_KEY)
-    if env:
-        out.append(env.strip())
-    return tuple(dict.fromkeys(out))
-
-
-def cache_dir(environ=None) -> Path:
-    """Where generated sets and cases live: $XDG_CACHE_HOME/llama-omni-py (~/.cache by default)."""
-    env = os.environ if environ is None else environ
-    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llama-omni-py"
-
-
-def ffmpeg_name(environ=None) -> str:
-    """The ffmpeg program to run: OMNI_FFMPEG, else "ffmpeg" on the PATH."""
-    return (os.environ if environ is None else environ).get("OMNI_FFMPEG") or "ffmpeg"
-
-
-def ffprobe_name(environ=None) -> str:
-    """The ffprobe program to run: OMNI_FFPROBE, else the ffprobe beside OMNI_FFMPEG when that
-    names a path, else "ffprobe" on the PATH."""
-    env = os.environ if environ is None else environ
-    if env.get("OMNI_FFPROBE"):
-        return env["OMNI_FFPROBE"]
-    ffmpeg = env.get("OMNI_FFMPEG") or ""
-    return str(Path(ffmpeg).with_name("ffprobe")) if os.sep in ffmpeg else "ffprobe"
-
-
-def bench_taskset(environ=None) -> str | None:
-    """The CPU list scripts/bench-pinned.sh ran the bench under (OMNI_BENCH_TASKSET), or None."""
-    return (os.environ if environ is None else environ).get(ENV_BENCH_TASKSET) or None
-
-
-def cpu_isa_override(environ=None) -> str | None:
-    """The CPU kernel set forced by OMNI_CPU_ISA, or None (the best this CPU runs)."""
-    raw = (os.environ if environ is None else environ).get(ENV_CPU_ISA, "").strip().lower()
-    return None if raw in ("", "auto") else raw
-
-
-def profiling_enabled(environ=None) -> bool:
-    return (os.environ if environ is None else environ).get(ENV_PROFILE, "0") not in ("", "0")
-
-
-ENV_HUB = "OMNI_HUB"
-HUBS = ("huggingface", "modelscope")
-_TRUE = ("1", "on", "yes", "true")  # huggingface_hub's spelling of a set boolean variable
-
-
-def hub_choice(hub: str | None = None, environ=None) -> str:
-    """The hub a repository id is fetched from: ``hub``, else OMNI_HUB, else the Hugging Face Hub."""
-    name, source = (hub, "hub") if hub else ((os.environ if environ is None else environ).get(ENV_HUB), ENV_HUB)
-    name = (name or "").strip().lower() or "huggingface"
-    if name not in HUBS:
-        raise ConfigError(source, f"must be one of {', '.join(HUBS)}, got {name!r}")
-    return name
-
-
-@dataclass(frozen=True)
-class HubEnvironment:
-    """What a hub client takes from the environment, read when a model is fetched (not when a
-    library is imported, so a variable set later still counts): the endpoint (a mirror), whether
-    the network is off, and the cache directory (None: each library's default)."""
-
-    endpoint: str | None
-    offline: bool
-    cache: str | None
-
-
-def hub_environment(hub: str, environ=None) -> HubEnvironment:
-    """HF_ENDPOINT, HF_HUB_OFFLINE and HF_HUB_CACHE (else HF_HOME/hub) for the Hugging Face Hub;
-    MODELSCOPE_ENDPOINT and MODELSCOPE_CACHE for ModelScope (its client has no offline switch:
-    HF_HUB_OFFLINE stands for both)."""
-    env = os.environ if environ is None else environ
-    offline = env.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
-    if hub == "modelscope":
-        return HubEnvironment(env.get("MODELSCOPE_ENDPOINT") or None, offline, env.get("MODELSCOPE_CACHE") or None)
-    home = env.get("HF_HOME")
-    cache = env.get("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else None)
-    return HubEnvironment(env.get("HF_ENDPOINT") or None, offline, cache)
-
-
-def _native_options(name: str, config, **resolved):
-    """A core options struct filled field by field: every field the struct and ``config`` share,
-    then ``resolved`` (values the config does not hold as such)."""
-    from ._native import core
-
-    native = getattr(core, name)()
-    for f in fields(config):
-        if hasattr(native, f.name) and f.name not in resolved:
-            setattr(native, f.name, getattr(config, f.name))
-    for k, v in resolved.items():
-        setattr(native, k, v)
-    return native
 
 
 MAX_BEAMS = 8
@@ -207,7 +57,7 @@ class LlmSampling:
     min_p: float = 0.0  # 0: off
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
-    num_beams: int = 1  # 1: sample; 2..8: beam search (the engine needs SessionConfig.max_beams >= it)
+    num_beams: int = 1  # 1: sample; 2..8: beam search (the engine needs EngineConfig.max_beams >= it)
     length_penalty: float = 1.0  # a finished beam's score: sum of log-probs / length ** length_penalty
     early_stopping: bool | str = False  # False: transformers' heuristic; True; "never"
 
@@ -233,14 +83,10 @@ class LlmSampling:
     def beam_search(self) -> bool:
         return self.num_beams > 1
 
-    def to_native(self, seed: int):
-        """The core's SamplingOptions: these fields and the request's seed."""
-        return _native_options("SamplingOptions", self, seed=seed)
-
 
 @dataclass(frozen=True)
 class TtsSampling:
-    """How the TTS samples speech codes. The default is llama.cpp-omni's simplex rule (repetition
+    """How the TTS samples speech codes. The default is llama.cpp-omni's turn-based rule (repetition
     penalty over the last 8 codes, multinomial over every code); :meth:`llama_cpp_omni_duplex` its
     duplex one. ``count_penalty`` raises the penalty to the power of how often a code occurred in
     the window (the demo's duplex rule) instead of applying it once per distinct code."""
@@ -273,10 +119,6 @@ class TtsSampling:
         in the last 16, then nucleus 0.85 over all codes and top-k 25 of those (at least 3 kept)."""
         return cls(window=16, top_k=25, top_p=0.85, count_penalty=True, top_p_first=True)
 
-    def to_native(self, seed: int):
-        """The core's TtsSamplerOptions: these fields and the request's seed."""
-        return _native_options("TtsSamplerOptions", self, seed=seed)
-
 
 @dataclass(frozen=True)
 class Token2WavConfig:
@@ -291,10 +133,10 @@ class Token2WavConfig:
     # "llama.cpp-omni" or "reference" (docs/token2wav-streaming.md); None: the session's fidelity
     # (llama.cpp-omni's for a Token2Wav on its own)
     cache_policy: str | None = None
-    # Token2Mel's CPU compute: "native" (our CPU engine), "graph" (ggml graphs), "auto" (native
-    # on the CPU, graphs on an accelerator). docs/performance.md.
-    engine: str = "auto"
-    bf16: bool = False  # BF16 matmuls in the vocoder and the native engine (needs AVX512_BF16)
+    # which Token2Mel computes on the CPU: "native" (our hand-written CPU code), "graph" (ggml
+    # graphs), "auto" (native on the CPU, graphs on an accelerator). docs/token2wav.md.
+    token2mel: str = "auto"
+    bf16: bool = False  # BF16 matmuls in the vocoder and the native Token2Mel (needs AVX512_BF16)
     # Token2Mel and the vocoder as two pipeline stages (the vocoder of window N-1 beside
     # Token2Mel of window N). None: when Token2Mel runs off the CPU (on one CPU both would only
     # compete for the same cores).
@@ -310,7 +152,7 @@ class Token2WavConfig:
         checks.int_in("seed", self.seed, 0, checks.SEED_MAX)
         if self.cache_policy is not None:
             checks.choice("cache_policy", self.cache_policy, CACHE_POLICIES)
-        checks.choice("engine", self.engine, ENGINES)
+        checks.choice("token2mel", self.token2mel, TOKEN2MEL_IMPLEMENTATIONS)
         if not isinstance(self.bf16, bool):
             raise ConfigError("bf16", f"must be True or False, got {self.bf16!r}")
         if self.overlap is not None and not isinstance(self.overlap, bool):
@@ -357,40 +199,22 @@ class Token2WavConfig:
         wanted = self.explicit_threads
         return min(usable, wanted if wanted is not None else DEFAULT_VOCODER_THREADS)
 
-    def to_native(self, device: str):
-        """The core's Token2WavOptions for a stream on ``device``: the resolved thread count and
-        CPUs; ``overlap`` is the pipeline's business and stays here."""
-        return _native_options(
-            "Token2WavOptions",
-            self,
-            device=device,
-            threads=self.resolved_threads,
-            cpus=list(self.cpus or []),
-            cache_policy=self.cache_policy or DEFAULTS["llama.cpp-omni"].cache_policy,
-        )
-
 
 @dataclass(frozen=True)
-class SessionConfig:
-    """Knobs of an :class:`~llama_omni_py.OmniSession`; every error names the field."""
+class EngineConfig:
+    """What an engine is loaded with, shared by every session slot of it (an
+    :class:`~llama_omni_py.OmniEngine`, or an ``OmniSession`` alone); every error names the field.
+    How each session replies is its :class:`ReplyConfig`."""
 
     threads: int | None = None  # LLM/TTS/encoder CPU threads; None: libllama's default for the LLM, 1 for the
     # TTS, the stage threads' CPUs (at most 16) for the audio and image encoders
     n_ctx: int = 8192  # LLM context (tokens): holds a 64-frame, 64-second video with its audio
     prompt_cache: bool = True  # keep the KV of the prefix a prompt shares with the previous one
-    max_new_tokens: int = 256  # LLM tokens per reply
-    max_audio_per_chunk: int = MAX_AUDIO_PER_CHUNK  # TTS codes per 10-token chunk before it is cut
     tts_ctx: int = 4096  # TTS KV positions; longer replies slide (oldest chunks dropped)
-    tts_handoff: str = "window"  # 25 codes at a time to Token2Wav; "text_chunk": a text chunk's codes at once
-    seed: int = 0  # default per-request seed; -1: random
     # whose rules where llama.cpp-omni and the reference differ; the fields below that are None
     # follow it (fidelity.py, docs/fidelity.md)
     fidelity: str = "llama.cpp-omni"
-    llm: LlmSampling = field(default_factory=LlmSampling)
-    tts: TtsSampling | None = None
     token2wav: Token2WavConfig = field(default_factory=Token2WavConfig)
-    tts_queue: int | None = None  # LLM -> TTS queue; None: OMNI_TTS_QUEUE, else 16
-    audio_queue: int = DEFAULT_QUEUE  # TTS -> Token2Wav -> caller queues
     pin: bool | None = None  # None: pin when the NUMA node has >= 4 usable CPUs; True: always
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
     audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
@@ -401,7 +225,6 @@ class SessionConfig:
     # a stream chunk at k * its length
     audio_history: str | None = None  # "clip" (each clip alone) or "carried"
     audio_positions: str | None = None  # "consecutive" or "chunk-count"
-    prompt_fidelity: str | None = None  # whose prompt layout: "llama.cpp-omni" or "reference"
     video: VideoConfig = field(default_factory=VideoConfig)  # frames, audio segments (video.py)
     # image slicing: rules (None: the fidelity's) and max_slice_nums (None: the rules' default)
     vision: VisionConfig = field(default_factory=VisionConfig)
@@ -410,61 +233,29 @@ class SessionConfig:
     # so a reply is bit for bit what a lone session gives, at the cost of the batching gain
     batch_invariant: bool = False
     prefill_chunk: int = 512  # prompt rows per step; other slots' decode steps run in between
-    # the widest beam search a request may ask for (LlmSampling.num_beams): each slot holds this
-    # many LLM KV sequences of n_ctx positions (docs/slots.md#beam-search); None: llm.num_beams
-    max_beams: int | None = None
+    # the widest beam search a session may ask for (LlmSampling.num_beams): each slot holds this
+    # many LLM KV sequences of n_ctx positions (docs/slots.md#beam-search)
+    max_beams: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "threads", checks.threads("threads", self.threads))
-        if not isinstance(self.batch_invariant, bool):
-            raise ConfigError("batch_invariant", f"must be True or False, got {self.batch_invariant!r}")
+        for name in ("batch_invariant", "prompt_cache", "exact"):
+            checks.flag(name, getattr(self, name))
         checks.int_in("prefill_chunk", self.prefill_chunk, 1, 512)
         checks.int_in("n_ctx", self.n_ctx, 256, 1 << 20)
-        checks.int_in("max_new_tokens", self.max_new_tokens, 1, self.n_ctx)
-        checks.int_in("max_audio_per_chunk", self.max_audio_per_chunk, 1, 100_000)
         checks.int_in("tts_ctx", self.tts_ctx, 64, 65536)
-        if self.max_audio_per_chunk + 16 > self.tts_ctx:
-            raise ConfigError(
-                "tts_ctx",
-                f"must hold one chunk: at least max_audio_per_chunk + 16 "
-                f"({self.max_audio_per_chunk + 16}), got {self.tts_ctx}",
-            )
-        checks.choice("tts_handoff", self.tts_handoff, HANDOFFS)
-        if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
-            raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
         checks.choice("fidelity", self.fidelity, FIDELITIES)
         for name, allowed in (
             ("audio_fidelity", FIDELITIES),
-            ("prompt_fidelity", FIDELITIES),
             ("audio_resampler", RESAMPLERS),
             ("audio_history", AUDIO_HISTORIES),
             ("audio_positions", AUDIO_POSITIONS),
         ):
             if getattr(self, name) is not None:
                 checks.choice(name, getattr(self, name), allowed)
-        for name, cls in (
-            ("llm", LlmSampling),
-            ("tts", TtsSampling),
-            ("token2wav", Token2WavConfig),
-            ("vision", VisionConfig),
-            ("video", VideoConfig),
-        ):
-            if name == "tts" and self.tts is None:
-                continue
-            if not isinstance(getattr(self, name), cls):
-                raise ConfigError(name, f"must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        if self.max_beams is None:
-            object.__setattr__(self, "max_beams", self.llm.num_beams)
+        for name, cls in (("token2wav", Token2WavConfig), ("vision", VisionConfig), ("video", VideoConfig)):
+            checks.instance(name, getattr(self, name), cls)
         checks.int_in("max_beams", self.max_beams, 1, MAX_BEAMS)
-        if self.llm.num_beams > self.max_beams:
-            raise ConfigError(
-                "max_beams", f"must be at least llm.num_beams ({self.llm.num_beams}), got {self.max_beams}"
-            )
-        if self.tts_queue is None:
-            object.__setattr__(self, "tts_queue", env_int(ENV_TTS_QUEUE) or DEFAULT_QUEUE)
-            checks.int_in(ENV_TTS_QUEUE, self.tts_queue, 1, 10_000)
-        checks.int_in("tts_queue", self.tts_queue, 1, 10_000)
-        checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
         if self.pin is not None and not isinstance(self.pin, bool):
             raise ConfigError("pin", f"must be True, False or None, got {self.pin!r}")
         if self.numa_node is None:
@@ -472,17 +263,6 @@ class SessionConfig:
         if self.numa_node is not None:
             checks.int_in("numa_node", self.numa_node, 0, 4095)
         checks.choice("audio_mode", self.audio_mode, AUDIO_MODES)
-        if not isinstance(self.prompt_cache, bool):
-            raise ConfigError("prompt_cache", f"must be True or False, got {self.prompt_cache!r}")
-        if not isinstance(self.exact, bool):
-            raise ConfigError("exact", f"must be True or False, got {self.exact!r}")
-
-    @property
-    def tts_sampling(self) -> TtsSampling:
-        """The TTS rule in force: the field, else the fidelity's."""
-        if self.tts is not None:
-            return self.tts
-        return TtsSampling.reference() if DEFAULTS[self.fidelity].reference_tts else TtsSampling()
 
     @property
     def token2wav_config(self) -> Token2WavConfig:
@@ -514,11 +294,6 @@ class SessionConfig:
         return self.vision.resolved(self.fidelity)
 
     @property
-    def prompt_rule(self) -> str:
-        """The prompt layout in force: the field, else the fidelity's."""
-        return self.prompt_fidelity or self.fidelity
-
-    @property
     def llm_threads(self) -> int:
         """LLM threads for libllama (0: its default)."""
         return self.threads or 0
@@ -527,6 +302,139 @@ class SessionConfig:
     def module_threads(self) -> int:
         """TTS threads (the TTS runs beside the LLM; the encoders' default is the session's)."""
         return self.threads or 1
+
+
+@dataclass(frozen=True)
+class ReplyConfig:
+    """How a session replies unless a request says otherwise: its system prompt, reference audio,
+    sampling and limits. Each session of an engine may have its own (``engine.session(...)``);
+    every error names the field."""
+
+    system_prompt: str | None | bool = None  # the assistant role text; None: the default; False: no system turn
+    ref_audio: object = (
+        None  # reference audio for the system prompt's voice slot: a path, bytes, samples or EncodedAudio
+    )
+    llm: LlmSampling = field(default_factory=LlmSampling)
+    tts: TtsSampling | None = None  # None: the engine fidelity's
+    max_new_tokens: int = 256  # LLM tokens per reply
+    max_audio_per_chunk: int = MAX_AUDIO_PER_CHUNK  # TTS codes per 10-token chunk before it is cut
+    tts_handoff: str = "window"  # 25 codes at a time to Token2Wav; "text_chunk": a text chunk's codes at once
+    seed: int = 0  # default per-request seed; -1: random
+    tts_queue: int | None = None  # LLM -> TTS channel; None: OMNI_TTS_QUEUE, else 16
+    audio_queue: int = DEFAULT_QUEUE  # TTS -> Token2Wav -> caller channels
+    prompt_fidelity: str | None = None  # whose prompt layout: "llama.cpp-omni" or "reference"; None: the engine's
+
+    def __post_init__(self):
+        sp = self.system_prompt
+        if not (sp is None or sp is False or isinstance(sp, str)):
+            raise ConfigError("system_prompt", f"must be a string, None or False, got {type(sp).__name__}")
+        checks.instance("llm", self.llm, LlmSampling)
+        if self.tts is not None:
+            checks.instance("tts", self.tts, TtsSampling)
+        checks.int_in("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
+        checks.int_in("max_audio_per_chunk", self.max_audio_per_chunk, 1, 100_000)
+        checks.choice("tts_handoff", self.tts_handoff, HANDOFFS)
+        if not (checks.is_int(self.seed) and (self.seed == checks.RANDOM_SEED or 0 <= self.seed <= checks.SEED_MAX)):
+            raise ConfigError("seed", f"must be -1 (random) or an integer in 0..{checks.SEED_MAX}, got {self.seed!r}")
+        if self.tts_queue is None:
+            object.__setattr__(self, "tts_queue", tts_queue_env() or DEFAULT_QUEUE)
+            checks.int_in(ENV_TTS_QUEUE, self.tts_queue, 1, 10_000)
+        checks.int_in("tts_queue", self.tts_queue, 1, 10_000)
+        checks.int_in("audio_queue", self.audio_queue, 1, 10_000)
+        if self.prompt_fidelity is not None:
+            checks.choice("prompt_fidelity", self.prompt_fidelity, FIDELITIES)
+
+    def check_fits(self, engine: EngineConfig) -> None:
+        """ConfigError when these replies cannot run on ``engine`` (its context, its TTS context,
+        its beams)."""
+        checks.int_in("max_new_tokens", self.max_new_tokens, 1, engine.n_ctx)
+        if self.max_audio_per_chunk + 16 > engine.tts_ctx:
+            raise ConfigError(
+                "tts_ctx",
+                f"must hold one chunk: at least max_audio_per_chunk + 16 "
+                f"({self.max_audio_per_chunk + 16}), got {engine.tts_ctx}",
+            )
+        if self.llm.num_beams > engine.max_beams:
+            raise ConfigError(
+                "max_beams", f"must be at least llm.num_beams ({self.llm.num_beams}), got {engine.max_beams}"
+            )
+
+    def tts_sampling(self, fidelity: str) -> TtsSampling:
+        """The TTS rule in force on an engine of ``fidelity``: the field, else the fidelity's."""
+        if self.tts is not None:
+            return self.tts
+        return TtsSampling.reference() if DEFAULTS[fidelity].reference_tts else TtsSampling()
+
+    def prompt_rule(self, fidelity: str) -> str:
+        """The prompt layout in force on an engine of ``fidelity``: the field, else the fidelity's."""
+        return self.prompt_fidelity or fidelity
+
+
+ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
+REPLY_FIELDS = tuple(f.name for f in fields(ReplyConfig))
+
+
+class _Combined:
+    """SessionConfig's behaviour; its fields are EngineConfig's and ReplyConfig's (made below)."""
+
+    def __post_init__(self):
+        explicit_beams = self.max_beams is not None
+        values = {n: getattr(self, n) for n in ENGINE_FIELDS if n != "max_beams"}
+        engine = EngineConfig(**values, max_beams=self.max_beams if explicit_beams else self.llm.num_beams)
+        reply = ReplyConfig(**{n: getattr(self, n) for n in REPLY_FIELDS})
+        reply.check_fits(engine)
+        for part, names in ((engine, ENGINE_FIELDS), (reply, REPLY_FIELDS)):
+            for name in names:  # the resolved values (threads capped, queue and node from the environment)
+                object.__setattr__(self, name, getattr(part, name))
+        object.__setattr__(self, "_split", (engine, reply))
+
+    @classmethod
+    def of(cls, engine: EngineConfig, reply: ReplyConfig | None = None):
+        """The combined form of an engine's configuration and a session's reply settings."""
+        reply = reply or ReplyConfig()
+        return cls(**{n: getattr(engine, n) for n in ENGINE_FIELDS}, **{n: getattr(reply, n) for n in REPLY_FIELDS})
+
+    def split(self) -> tuple[EngineConfig, ReplyConfig]:
+        """(the engine's configuration, the session's reply settings)."""
+        return self._split
+
+    engine_config = property(lambda self: self._split[0])
+    reply_config = property(lambda self: self._split[1])
+    # the resolved values, as the two parts give them
+    token2wav_config = property(lambda self: self._split[0].token2wav_config)
+    audio_rule = property(lambda self: self._split[0].audio_rule)
+    audio_rules = property(lambda self: self._split[0].audio_rules)
+    vision_config = property(lambda self: self._split[0].vision_config)
+    llm_threads = property(lambda self: self._split[0].llm_threads)
+    module_threads = property(lambda self: self._split[0].module_threads)
+    tts_sampling = property(lambda self: self._split[1].tts_sampling(self.fidelity))
+    prompt_rule = property(lambda self: self._split[1].prompt_rule(self.fidelity))
+
+
+def _combined_fields():
+    out = []
+    for cls in (EngineConfig, ReplyConfig):
+        for f in fields(cls):
+            default = None if f.name == "max_beams" else f.default  # None: llm.num_beams
+            kind = "int | None" if f.name == "max_beams" else f.type
+            if f.default_factory is not MISSING:
+                out.append((f.name, kind, field(default_factory=f.default_factory)))
+            else:
+                out.append((f.name, kind, field(default=default)))
+    return out
+
+
+SessionConfig = make_dataclass(
+    "SessionConfig",
+    _combined_fields(),
+    bases=(_Combined,),
+    frozen=True,
+    namespace={
+        "__doc__": "The combined form, kept for one release: every field of :class:`EngineConfig` and "
+        ":class:`ReplyConfig` in one object (``max_beams`` None: ``llm.num_beams``). ``split()`` gives "
+        "the two; ``SessionConfig.of(engine, reply)`` joins them. Every error names the field."
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -602,3 +510,7 @@ class DuplexConfig:
         if low >= high:
             raise ConfigError("prune_to", f"must be below max_context ({high}), got {low}")
         return high, low
+
+
+SessionConfig.__module__ = __name__
+renamed_fields(Token2WavConfig, engine="token2mel")

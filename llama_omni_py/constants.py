@@ -15,3 +15,5 @@ MAX_AUDIO_PER_CHUNK = 500  # TTS codes per text chunk before it is cut (20 s of 
 
 DEFAULT_VOCODER_THREADS = 16  # vocoder pool size when nothing else says (capped to usable CPUs)
 DEFAULT_QUEUE = 16  # items a pipeline queue holds before its producer blocks
+
+MAX_SLOTS = 256  # session slots one engine may hold

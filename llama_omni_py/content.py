@@ -5,7 +5,7 @@ takes it: text, images, audio, video and audio already encoded, in the order the
     session.stream(content=["Listen, then answer.", omni.Audio("q.wav"), omni.Video("clip.mp4")])
 
 A part is a ``str`` (text), an :class:`Image`, :class:`Audio` or :class:`Video`, an
-:class:`~llama_omni_py.modules.llm.prompt.EncodedAudio`, or -- the reference's own convention -- a PIL image,
+:class:`EncodedAudio`, or -- the reference's own convention -- a PIL image,
 an (h, w, 3) uint8 array (an image) or a 1-D float array (16 kHz audio). The keyword form
 ``stream(text, image=, video=, audio=)`` is shorthand for [images..., videos..., audio..., text].
 """
@@ -18,10 +18,19 @@ import numpy as np
 
 from . import checks
 from .errors import InvalidArgumentError
-from .modules.llm.prompt import EncodedAudio
 from .video import FRAME_RULES, MAX_FRAMES, MAX_STACK_FRAMES, VideoConfig
 
 MAX_PARTS = 4096  # parts in one message at most (a 1024-frame video expands to ~3000)
+
+
+@dataclass(frozen=True, eq=False)
+class EncodedAudio:
+    """Audio already through the audio encoder: its (n, n_embd) LLM embedding rows. Given as the
+    content of a history turn or as a request's audio it goes into the prompt as it is, so a
+    conversation encodes each utterance once (and the prompt cache recognises it next turn)."""
+
+    embeddings: np.ndarray
+    encode_ms: float = 0.0
 
 
 @dataclass(frozen=True)

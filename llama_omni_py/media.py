@@ -28,8 +28,8 @@ from typing import Union
 
 import numpy as np
 
-from .config import ffmpeg_name, ffprobe_name
 from .constants import INPUT_SAMPLE_RATE as SAMPLE_RATE
+from .env import ffmpeg_name, ffprobe_name
 from .errors import MediaError
 
 MAX_AUDIO_SECONDS = 29.9

@@ -174,7 +174,7 @@ step_info() {
 
 step_parity() {
   OMNI_TEST_DEVICE=$DEV OMNI_PARITY_REPORT=$OUT/parity.json \
-    "${PYRUN[@]}" -m pytest tests/test_device_parity.py -v -p no:cacheprovider --durations=0
+    "${PYRUN[@]}" -m pytest tests/modules/test_device_parity.py -v -p no:cacheprovider --durations=0
 }
 
 step_validate() {

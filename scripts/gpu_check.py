@@ -7,7 +7,8 @@
                                                     summary.json + a Markdown table of the results
 
 ``models`` runs the generator from this checkout without its native core (the generator is
-plain Python and numpy), so the 16 GB set can be written while the native code compiles.
+plain Python and numpy, and the package imports nothing native until it is used), so the 16 GB
+set can be written while the native code compiles.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import re
 import statistics
 import sys
 import time
-import types
 from importlib import metadata
 from pathlib import Path
 
@@ -45,13 +45,12 @@ def missing_wheels(wheel_dir: str, always: tuple[str, ...] = ()) -> list[str]:
 
 
 def _source(module: str):
-    """A pure-Python module of the checkout's llama_omni_py (the generator, the duplex metrics),
-    imported without running the package's __init__, which loads the compiled core."""
+    """A module of this checkout's llama_omni_py (the generator, the duplex metrics). The package
+    face loads nothing native, so this works before the core is built."""
     import importlib
 
-    pkg = types.ModuleType("llama_omni_py")
-    pkg.__path__ = [str(ROOT / "llama_omni_py")]
-    sys.modules["llama_omni_py"] = pkg
+    if str(ROOT) not in sys.path[:1]:
+        sys.path.insert(0, str(ROOT))
     return importlib.import_module(f"llama_omni_py.{module}")
 
 

@@ -1,5 +1,5 @@
 """``llama-omni bench``'s command line (also benchmarks/run.py): the options of the three modes
-(simplex: runner.py, duplex: duplex.py, load: load.py) and the dispatch to them."""
+(turn_based: runner.py, duplex: duplex.py, load: load.py) and the dispatch to them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import itertools
 import sys
 
+from ..deprecation import warn_renamed
 from ..errors import ConfigError
 from ..modelset.hub_cli import add_model_arguments, resolve_model_args
 from . import prompts, summary
@@ -21,9 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BenchOptions()
     p.add_argument(
         "--mode",
-        choices=("simplex", "duplex", "load"),
-        default="simplex",
-        help="simplex: the prompt set through OmniSession.stream; duplex: a full-duplex session fed one unit a "
+        choices=("turn_based", "duplex", "load", "simplex"),  # simplex: turn_based's old name
+        default="turn_based",
+        help="turn_based: the prompt set through OmniSession.stream; duplex: a full-duplex session fed one unit a "
         "second; load: N sessions at once, an engine of N slots against N single-slot workers",
     )
     add_model_arguments(
@@ -43,16 +44,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of window,text_chunk: TTS -> Token2Wav every 25 codes, or a text chunk's codes at once",
     )
     p.add_argument(
-        "--t2w-engine",
+        "--token2mel",
+        dest="token2mel",
         default="auto",
-        help="comma list of auto,graph,native: Token2Mel's CPU compute (graph: ggml graphs; native: our CPU engine)",
+        help="comma list of auto,graph,native: which Token2Mel computes on the CPU (graph: ggml graphs; native: our "
+        "CPU code)",
     )
+    p.add_argument("--t2w-engine", dest="token2mel", action=_OldName, new="--token2mel", help=argparse.SUPPRESS)
     p.add_argument("--prompts", default=",".join(d.prompts), help=f"comma list from {','.join(prompts.PROMPTS)}")
     p.add_argument(
         "--repeats",
         type=int,
         default=None,
-        help=f"measured rounds (simplex: >= 3, default {d.repeats}; duplex: 1; load: 2)",
+        help=f"measured rounds (turn_based: >= 3, default {d.repeats}; duplex: 1; load: 2)",
     )
     p.add_argument(
         "--warmup",
@@ -69,7 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="LLM/TTS threads (default: libllama's)")
     p.add_argument(
-        "--seed", type=int, default=None, help=f"sampling seed (simplex {d.seed}, duplex 42, load 0: session i: seed+i)"
+        "--seed",
+        type=int,
+        default=None,
+        help=f"sampling seed (turn_based {d.seed}, duplex 42, load 0: session i: seed+i)",
     )
     p.add_argument("--out-dir", default=d.out_dir, help="one JSON file per configuration is written here")
     p.add_argument("--full-hash", action="store_true", help="sha256 of whole model files (default: size + first MiB)")
@@ -106,7 +113,7 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
         threads, queues = _int_list(a.t2w_threads), _int_list(a.tts_queue)
     except ValueError as e:
         raise ConfigError("t2w_threads/tts_queue", f"comma lists of integers or 'env': {e}") from None
-    lists = (threads, queues, pin, a.handoff.split(","), a.t2w_engine.split(","))
+    lists = (threads, queues, pin, a.handoff.split(","), a.token2mel.split(","))
     configs = tuple(RunConfig(t, q, p, h, e) for t, q, p, h, e in itertools.product(*lists))
     return BenchOptions(
         a.model_dir,
@@ -126,20 +133,32 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
     )
 
 
-def _refuse_simplex_options(a: argparse.Namespace, codes_per_chunk: bool) -> None:
-    """ConfigError naming the simplex-only options given to another mode."""
-    simplex_only = {
+class _OldName(argparse.Action):
+    """A flag's old spelling: stored as the new one, with a DeprecationWarning."""
+
+    def __init__(self, *args, new: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn_renamed(f"llama-omni bench {option_string}", self.new)
+        setattr(namespace, self.dest, values)
+
+
+def _refuse_turn_based_options(a: argparse.Namespace, codes_per_chunk: bool) -> None:
+    """ConfigError naming the turn-based-only options given to another mode."""
+    turn_based_only = {
         "--handoff": a.handoff != "window",
-        "--t2w-engine": a.t2w_engine != "auto",
+        "--token2mel": a.token2mel != "auto",
         "--tts-queue": a.tts_queue != "env",
         "--prompts": a.prompts != ",".join(BenchOptions().prompts),
         "--codes-per-chunk": codes_per_chunk and a.codes_per_chunk != BenchOptions().codes_per_chunk,
         "--t2w-threads (a list)": "," in a.t2w_threads,
         "--pin (a list)": "," in a.pin,
     }
-    given = [k for k, v in simplex_only.items() if v]
+    given = [k for k, v in turn_based_only.items() if v]
     if given:
-        raise ConfigError("mode", f"{', '.join(given)}: simplex options, not taken by --mode {a.mode}")
+        raise ConfigError("mode", f"{', '.join(given)}: turn-based options, not taken by --mode {a.mode}")
 
 
 def _one_pin_and_t2w(a: argparse.Namespace) -> tuple[bool | None, int | None]:
@@ -160,7 +179,7 @@ def load_options_from_args(a: argparse.Namespace):
     from ..device.placement import parse_cpulist
     from .load import LoadBenchOptions
 
-    _refuse_simplex_options(a, codes_per_chunk=False)
+    _refuse_turn_based_options(a, codes_per_chunk=False)
     duplex_only = {"--inputs": a.inputs is not None, "--no-frames": a.no_frames, "--warmup-units": a.warmup_units != 2}
     given = [k for k, v in duplex_only.items() if v]
     if given:
@@ -198,7 +217,7 @@ def load_options_from_args(a: argparse.Namespace):
 def duplex_options_from_args(a: argparse.Namespace):
     from .duplex import DuplexBenchOptions
 
-    _refuse_simplex_options(a, codes_per_chunk=True)
+    _refuse_turn_based_options(a, codes_per_chunk=True)
     pin, t2w = _one_pin_and_t2w(a)
     return DuplexBenchOptions(
         model_dir=a.model_dir,
@@ -232,6 +251,9 @@ def duplex_main(a: argparse.Namespace) -> int:
 
 
 def main_from_args(a: argparse.Namespace) -> int:
+    if a.mode == "simplex":
+        warn_renamed("llama-omni bench --mode simplex", "--mode turn_based")
+        a.mode = "turn_based"
     if a.mode == "duplex":
         return duplex_main(a)
     if a.mode == "load":

@@ -100,7 +100,7 @@ def make_case(folder: Path, units: int) -> Path:
 
 def default_case(units: int) -> Path:
     """The generated case in the user cache (written once; the files are deterministic)."""
-    from ..config import cache_dir
+    from ..env import cache_dir
 
     folder = cache_dir() / f"duplex-case-{units}"
     if len(list(folder.glob("*.wav"))) < units or len(list(folder.glob("*.jpg"))) < units:
@@ -194,10 +194,10 @@ def run_units(duplex, case, interval_s: float) -> list[dict]:
 def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
     from ..config import DuplexConfig, SessionConfig, Token2WavConfig
     from ..modelset.layout import discover
-    from ..modelset.random_set import demo_model_dir
+    from ..modelset.random_set import random_set_dir
     from ..session import OmniSession
 
-    model_dir = opts.model_dir or str(demo_model_dir("real"))
+    model_dir = opts.model_dir or str(random_set_dir("real"))
     folder = Path(opts.inputs) if opts.inputs else default_case(opts.units)
     case = load_case(folder, opts.units, opts.frames)
     dcfg = DuplexConfig(force_listen_count=opts.force_listen_count, seed=opts.seed)

@@ -76,7 +76,7 @@ def e2e_speak_wav_rtf(frames: list[dict]) -> dict:
     return {"rtf": spans / audio if audio else None, "turns": per_turn}
 
 
-PLAYOUT_DELAY_S = 0.3  # the duplex page's playout buffer (static/duplex.js)
+PLAYOUT_DELAY_S = 0.3  # the duplex page's playout buffer (server/gateway/static/duplex.js)
 
 
 def playback(frames: list[dict], delay_s: float = PLAYOUT_DELAY_S) -> dict:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import checks
-from ..config import bench_taskset
 from ..device import placement
+from ..env import bench_taskset, for_child
 from ..errors import ConfigError, OmniError
 from . import load_metrics
 from .load_metrics import KINDS, MODES
@@ -106,7 +106,7 @@ class _Host:
     """A load_host process: JSON lines in on stdin, out on stdout."""
 
     def __init__(self, spec: dict):
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = for_child(PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_omni_py.bench.load_host", json.dumps(spec)],
             stdin=subprocess.PIPE,
@@ -219,9 +219,9 @@ def _stop(proc: subprocess.Popen | None) -> None:
 def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
     """Every slot count, both modes alternating round by round; returns the run record."""
     from ..modelset.layout import discover
-    from ..modelset.random_set import demo_model_dir
+    from ..modelset.random_set import random_set_dir
 
-    model_dir = str(Path(opts.model_dir).resolve()) if opts.model_dir else str(demo_model_dir("real"))
+    model_dir = str(Path(opts.model_dir).resolve()) if opts.model_dir else str(random_set_dir("real"))
     before_mask = checks.usable_cpus()
     if opts.cpus is not None:
         os.sched_setaffinity(0, opts.cpus)  # inherited by every process started below

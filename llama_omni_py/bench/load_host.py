@@ -60,7 +60,7 @@ def _sha1(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def _simplex(session, kind: str, slot: int, seed: int, max_new_tokens: int) -> dict:
+def _turn_based(session, kind: str, slot: int, seed: int, max_new_tokens: int) -> dict:
     """One streamed reply: arrival of the first and last audio, the reply's Timings."""
     name = TEXT_PROMPTS[slot % len(TEXT_PROMPTS)] if kind == "text" else "audio"
     start = time.monotonic()
@@ -124,7 +124,7 @@ def run_session(session, cmd: dict, slot: int, seed: int) -> dict:
         if cmd["kind"] == "duplex":
             rec = _duplex(session, seed, cmd["units"], cmd["interval_s"], cmd["force_listen"])
         else:
-            rec = _simplex(session, cmd["kind"], slot, seed, cmd["max_new_tokens"])
+            rec = _turn_based(session, cmd["kind"], slot, seed, cmd["max_new_tokens"])
         rec["error"] = None
     except Exception as e:  # recorded: the run is marked invalid, the other sessions go on
         now = time.monotonic()
@@ -139,8 +139,7 @@ class Host:
 
     def __init__(self, spec: dict):
         from ..config import SessionConfig, Token2WavConfig
-        from ..engine import OmniEngine
-        from ..session import OmniSession
+        from ..session import OmniEngine, OmniSession
 
         cfg = dict(spec["config"])
         cfg["token2wav"] = Token2WavConfig(threads=cfg.pop("t2w_threads", None))

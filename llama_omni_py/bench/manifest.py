@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+
+from ..env import knobs
 
 # Knobs that change speed; every OMNI_* variable is recorded as well.
 ENV_KNOBS = (
@@ -73,8 +74,7 @@ def model_checksums(files, full: bool = False) -> dict:
 
 
 def env_knobs(environ=None) -> dict[str, str]:
-    environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in sorted(environ) if k.startswith("OMNI_") or k in ENV_KNOBS}
+    return knobs("OMNI_", ENV_KNOBS, environ)
 
 
 def git_state() -> dict:
@@ -95,8 +95,7 @@ def git_state() -> dict:
 def manifest(model_files=(), full_hash: bool = True) -> dict:
     """Build, host and environment; model files hashed in full, or by their first MiB."""
     from .._native import core, cpu_kernels
-    from ..device import backends as backend
-    from ..device import placement
+    from ..device import backends, placement
 
     topo = placement.read_topology()
     return {
@@ -108,7 +107,7 @@ def manifest(model_files=(), full_hash: bool = True) -> dict:
         "ggml": core.ggml_version(),
         "blas": core.internal.blas_description(),
         "cpu_kernels": cpu_kernels(),
-        "compiled_backends": backend.compiled_backends(),
+        "compiled_backends": backends.compiled_backends(),
         "devices": [
             {
                 "id": d.id,
@@ -116,7 +115,7 @@ def manifest(model_files=(), full_hash: bool = True) -> dict:
                 "pci_bus_id": d.pci_bus_id or None,
                 "numa_node": placement.pci_numa_node(d.pci_bus_id),
             }
-            for d in backend.devices()
+            for d in backends.devices()
         ],
         "cpu_model": topo.cpu_model,
         "logical_cpus": topo.logical_cpus,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..constants import OUTPUT_SAMPLE_RATE
-from ..orchestration import timings as profile
+from ..orchestration.timings import stage_durations, token2wav_consumer
 
 STEADY_SAMPLES = OUTPUT_SAMPLE_RATE  # one Token2Wav window: 25 codes
 T2W_QUEUE_LIMIT_MS = 1000.0
@@ -76,8 +76,8 @@ def gates(chunks: list[Chunk], durations: dict, t2w_queue_ms: list[float], media
 
 def request_record(prompt: str, chunks: list[Chunk], events, timings: dict, media: dict[str, bool]) -> dict:
     """The JSON record of one request (see docs/benchmark-schema.md)."""
-    d = profile.stage_durations(events)
-    t2w_q = queue_residence_ms(events, "tts", profile.token2wav_consumer(events))
+    d = stage_durations(events)
+    t2w_q = queue_residence_ms(events, "tts", token2wav_consumer(events))
     tts_q = queue_residence_ms(events, "llm", "tts")
     # Window i: Token2Wav item i from TTS item i; the LLM's decode time (its first item, which
     # holds the prefill, left out) is spread over the audio, as compute_rtf does.

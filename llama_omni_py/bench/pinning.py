@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import numa_node_choice
 from ..device import placement
+from ..env import numa_node_choice
 from ..errors import ConfigError
 
 REFUSED = 3  # exit status when the mask is outside the node

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import checks
-from ..config import ENGINES, HANDOFFS, bench_taskset, t2w_threads_env, tts_queue_env
+from ..config import HANDOFFS, TOKEN2MEL_IMPLEMENTATIONS
 from ..constants import DEFAULT_QUEUE
+from ..env import bench_taskset, t2w_threads_env, tts_queue_env
 from ..errors import ConfigError
 from . import metrics, prompts, summary
 from .manifest import manifest
@@ -32,7 +33,7 @@ class RunConfig:
     tts_queue: int | None = None
     pin: bool | None = None
     handoff: str = "window"  # TTS -> Token2Wav every 25 codes, or "text_chunk" (a text chunk's codes at once)
-    t2w_engine: str = "auto"  # Token2Mel's CPU compute: Token2WavConfig.engine
+    token2mel: str = "auto"  # which Token2Mel computes on the CPU: Token2WavConfig.token2mel
 
     def __post_init__(self):
         for name in ("t2w_threads", "tts_queue"):
@@ -41,20 +42,20 @@ class RunConfig:
                 raise ConfigError(name, f"must be a positive integer, got {v!r}")
         if self.handoff not in HANDOFFS:
             raise ConfigError("handoff", f"must be one of {', '.join(HANDOFFS)}, got {self.handoff!r}")
-        checks.choice("t2w_engine", self.t2w_engine, ENGINES)
+        checks.choice("token2mel", self.token2mel, TOKEN2MEL_IMPLEMENTATIONS)
 
     @property
     def label(self) -> str:
         pin = {None: "auto", True: "pin", False: "nopin"}[self.pin]
         t2w = self.t2w_threads or t2w_threads_env() or "default"
         chunked = "" if self.handoff == "window" else "-chunked"
-        engine = "" if self.t2w_engine == "auto" else f"-{self.t2w_engine}"
-        return f"t2w{t2w}-q{self.tts_queue or tts_queue_env() or DEFAULT_QUEUE}-{pin}{chunked}{engine}"
+        mel = "" if self.token2mel == "auto" else f"-{self.token2mel}"
+        return f"t2w{t2w}-q{self.tts_queue or tts_queue_env() or DEFAULT_QUEUE}-{pin}{chunked}{mel}"
 
     def token2wav(self):
         from ..config import Token2WavConfig
 
-        return Token2WavConfig(threads=self.t2w_threads, engine=self.t2w_engine)
+        return Token2WavConfig(threads=self.t2w_threads, token2mel=self.token2mel)
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,11 @@ class _Sessions:
     def get(self, c: RunConfig):
         if c.pin not in self._open:
             s = self._make(c)
-            self._open[c.pin] = (s, s.config.tts_queue)  # the default (OMNI_TTS_QUEUE or 16)
+            self._open[c.pin] = (s, s.reply.tts_queue)  # the default (OMNI_TTS_QUEUE or 16)
         s, default_queue = self._open[c.pin]
         if s.config.token2wav != c.token2wav():
             s.reconfigure(c.token2wav())
-        s.config = dataclasses.replace(s.config, tts_queue=c.tts_queue or default_queue, tts_handoff=c.handoff)
+        s.reply = dataclasses.replace(s.reply, tts_queue=c.tts_queue or default_queue, tts_handoff=c.handoff)
         return s
 
     def close(self) -> None:
@@ -167,7 +168,7 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
         "threads": session.config.llm_threads,
         "device": session.device,
         "handoff": c.handoff,
-        "t2w_engine": session.token2wav.engine,
+        "token2mel": session.token2wav.token2mel,
     }
     # the plan the session applied, else the default one it would use (recorded as not applied)
     note = []
@@ -190,9 +191,9 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
 def run_bench(opts: BenchOptions, log=print) -> list[dict]:
     """Runs every configuration, alternating per round; returns one run record per configuration."""
     from ..modelset.layout import discover
-    from ..modelset.random_set import demo_model_dir
+    from ..modelset.random_set import random_set_dir
 
-    model_dir = opts.model_dir or str(demo_model_dir("real"))
+    model_dir = opts.model_dir or str(random_set_dir("real"))
     chosen = prompts.select(opts.prompts)
     sessions = _Sessions(opts, model_dir)
     records = {c.label: {"warmup": [], "requests": []} for c in opts.configs}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 from ..constants import OUTPUT_SAMPLE_RATE
-from ..orchestration import timings as profile
+from ..orchestration import timings
 
 METRICS = ("wall_rtf", "compute_rtf", "time_to_first_audio_s", "audio_s", "wall_s")
 
@@ -22,7 +22,7 @@ def pooled_compute_rtf(requests: list[dict]) -> float | None:
     compute_ms = audio_s = 0.0
     for r in requests:
         for c in r["chunks"][1:-1]:
-            compute_ms += sum(c[f"{s}_ms"] or 0.0 for s in profile.COMPUTE_STAGES)
+            compute_ms += sum(c[f"{s}_ms"] or 0.0 for s in timings.COMPUTE_STAGES)
             audio_s += c["samples"] / OUTPUT_SAMPLE_RATE
     return compute_ms / 1000 / audio_s if audio_s > 0 else None
 

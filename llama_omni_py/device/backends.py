@@ -9,14 +9,22 @@ CPU silently.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import dataclass
 
-from .._native import core
+from ..env import set_unset
 from ..errors import BackendUnavailableError, DeviceError
 
 log = logging.getLogger(__name__)
+
+
+def _core():
+    """The compiled core, loaded when a device is first asked about (importing this module loads
+    nothing native: the gateway names devices without computing on them)."""
+    from .._native import core
+
+    return core
+
 
 # Backends users ask for by name, with the CMake switch that compiles them into ggml.
 _BUILD_FLAGS = {
@@ -68,7 +76,7 @@ def devices() -> list[Device]:
     """Every selectable device of this build (the CPU first, then accelerators)."""
     return [
         Device(d.id, d.backend, d.index, d.ggml_name, d.description, d.pci_bus_id, d.memory_total, d.memory_free)
-        for d in core.list_devices()
+        for d in _core().list_devices()
     ]
 
 
@@ -79,7 +87,7 @@ def backends() -> list[str]:
 
 def compiled_backends() -> list[str]:
     """Backends compiled into the linked ggml, with or without a device present."""
-    return list(core.compiled_backends())
+    return list(_core().compiled_backends())
 
 
 def resolve_device(spec: str) -> str:
@@ -133,12 +141,7 @@ def resolve_device(spec: str) -> str:
 
 def apply_cann_environment(environ: dict | None = None) -> dict[str, str]:
     """Sets the known-good CANN variables the user has not set; returns what was applied."""
-    env = os.environ if environ is None else environ
-    applied = {}
-    for key, value in CANN_ENV_DEFAULTS.items():
-        if key not in env:
-            env[key] = value
-            applied[key] = value
+    applied = set_unset(CANN_ENV_DEFAULTS, environ)
     if applied:
         log.warning(
             "CANN: applied %s (set them yourself to override)", ", ".join(f"{k}={v}" for k, v in applied.items())

@@ -177,9 +177,9 @@ def device_numa_node(device: str, sys_pci: Path = _SYS_PCI) -> tuple[int | None,
     ``npu-smi`` for Ascend, then sysfs."""
     if device == "cpu":
         return None, device
-    from . import backends as backend
+    from . import backends
 
-    dev = next((d for d in backend.devices() if d.id == device), None)
+    dev = next((d for d in backends.devices() if d.id == device), None)
     bus = dev.pci_bus_id if dev is not None else ""
     if not bus and device.startswith("cann:"):
         bus = npu_pci_bus_id(int(device.split(":")[1])) or ""
@@ -259,7 +259,7 @@ def plan_for_device(
 def plan_from_environment(device: str) -> PlacementPlan:
     """The plan a session with default settings gets on ``device``: OMNI_T2W_THREADS and
     OMNI_NUMA_NODE as the configuration reads them."""
-    from ..config import numa_node_choice, t2w_threads_env
+    from ..env import numa_node_choice, t2w_threads_env
 
     return plan_for_device(device, t2w_threads_env(), *numa_node_choice(None))
 

@@ -87,7 +87,7 @@ class UnitContext:
     def start(self, prefix_tokens: list[int], voice_rows: np.ndarray | None, suffix_tokens: list[int]) -> None:
         """Empties the context and prefills the protected prefix."""
         self.llm.keep(0)
-        self.lm._cached = []  # the simplex prompt cache no longer describes the KV
+        self.lm._cached = []  # the turn-based prompt cache no longer describes the KV
         self.units.clear()
         self.pruned_units = 0
         self.prefix = [list(prefix_tokens)]

@@ -1,6 +1,6 @@
 """Full duplex: the model listens and speaks at once, one ~1 s unit at a time.
 
-    with omni.OmniSession(model_dir) as s, s.duplex(system_prompt="...", voice="me.wav") as d:
+    with omni.OmniSession(model_dir) as s, s.duplex(system_prompt="...", ref_audio="me.wav") as d:
         for second in microphone():                  # 16000 samples of 16 kHz audio each
             r = d.push(second, frame=camera())       # the unit's DuplexResult
             play(r.audio)                            # 24000 samples: speech, or silence while listening
@@ -8,7 +8,7 @@
 Every unit is prefilled (``<unit>``, the frame's 64 image embeddings, 10 audio embeddings), the
 LLM decides (listen, or up to 18 text tokens of the reply), the TTS speaks the unit's text as 25
 speech codes, and Token2Wav turns them into one second of audio. The three stages run on their
-own threads like simplex, so with :meth:`DuplexSession.send` / :meth:`results` the next unit is
+own threads like a turn-based reply, so with :meth:`DuplexSession.send` / :meth:`results` the next unit is
 prefilled while the previous one is still being spoken (docs/duplex.md).
 """
 
@@ -97,7 +97,7 @@ class DuplexSession:
     """A full-duplex conversation on the stages of an :class:`~llama_omni_py.OmniSession` (which
     it holds busy until closed; ``release`` frees it). Create it with ``OmniSession.duplex()``."""
 
-    def __init__(self, stages, system_prompt: str | None, voice, config: DuplexConfig, release):
+    def __init__(self, stages, system_prompt: str | None, ref_audio, config: DuplexConfig, release):
         self.config = cfg = config
         self._release = release
         self.llm, self.tts = stages.llm, stages.tts
@@ -120,7 +120,7 @@ class DuplexSession:
         self._closed = False
         self._count = 0
         self._lock = threading.Lock()
-        self._prepare(system_prompt, voice)
+        self._prepare(system_prompt, ref_audio)
         self._pipe = Pipeline(
             ("llm", self._llm_body),
             [("tts", self._tts_body), ("token2wav", self._t2w_body)],
@@ -130,11 +130,11 @@ class DuplexSession:
         self._results = iter(self._pipe)
 
     # -- prepare ---------------------------------------------------------------------------------
-    def _prepare(self, system_prompt: str | None, voice) -> None:
+    def _prepare(self, system_prompt: str | None, ref_audio) -> None:
         text = DEFAULT_SYSTEM_PROMPT if system_prompt is None else checks.text(system_prompt, "system_prompt")
         tok = self.llm.model.tokenize
         prefix = tok("<|im_start|>system\n", True) + tok(text, False) + tok("\n<|audio_start|>", True)
-        ref = self._apm.encode(voice) if voice is not None else None
+        ref = self._apm.encode(ref_audio) if ref_audio is not None else None
         self.context.start(prefix, ref, tok("<|audio_end|><|im_end|>", True))
         self.tts.start_turn()
         self.token2wav.reset()

@@ -71,12 +71,12 @@ def judge_rtf(frames: list[dict]) -> dict:
 
 def run_rtf(args, out: Path) -> int:
     from ..bench.duplex import DuplexBenchOptions, run_duplex_bench
-    from ..modelset.random_set import demo_model_dir
+    from ..modelset.random_set import random_set_dir
 
     units = out / "units"
     n = write_units(args.video, units, args.seconds)
     opts = DuplexBenchOptions(
-        model_dir=args.model_dir or str(demo_model_dir()),
+        model_dir=args.model_dir or str(random_set_dir()),
         device=args.device,
         units=n,
         interval_s=args.interval,

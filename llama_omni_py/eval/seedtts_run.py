@@ -54,7 +54,7 @@ def synthesise(session, item, variant: str, seed: int):
     if variant == "zero-shot":
         return session.speak(
             f"{ZERO_SHOT_USER} {item.text}",
-            voice=str(item.prompt_wav),
+            ref_audio=str(item.prompt_wav),
             system_prompt=ZERO_SHOT_SYSTEM,
             prompt_style="reference",
             llm=omni.LlmSampling(temperature=0.1, top_p=0.8, top_k=100, repeat_penalty=1.02),

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
-from ..config import cache_dir
+from ..env import cache_dir
 
 
 def file_hashes(paths) -> dict:

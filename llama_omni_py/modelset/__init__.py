@@ -10,4 +10,10 @@ every file's tensor names and shapes (``spec``), and the random-weight generator
 The package imports nothing itself: ``generate`` and ``spec`` are pure Python and load without the
 compiled core (a GPU check writes a set before the core is built); ``layout`` reads files through
 the core. ``llama_omni_py`` exports discover, validate and make_models.
+
+    hub, hub_clients, modelscope_client, hub_cli   a set by its repository id (docs/model-files.md)
+    random_set   the random-weight set that runs when no model is named, and its short replies
+
+May import the base layer, ``_native`` and device/ (layout, hub_cli) and config (random_set);
+nothing above the data layer.
 """

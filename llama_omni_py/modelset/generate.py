@@ -30,10 +30,6 @@ log = logging.getLogger(__name__)
 _CHUNK = 1 << 24  # elements per generated chunk: bounds memory for multi-GB tensors
 MAX_LLM_LAYERS = LLM_REAL.n_layer  # Qwen3-8B's 36
 MAX_WORKERS = 64
-DEMO_NOTICE = (
-    "the demo module set has random weights: its text is gibberish and its audio is noise. "
-    "Point model_dir at a real MiniCPM-o-4_5-gguf directory for real speech."
-)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import hub_choice, hub_environment
+from ..env import hub_choice, hub_environment
 from ..errors import HubError, InvalidArgumentError, ModelFileError
 from . import spec as ms
 from .hub_clients import HuggingFaceClient, RemoteFile, Unreachable, files_under, forget, sha256_of

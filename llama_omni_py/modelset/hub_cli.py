@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..config import HUBS
+from ..env import HUBS
 from ..errors import InvalidArgumentError
 
 MODEL_HELP = (
@@ -20,10 +20,10 @@ QUANT_HELP = (
 )
 
 
-DEMO_DEFAULT = "default: the demo set, random weights"
+RANDOM_SET_DEFAULT = "default: the random set, random weights"
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, default: str = DEMO_DEFAULT) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, default: str = RANDOM_SET_DEFAULT) -> None:
     parser.add_argument("--model", "--model-dir", dest="model_dir", metavar="MODEL", help=f"{MODEL_HELP} ({default})")
     add_hub_arguments(parser)
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import HubEnvironment
+from ..env import HubEnvironment
 from ..errors import HubError, InvalidArgumentError, ModelFileError
 
 log = logging.getLogger(__name__)

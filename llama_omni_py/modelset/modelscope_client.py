@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import HubEnvironment
+from ..env import HubEnvironment
 from ..errors import HubError, ModelFileError
 from .hub_clients import RemoteFile, Unreachable, import_client, incomplete, network_failure
 

@@ -1,31 +1,41 @@
-"""The demo module set: random weights written once to the user cache, and the short-reply
-defaults that suit it (random weights never emit the speech end code, so every text chunk would
-otherwise speak for 20 s of noise)."""
+"""The random set: a module set with random weights, written once to the user cache, and the
+short-reply defaults that suit it (random weights never emit the speech end code, so every text
+chunk would otherwise speak for 20 s of noise). It is what runs when no model is named."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from ..config import SessionConfig, cache_dir
+from ..config import ReplyConfig, SessionConfig
+from ..env import cache_dir
 from ..errors import OmniError
 
 log = logging.getLogger(__name__)
 
-DEMO_MAX_NEW_TOKENS = 60
-DEMO_AUDIO_PER_CHUNK = 50  # about 2 s of audio per 10 text tokens, like real speech
+RANDOM_SET_MAX_NEW_TOKENS = 60
+RANDOM_SET_AUDIO_PER_CHUNK = 50  # about 2 s of audio per 10 text tokens, like real speech
 
 
-def demo_config(**overrides) -> SessionConfig:
-    """The session config the demo set runs with (short replies)."""
-    return SessionConfig(
-        **{"max_new_tokens": DEMO_MAX_NEW_TOKENS, "max_audio_per_chunk": DEMO_AUDIO_PER_CHUNK, **overrides}
+def random_set_reply(**overrides) -> ReplyConfig:
+    """The reply settings the random set runs with (short replies)."""
+    return ReplyConfig(
+        **{"max_new_tokens": RANDOM_SET_MAX_NEW_TOKENS, "max_audio_per_chunk": RANDOM_SET_AUDIO_PER_CHUNK, **overrides}
     )
 
 
-def demo_model_dir(size: str = "tiny") -> Path:
-    """A random-weight set in the user cache (tiny: the demo; real: the benchmark set, about
-    6.5 GB), generated on first use."""
+def random_set_config(**overrides) -> SessionConfig:
+    """The combined configuration the random set runs with (short replies); ``overrides`` are
+    fields of either part."""
+    return SessionConfig(
+        **{"max_new_tokens": RANDOM_SET_MAX_NEW_TOKENS, "max_audio_per_chunk": RANDOM_SET_AUDIO_PER_CHUNK, **overrides}
+    )
+
+
+def random_set_dir(size: str = "tiny") -> Path:
+    """A random-weight set in the user cache (tiny: the default set; real: the benchmark set,
+    about 6.5 GB), generated on first use. The directory keeps its first name, demo-models, so
+    that sets written before are reused."""
     from .generate import make_models
     from .layout import discover, validate
 
@@ -37,10 +47,10 @@ def demo_model_dir(size: str = "tiny") -> Path:
     except OmniError:
         complete = False
     if not complete:
-        log.warning("writing the demo module set (%s) to %s", size, root)
+        log.warning("writing the random set (%s) to %s", size, root)
         make_models(root, size=size)
     log.warning(
-        "using the demo module set: random weights, so the reply text is gibberish and the "
+        "using the random set: random weights, so the reply text is gibberish and the "
         "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory"
     )
     return root

@@ -26,17 +26,20 @@ import numpy as np
 
 from .._native import core
 from ..config import Token2WavConfig
+from ..deprecation import warn_renamed
 from ..device.backends import resolve_device
 from ..errors import ConfigError, InvalidArgumentError
+from ..fidelity import DEFAULTS
 from ..modelset import spec as ms
 from ..modelset.layout import discover, validate
+from .native_options import fill
 
 
 class Token2Wav:
     """Streaming Token2Wav over a module set (or its token2wav-gguf directory).
 
     Options are the fields of :class:`Token2WavConfig` (steps, threads, cpus, temperature, seed,
-    cache_policy, engine, bf16), given one by one or as ``config``."""
+    cache_policy, token2mel, bf16), given one by one or as ``config``."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", config: Token2WavConfig | None = None, **options):
         if config is not None and options:
@@ -52,7 +55,7 @@ class Token2Wav:
         self.device = resolve_device(device)
         if (path / ms.T2W_DIR).exists():
             validate(discover(path), ["token2wav"], self.device)
-        self._native = core.Token2Wav(str(t2w_dir), c.to_native(self.device))
+        self._native = core.Token2Wav(str(t2w_dir), to_native(c, self.device))
 
     def new_stream(self) -> Token2Wav:
         """Another stream over these weights, thread pools and voice prompt (nothing is loaded
@@ -109,9 +112,15 @@ class Token2Wav:
         return self._native.cache_policy
 
     @property
-    def engine(self) -> str:
-        """Token2Mel's compute: "native" (the CPU engine) or "graph" (ggml graphs)."""
+    def token2mel(self) -> str:
+        """Which Token2Mel computes: "native" (our CPU code) or "graph" (ggml graphs)."""
         return self._native.engine
+
+    @property
+    def engine(self) -> str:
+        """The old name of :attr:`token2mel` (one release)."""
+        warn_renamed("Token2Wav.engine", "Token2Wav.token2mel")
+        return self.token2mel
 
     @property
     def weight_bytes(self) -> int:
@@ -137,6 +146,21 @@ class Token2Wav:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def to_native(config: Token2WavConfig, device: str):
+    """The core's Token2WavOptions for a stream on ``device``: the resolved thread count and CPUs,
+    the Token2Mel implementation (the struct's ``engine``); ``overlap`` is the pipeline's business
+    and stays in Python."""
+    return fill(
+        "Token2WavOptions",
+        config,
+        device=device,
+        threads=config.resolved_threads,
+        cpus=list(config.cpus or []),
+        cache_policy=config.cache_policy or DEFAULTS["llama.cpp-omni"].cache_policy,
+        engine=config.token2mel,
+    )
 
 
 def _codes(tokens) -> np.ndarray:

@@ -22,10 +22,16 @@ from .._native import core
 from ..config import TtsSampling
 from ..constants import CODES_PER_SECOND
 from ..errors import InvalidArgumentError
+from .native_options import fill
 
 log = logging.getLogger(__name__)
 
 KV_POSITIONS = 4096  # the decoder's default context (its position table is 4096 long)
+
+
+def to_native(sampling: TtsSampling, seed: int):
+    """The core's TtsSamplerOptions: the sampling's fields and the request's seed."""
+    return fill("TtsSamplerOptions", sampling, seed=seed)
 
 
 @dataclass
@@ -109,7 +115,7 @@ class TtsModel:
         return self.tts.dims
 
     def sampler(self, sampling: TtsSampling, seed: int):
-        return core.TtsSampler(sampling.to_native(seed))
+        return core.TtsSampler(to_native(sampling, seed))
 
     def start_turn(self) -> None:
         """Empties the KV cache: a new reply."""

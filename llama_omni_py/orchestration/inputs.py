@@ -19,11 +19,11 @@ import numpy as np
 
 from .. import checks
 from ..config import LlmSampling
-from ..content import Audio, Image, Video, parts, shorthand
+from ..content import Audio, EncodedAudio, Image, Video, parts, shorthand
 from ..errors import InvalidArgumentError
 from ..media import MAX_AUDIO_SECONDS
 from ..modules.apm import AudioEncoder
-from ..modules.llm.prompt import LAYOUTS, ROLES, EncodedAudio, EncodedMessage, Prompt, simplex_speech_prompt
+from ..modules.llm.prompt import LAYOUTS, ROLES, EncodedMessage, Prompt, turn_based_prompt
 from ..modules.vpm import ImageEncoder
 from ..results import MediaStats
 from ..video import MAX_FRAMES, MAX_STACK_FRAMES, VideoConfig, load_video
@@ -37,7 +37,7 @@ class Request:
     EncodedAudio or a tuple of parts."""
 
     content: tuple = ()
-    voice: object = None
+    ref_audio: object = None  # reference audio for the system prompt's voice slot
     seed: int = 0
     max_new_tokens: int | None = None
     system_prompt: str | None | bool = None  # None: the default role text; False: no system turn
@@ -79,8 +79,10 @@ class Request:
         if self.prompt is not None:
             if not isinstance(self.prompt, Prompt) or not self.prompt.segments:
                 raise InvalidArgumentError("prompt must be a non-empty prompt.Prompt")
-            if self.content or self.history or self.voice is not None:
-                raise InvalidArgumentError("a prebuilt prompt takes no content, history or voice: they are in it")
+            if self.content or self.history or self.ref_audio is not None:
+                raise InvalidArgumentError(
+                    "a prebuilt prompt takes no content, history or reference audio: they are in it"
+                )
         if self.reply_text is not None:
             checks.text(self.reply_text, "reply_text")
             if not self.reply_text.strip():
@@ -114,7 +116,7 @@ class Request:
     @property
     def has_media(self) -> bool:
         every = list(self.content) + [p for _, c in self.history if isinstance(c, tuple) for p in c]
-        return self.voice is not None or any(not isinstance(p, str) for p in every)
+        return self.ref_audio is not None or any(not isinstance(p, str) for p in every)
 
     def video_config(self, base: VideoConfig) -> VideoConfig:
         """The session's VideoConfig with this request's overrides."""
@@ -191,14 +193,14 @@ class InputEncoder:
 
     def _encode(self, r: Request, carried: AudioEncoder | None) -> Media:
         work = _MessageWork(self, r, carried)
-        voice = None
-        if r.voice is not None:
+        ref = None
+        if r.ref_audio is not None:
             t0 = time.perf_counter()
-            voice = work.clip(work.apm.load(r.voice, work.clamp))
+            ref = work.clip(work.apm.load(r.ref_audio, work.clamp))
             work.apm_ms += (time.perf_counter() - t0) * 1000
         history = tuple((role, work.message(c) if isinstance(c, tuple) else c) for role, c in r.history)
         user = work.message(r.content, r.max_slice_nums)
-        media = Media(voice=voice, user=user, history=history, stats=work.stats())
+        media = Media(ref_audio=ref, user=user, history=history, stats=work.stats())
         media.image_layout, media.image_ids = self.vision.layout, self.vision.use_image_id
         return media
 
@@ -331,7 +333,7 @@ class Media:
     an EncodedMessage; plain text and EncodedAudio turns stay as they are), and how the prompt
     lays images out."""
 
-    voice: np.ndarray | None = None
+    ref_audio: np.ndarray | None = None
     user: EncodedMessage = field(default_factory=lambda: EncodedMessage(()))
     history: tuple = ()
     stats: MediaStats = field(default_factory=MediaStats)
@@ -343,10 +345,10 @@ def build_prompt(
     llm_model, r: Request, media: Media, history: tuple | None = None, style: str = "llama.cpp-omni"
 ) -> Prompt:
     """The LLM prompt of ``r`` with its encoded media (``history`` overrides the encoded history),
-    laid out in ``style`` (prompt.simplex_speech_prompt)."""
-    return simplex_speech_prompt(
+    laid out in ``style`` (prompt.turn_based_prompt)."""
+    return turn_based_prompt(
         llm_model,
-        reference_audio=media.voice,
+        reference_audio=media.ref_audio,
         user=media.user,
         system_prompt=r.system_prompt,
         history=media.history if history is None else history,

@@ -1,8 +1,8 @@
 """The loaded stages of one model set on one device, and where their threads run.
 
-SharedStages      what an engine loads once: the LLM (one context with a KV stream per slot),
+EngineStages      what an engine loads once: the LLM (one context with a KV stream per slot),
                   the TTS and Token2Wav weights, the encoders, the CPU placement
-StageBundle       one slot's stages over them, what a simplex request (simplex.py) and a
+SlotStages        one slot's stages over them, what a turn-based request (turn_based.py) and a
                   full-duplex session (duplex/) work on:
   llm          LanguageModel (the slot's sequence of the shared context)
   tts          TtsModel (shared weights, the slot's KV cache and sampler)
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import checks
-from ..config import SessionConfig, Token2WavConfig, numa_node_choice
+from ..config import EngineConfig, Token2WavConfig
 from ..device import placement
+from ..env import numa_node_choice
 from ..errors import InvalidArgumentError
 from ..modelset.layout import discover, validate
 from ..modules.llm.context import LlmContext
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 MAX_DEFAULT_ENCODER_THREADS = 16  # the encoders' graphs stop scaling well beyond this
 
 
-def plan_placement(device: str, config: SessionConfig, t2w: Token2WavConfig) -> placement.PlacementPlan | None:
+def plan_placement(device: str, config: EngineConfig, t2w: Token2WavConfig) -> placement.PlacementPlan | None:
     """The CPU placement to apply, or None (pin=False, or too few CPUs when pin=None)."""
     if config.pin is False or t2w.cpus is not None:
         return None
@@ -53,13 +54,13 @@ def build_token2wav(model_dir: Path, device: str, plan, t2w: Token2WavConfig) ->
     return Token2Wav(model_dir, device, t2w)
 
 
-class SharedStages:
+class EngineStages:
     """Loads the LLM, TTS, Token2Wav and (lazily) the encoders of ``model_dir`` on ``device``
     once, for ``slots`` session slots. ``report(what)`` is called before each loading step."""
 
     STEPS = ("LLM + TTS", "placement", "Token2Wav")
 
-    def __init__(self, model_dir: Path, device: str, config: SessionConfig, slots: int, report: Callable[[str], None]):
+    def __init__(self, model_dir: Path, device: str, config: EngineConfig, slots: int, report: Callable[[str], None]):
         report(self.STEPS[0])
         model_set = discover(model_dir)  # model_dir may name the LLM file: the encoders take the set's root
         self.model_dir, self.device, self.config = model_set.root, device, config
@@ -111,18 +112,18 @@ class SharedStages:
         cpus = self.placement.stage_cpus if self.placement is not None else checks.usable_cpus()
         return max(1, min(len(cpus), MAX_DEFAULT_ENCODER_THREADS))
 
-    def bundle(self, seq: int) -> StageBundle:
+    def slot(self, seq: int) -> SlotStages:
         """Slot ``seq``'s stages: slot 0 takes the loaded TTS and Token2Wav, the others new slots
         and streams over their weights."""
         tts = self.tts if seq == 0 else self.tts.new_slot()
         token2wav = self.token2wav if seq == 0 else self.token2wav.new_stream()
-        return StageBundle(self, LanguageModel.slot(self.llm, seq, self.config.prompt_cache), tts, token2wav)
+        return SlotStages(self, LanguageModel.slot(self.llm, seq, self.config.prompt_cache), tts, token2wav)
 
 
-class StageBundle:
+class SlotStages:
     """One slot's stages (see the module docstring)."""
 
-    def __init__(self, shared: SharedStages, llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav):
+    def __init__(self, shared: EngineStages, llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav):
         self.shared = shared
         self.model_dir, self.device, self.config = shared.model_dir, shared.device, shared.config
         self.llm, self.tts, self.token2wav = llm, tts, token2wav

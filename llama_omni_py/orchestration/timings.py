@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..config import profiling_enabled
+from ..env import profiling_enabled
 from ..results import Timings
 
 COMPUTE_STAGES = ("llm", "tts", "token2wav")

@@ -1,6 +1,8 @@
-"""One simplex request on a :class:`~llama_omni_py.orchestration.slot.StageBundle`: its prompt (with the
-oldest history left out when it would not fit), the threaded pipeline LLM -> TTS -> Token2Wav
-(stages.py, pipeline.py) and the request's Timings, built once from the stages' stat records."""
+"""One turn-based request on a slot's stages (:class:`~llama_omni_py.orchestration.slot.SlotStages`):
+its prompt (with the oldest history left out when it would not fit), the threaded pipeline
+LLM -> TTS -> Token2Wav (stages.py, channels.py) and the request's Timings, built once from the
+stages' stat records. The reply's settings are the session's ReplyConfig with the request's
+overrides."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..config import LlmSampling, SessionConfig
+from ..config import LlmSampling, ReplyConfig
 from ..constants import OUTPUT_SAMPLE_RATE
 from ..errors import InvalidArgumentError
 from ..modules.llm.prompt import Prompt
@@ -20,16 +22,17 @@ from ..results import PromptStats, SpeechChunk
 from . import stages
 from .channels import Pipeline
 from .inputs import Request, build_prompt
-from .slot import StageBundle
+from .slot import SlotStages
 from .timings import Profiler, request_timings
 
 log = logging.getLogger(__name__)
 
 
-def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[Prompt, PromptStats]:
-    """The request's prompt; when it and the reply do not fit the LLM context, the oldest earlier
-    messages are left out, a whole turn at a time (the system prompt always stays)."""
-    llm, style = bundle.llm, r.prompt_style or bundle.config.prompt_rule
+def fitting_prompt(slot: SlotStages, r: Request, media, limit: int, style: str) -> tuple[Prompt, PromptStats]:
+    """The request's prompt in layout ``style``; when it and the reply do not fit the LLM context,
+    the oldest earlier messages are left out, a whole turn at a time (the system prompt always
+    stays)."""
+    llm, style = slot.llm, r.prompt_style or style
     if r.prompt is not None:  # built by the caller
         llm.check_fits(r.prompt, limit)
         return r.prompt, PromptStats(r.prompt.token_count(), 0)
@@ -47,7 +50,7 @@ def fitting_prompt(bundle: StageBundle, r: Request, media, limit: int) -> tuple[
     return prompt, PromptStats(prompt.token_count(), dropped)
 
 
-def check_beam_request(bundle: StageBundle, sampling: LlmSampling, speech: bool) -> None:
+def check_beam_request(slot: SlotStages, sampling: LlmSampling, speech: bool) -> None:
     """A beam search gives text only, on a slot with a KV sequence per beam."""
     if not sampling.beam_search:
         return
@@ -57,15 +60,15 @@ def check_beam_request(bundle: StageBundle, sampling: LlmSampling, speech: bool)
             "pipeline hands the TTS each 10-token chunk as the LLM writes it, and a beam's tokens are only final "
             "when the whole search ends"
         )
-    bundle.llm.check_beams(sampling)
+    slot.llm.check_beams(sampling)
 
 
-class SimplexRun:
+class TurnBasedRun:
     """Iterate it for the request's SpeechChunks; cancel() from any thread; close() joins the
     stage threads."""
 
-    def __init__(self, bundle: StageBundle, config: SessionConfig, request: Request, profiler: Profiler):
-        self.bundle, self.config, self.request, self.profiler = bundle, config, request, profiler
+    def __init__(self, slot: SlotStages, reply: ReplyConfig, request: Request, profiler: Profiler):
+        self.slot, self.reply, self.request, self.profiler = slot, reply, request, profiler
         self._cancelled = threading.Event()
         self._pipeline: Pipeline | None = None
 
@@ -81,7 +84,8 @@ class SimplexRun:
             pipe.close()
 
     def __iter__(self) -> Iterator[SpeechChunk]:
-        r, c, b = self.request, self.config, self.bundle
+        r, c, b = self.request, self.reply, self.slot
+        engine = b.config
         start = time.perf_counter()
         forced = tuple(b.llm.model.tokenize(r.reply_text, False)) if r.reply_text is not None else None
         limit = len(forced) if forced is not None else r.max_new_tokens or c.max_new_tokens
@@ -92,7 +96,7 @@ class SimplexRun:
             own += r.system_prompt if isinstance(r.system_prompt, str) else ""
             b.llm.check_text_fits(len(own.encode("utf-8", "surrogatepass")), limit)
         media = b.inputs.encode(r)
-        prompt, prompt_stats = fitting_prompt(b, r, media, limit)
+        prompt, prompt_stats = fitting_prompt(b, r, media, limit, c.prompt_rule(engine.fidelity))
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
         reply = stages.Reply(
@@ -101,9 +105,9 @@ class SimplexRun:
             limit,
             c.max_audio_per_chunk,
             r.llm or c.llm,
-            c.tts_sampling,
+            c.tts_sampling(engine.fidelity),
             c.tts_handoff,
-            c.token2wav_config.first_window_codes,
+            engine.token2wav.first_window_codes,
             forced,
         )
         if r.speech:

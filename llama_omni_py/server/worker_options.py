@@ -1,14 +1,14 @@
 """The engine options of a worker, written once: ``llama-omni worker`` and ``llama-omni serve``
 get their flags from the fields, a local worker process gets them back as argv (``to_argv``), a
 Ray worker actor gets the object itself (it pickles), and each worker turns them into its
-ServerConfig (``server_config``)."""
+WorkerConfig (``server_config``)."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
-from ..modelset.hub_cli import DEMO_DEFAULT, MODEL_HELP, QUANT_HELP, resolved_model
+from ..modelset.hub_cli import MODEL_HELP, QUANT_HELP, RANDOM_SET_DEFAULT, resolved_model
 
 
 def _opt(default, help: str, type=None, aliases: tuple[str, ...] = ()):  # noqa: A002 -- argparse's names
@@ -17,7 +17,7 @@ def _opt(default, help: str, type=None, aliases: tuple[str, ...] = ()):  # noqa:
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    model_dir: str | None = _opt(None, f"{MODEL_HELP} ({DEMO_DEFAULT})", str, ("--model",))
+    model_dir: str | None = _opt(None, f"{MODEL_HELP} ({RANDOM_SET_DEFAULT})", str, ("--model",))
     llm_quant: str | None = _opt(None, QUANT_HELP, str)
     hub: str | None = _opt(None, "where a repository id comes from: huggingface or modelscope (default: OMNI_HUB)", str)
     slots: int = _opt(1, "sessions served at once, each on its own slot of one loaded model set (docs/serving.md)", int)
@@ -47,7 +47,7 @@ class WorkerOptions:
 
     def __post_init__(self):
         from .. import checks
-        from ..engine import MAX_SLOTS
+        from ..constants import MAX_SLOTS
 
         checks.int_in("slots", self.slots, 1, MAX_SLOTS)
 
@@ -80,7 +80,7 @@ class WorkerOptions:
 
     def session_config(self, numa_node: int | None = None):
         from ..config import SessionConfig, Token2WavConfig
-        from ..modelset.random_set import demo_config
+        from ..modelset.random_set import random_set_config
 
         options: dict = {
             "threads": self.threads,
@@ -94,19 +94,19 @@ class WorkerOptions:
             options["max_audio_per_chunk"] = self.max_audio_per_chunk
         if numa_node is not None:
             options["numa_node"] = numa_node
-        return demo_config(**options) if self.model_dir is None else SessionConfig(**options)
+        return random_set_config(**options) if self.model_dir is None else SessionConfig(**options)
 
     def server_config(self, host: str, port: int, device: str, numa_node: int | None = None, secret: str | None = None):
-        """The worker's ServerConfig on host:port with its engine on ``device``; ``secret``: the
+        """The worker's WorkerConfig on host:port with its engine on ``device``; ``secret``: the
         gateway's (every route but /health then needs it)."""
         from ..duplex import bad_token_ids
-        from .worker.config import ServerConfig
+        from .worker.config import WorkerConfig
 
         session = self.session_config(numa_node)
         # a repository id is fetched here, on the worker's host (a Ray actor's may be another)
         model_dir = resolved_model(self.model_dir, self.llm_quant, self.hub, device)
         forbidden = bad_token_ids(self.duplex_bad_tokens) if self.duplex_bad_tokens else ()
-        return ServerConfig(
+        return WorkerConfig(
             host=host,
             port=port,
             model_dir=model_dir,

@@ -73,7 +73,7 @@ class VisionConfig:
 
     @property
     def layout(self) -> str:
-        """The simplex prompt layout of these rules (vision.placeholder)."""
+        """The turn-based prompt layout of these rules (vision.placeholder)."""
         return self.rule
 
 

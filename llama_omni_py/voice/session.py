@@ -1,13 +1,13 @@
-"""Hands-free turns on an :class:`~llama_omni_py.OmniSession` (``session.voice()``): the voice
+"""Hands-free turns on an :class:`~llama_omni_py.OmniSession` (``session.hands_free()``): the voice
 activity detector cuts the microphone stream into utterances, each becomes a spoken reply, and
 the conversation (every utterance once encoded, every reply's text) is the next turn's history,
 so the LLM's prompt cache keeps the earlier turns. docs/voice.md.
 
-    with session.voice() as voice:
+    with session.hands_free() as turns:
         for piece in microphone():                     # 16 kHz float32, any size
-            for event in voice.push(piece):
+            for event in turns.push(piece):
                 if isinstance(event, SpeechStopped):
-                    for chunk in voice.respond(event):  # SpeechChunks, 24 kHz audio
+                    for chunk in turns.respond(event):  # SpeechChunks, 24 kHz audio
                         play(chunk.audio)
 
 ``push`` may run on another thread while ``respond`` streams: speech that starts during a reply
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ..config import LlmSampling
 from ..constants import INPUT_SAMPLE_RATE
+from ..content import EncodedAudio
 from ..errors import InvalidArgumentError
-from ..modules.llm.prompt import EncodedAudio
 from ..results import SpeechChunk
 from .vad import SpeechStarted, SpeechStopped, StreamingVad, VadEvent, VadOptions
 
@@ -55,14 +55,15 @@ class TurnRecord:
     audio_samples: int = 0
 
 
-class VoiceSession:
-    """One hands-free conversation on an OmniSession (see the module doc)."""
+class HandsFreeSession:
+    """One hands-free conversation on an OmniSession (see the module doc). ``ref_audio``: reference
+    audio for the system prompt's voice slot (None: the session's)."""
 
     def __init__(
         self,
         session,
         system_prompt: str | None = None,
-        voice=None,
+        ref_audio=None,
         vad: VadOptions | None = None,
         *,
         speech: bool = True,
@@ -73,7 +74,7 @@ class VoiceSession:
         if vad is not None and not isinstance(vad, VadOptions):
             raise InvalidArgumentError(f"vad must be a VadOptions, got {type(vad).__name__}")
         self.session = session
-        self.system_prompt, self.voice, self.speech = system_prompt, voice, speech
+        self.system_prompt, self.ref_audio, self.speech = system_prompt, ref_audio, speech
         self.max_new_tokens, self.llm, self.barge_in = max_new_tokens, llm, barge_in
         self.vad = StreamingVad(vad)
         self.history: list[tuple[str, object]] = []
@@ -93,7 +94,7 @@ class VoiceSession:
         SpeechStopped, SpeechDiscarded) and, when speech cut a running reply, ReplyInterrupted
         right after its SpeechStarted."""
         if self._closed:
-            raise InvalidArgumentError("the voice session is closed")
+            raise InvalidArgumentError("the hands-free session is closed")
         out: list = []
         for event in self.vad.feed(audio):
             out.append(event)
@@ -155,7 +156,7 @@ class VoiceSession:
         ``max_new_tokens`` and ``system_prompt`` override the session's for this reply."""
         with self._lock:
             if self._replying:
-                raise InvalidArgumentError("a reply is already running in this voice session")
+                raise InvalidArgumentError("a reply is already running in this hands-free session")
             self._replying, self._interrupt = True, None
         t0 = time.perf_counter()
         text: list[str] = []
@@ -167,7 +168,7 @@ class VoiceSession:
             stream = self.session.stream(
                 " ".join(c for c in contents if isinstance(c, str)) or None,
                 audio=audio or None,
-                voice=self.voice,
+                ref_audio=self.ref_audio,
                 system_prompt=self.system_prompt if system_prompt is None else system_prompt,
                 history=self.history[-MAX_TURNS_KEPT:],
                 speech=self.speech if speech is None else speech,
@@ -241,7 +242,7 @@ class VoiceSession:
             self.session.cancel()
         self._closed = True
 
-    def __enter__(self) -> VoiceSession:
+    def __enter__(self) -> HandsFreeSession:
         return self
 
     def __exit__(self, *exc) -> None:

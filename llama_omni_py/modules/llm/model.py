@@ -16,10 +16,16 @@ from ...config import LlmSampling
 from ...constants import TEXT_CHUNK
 from ...errors import InvalidArgumentError
 from ...results import LlmStats
+from ..native_options import fill
 from .beam_search import BeamSearch, search
 from .context import LlmContext, LlmSlot
 from .prompt import Prompt, SpecialTokens
 from .text_stream import TextStream
+
+
+def to_native(sampling: LlmSampling, seed: int):
+    """The core's SamplingOptions: the sampling's fields and the request's seed."""
+    return fill("SamplingOptions", sampling, seed=seed)
 
 
 @dataclass
@@ -131,7 +137,7 @@ class LanguageModel:
             )
 
     def _set_sampling(self, s: LlmSampling, seed: int) -> None:
-        self.llm.set_sampling(s.to_native(seed))
+        self.llm.set_sampling(to_native(s, seed))
 
     def prefill(self, prompt: Prompt) -> None:
         """Evaluates the prompt. With the prompt cache on, the longest prefix it shares with the

@@ -1,4 +1,4 @@
-"""MiniCPM-o 4.5 simplex speech prompting (docs/speech-path.md).
+"""MiniCPM-o 4.5 turn-based speech prompting (docs/speech-path.md).
 
 Special tokens are resolved by name from the loaded vocabulary, never by hard-coded id, so the
 same code serves the real vocabulary (ids 151643..) and the tiny test one.
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._lazy import lazy
+from ...content import EncodedAudio
 from ...errors import InvalidArgumentError, ModelFileError
 from ...vision.placeholder import placeholder_parts
 
@@ -87,16 +89,6 @@ class SpecialTokens:
         return frozenset({self.im_end, self.first_added})
 
 
-@dataclass(frozen=True, eq=False)
-class EncodedAudio:
-    """Audio already through the audio encoder: its (n, n_embd) LLM embedding rows. Given as the
-    content of a history turn or as a request's audio it goes into the prompt as it is, so a
-    conversation encodes each utterance once (and the prompt cache recognises it next turn)."""
-
-    embeddings: np.ndarray
-    encode_ms: float = 0.0
-
-
 @dataclass(frozen=True)
 class EncodedMessage:
     """A message's content, encoded, in order: ("text", str), ("image", EncodedImage), ("frame",
@@ -134,7 +126,7 @@ class Prompt:
 
 def join_of(message: EncodedMessage, style: str) -> str:
     """What separates a message's parts: the reference joins them with newlines, or with nothing
-    in omni mode (``modeling_minicpmo.py`` ``chat``); llama.cpp-omni's simplex pipeline puts
+    in omni mode (``modeling_minicpmo.py`` ``chat``); llama.cpp-omni's turn-based pipeline puts
     them side by side, and its evaluation CLI writes a newline after every frame and audio
     segment of a video."""
     if style == EVAL_CLI_STYLE:
@@ -153,7 +145,7 @@ def legacy_message(user_text: str, user_audio: Sequence = (), user_images: Seque
     return EncodedMessage(tuple(parts))
 
 
-def simplex_speech_prompt(
+def turn_based_prompt(
     model,
     user_text: str = "",
     reference_audio: np.ndarray | None = None,
@@ -176,7 +168,7 @@ def simplex_speech_prompt(
     then the audio, then `user_text`. Embedding blocks must be (n, n_embd) of the LLM.
 
     `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
-    for token as its simplex pipeline does (the voice slot even without a voice, its second user
+    for token as its turn-based pipeline does (the voice slot even without a voice, its second user
     header, its shorter role text when the turn has an image); "reference" as the reference's chat
     template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do. A
     message's parts are joined as :func:`join_of` says.
@@ -260,7 +252,7 @@ def simplex_speech_prompt(
         else:
             seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
         seg.append(tok("<|im_end|>\n"))
-        if lco and not cli:  # its simplex server writes the first user header twice (docs/fidelity.md)
+        if lco and not cli:  # its turn-based server writes the first user header twice (docs/fidelity.md)
             seg.append(tok("<|im_start|>user\n"))
     for who, content in history:  # earlier turns, then the user turn opens
         if isinstance(content, EncodedAudio):
@@ -275,3 +267,6 @@ def simplex_speech_prompt(
     else:  # llama.cpp-omni's server opens a plain assistant turn, without the empty thinking block
         seg.append(tok(ASSISTANT_PLAIN_PREFIX if lco and not cli else ASSISTANT_TEXT_PREFIX))
     return Prompt(seg)
+
+
+__getattr__, _ = lazy(__name__, {}, old={"simplex_speech_prompt": (__name__, "turn_based_prompt")})

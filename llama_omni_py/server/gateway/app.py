@@ -20,8 +20,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from .. import auth
 from ..limits import RateLimitedLog
-from . import duplex_api, openai_api, realtime_api, status_api
-from . import turn_based_api as chat_api
+from . import duplex_api, openai_api, realtime_api, status_api, turn_based_api
 from .bodies import BodyLimit
 from .config import GatewayConfig
 from .service import Gateway
@@ -128,8 +127,8 @@ def build_app(gateway: Gateway) -> Starlette:
         Route("/api/queue", status_api.queue),
         Route("/api/queue/{ticket_id}", status_api.ticket, methods=["GET", "DELETE"]),
         Route("/metrics", status_api.metrics),
-        Route("/api/chat", chat_api.api_chat, methods=["POST"]),
-        WebSocketRoute("/ws/chat", chat_api.ws_chat),
+        Route("/api/chat", turn_based_api.api_chat, methods=["POST"]),
+        WebSocketRoute("/ws/chat", turn_based_api.ws_chat),
         WebSocketRoute("/ws/duplex/{session_id}", duplex_api.ws_duplex),
         WebSocketRoute("/ws/half_duplex/{session_id}", duplex_api.ws_half_duplex),
         Route("/api/half_duplex/stop", duplex_api.half_duplex_stop, methods=["POST"]),

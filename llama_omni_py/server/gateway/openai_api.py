@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from ... import constants
 from .. import jsonio
-from ..worker.backend import protocol as P
+from ..pcm import pcm_from_b64
 from . import audio_codec
 from .bodies import BodyGone, BodyTooLarge, read_body
 from .client_channel import SlowReader
@@ -237,7 +237,7 @@ class _Reply:
             if self.scanner.hit:
                 raise EndTurn(self._stopped(), "stop_sequence")
         elif ev["kind"] == "audio" and self.req.audio_out:
-            samples = P.pcm_from_b64(ev["audio"])
+            samples = pcm_from_b64(ev["audio"])
             self.audio_samples += samples.size
             if self.queue is None:
                 self.audio.append(samples)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ... import checks
 from ...errors import MediaError
 from ...media import load_audio
-from ..worker.backend import protocol as P
+from ..pcm import pcm_b64
 from . import audio_codec
 
 MAX_AUDIO_SECONDS = 30.0
@@ -337,7 +337,7 @@ def _user_content(content, where: str) -> tuple[list, int, list]:
                 )
             if x.size < INPUT_RATE // 10:
                 raise bad(f"{at}.input_audio is shorter than 0.1 s", f"{at}.input_audio")
-            items.append({"type": "audio", "data": P.pcm_b64(x)})
+            items.append({"type": "audio", "data": pcm_b64(x)})
             rows += audio_rows(x.size)
         elif kind == "video_url" and isinstance(part.get("video_url"), dict):
             data = _data_url(part["video_url"], f"{at}.video_url", "video")

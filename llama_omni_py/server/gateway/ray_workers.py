@@ -1,4 +1,4 @@
-"""Engine workers as Ray actors: one per GPU (Ray's ``GPU`` resource), per Ascend NPU (the ``NPU``
+"""EngineHost workers as Ray actors: one per GPU (Ray's ``GPU`` resource), per Ascend NPU (the ``NPU``
 resource) or, for tests and CPU hosts, per ``num_cpus`` slice, placed by Ray on any host of the
 cluster. Each actor runs an ordinary engine worker (``/backend``, ``/health``) on its node's
 address; the gateway queues and routes to them like local workers, and a session stays on its
@@ -27,7 +27,7 @@ class EngineWorkerActor:
         import ray
 
         from ...device.placement import pin_process_to_node
-        from ..worker.app import BackgroundServer
+        from ..worker import BackgroundServer
         from .workers import numa_node_of
 
         self.device = DEVICE[accelerator]

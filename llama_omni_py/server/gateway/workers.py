@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from ...config import ENV_WORKER_SECRET
+from ...env import ENV_WORKER_SECRET, for_child
 from ...errors import ConfigError
 from .worker_slots import Worker
 
@@ -94,10 +94,7 @@ class LocalWorkers:
         """Starts worker i's process; (process, the port it announced)."""
         cmd = self.command(self.devices[i])
         # not from a source tree: `-m llama_omni_py` there would import the uncompiled package
-        env = dict(os.environ)
-        env.pop(ENV_WORKER_SECRET, None)
-        if self.secret:
-            env[ENV_WORKER_SECRET] = self.secret
+        env = for_child(drop=(ENV_WORKER_SECRET,), **({ENV_WORKER_SECRET: self.secret} if self.secret else {}))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(), env=env)
         try:
             port = await asyncio.wait_for(asyncio.to_thread(_announced_port, proc), START_TIMEOUT_S)

@@ -1,4 +1,4 @@
-"""OmniServer, the engine worker: one engine of ``ServerConfig.slots`` session slots, one
+"""WorkerServer, the engine worker: one engine of ``WorkerConfig.slots`` session slots, one
 protocol session per slot, HTTP and WebSocket on one port (websockets' asyncio server).
 ``serve()`` runs it until SIGINT/SIGTERM (``llama-omni worker``); ``BackgroundServer`` runs it
 in a thread (tests, benchmarks). The gateway (gateway/) puts many of these behind one public API."""
@@ -13,10 +13,12 @@ import threading
 
 from websockets.asyncio.server import serve as ws_serve
 
+from ..._lazy import lazy
+from ...deprecation import renamed_kwargs
 from .backend.connection import Connection
-from .config import ServerConfig
+from .config import WorkerConfig
 from .duplex.connection import DemoDuplexConnection
-from .engine_host import Engine
+from .engine_host import EngineHost
 from .half_duplex.connection import HalfDuplexConnection
 from .realtime.connection import RealtimeConnection
 from .realtime.full_duplex import RealtimeDuplexConnection
@@ -24,12 +26,17 @@ from .routes import BodyConnection, process_request
 from .slot_socket import query
 
 log = logging.getLogger(__name__)
+__getattr__, _ = lazy(__name__, {}, old={"WorkerServer": (__name__, "WorkerServer")})
 
 
-class OmniServer:
-    def __init__(self, config: ServerConfig | None = None, engine: Engine | None = None):
-        self.config = config or ServerConfig()
-        self.engine = engine or Engine(self.config)
+class WorkerServer:
+    """One engine worker: its EngineHost (``host``; tests give one that loads slowly or fails)
+    and the protocol connections on its slots."""
+
+    @renamed_kwargs(engine="host")
+    def __init__(self, config: WorkerConfig | None = None, host: EngineHost | None = None):
+        self.config = config or WorkerConfig()
+        self.host = host or EngineHost(self.config)
         self.sessions: dict[str, Connection] = {}
         self.half_duplex: dict[str, HalfDuplexConnection] = {}
         self.port: int | None = None
@@ -52,7 +59,7 @@ class OmniServer:
             open_timeout=c.init_timeout_s,
         )
         self.port = self._ws.sockets[0].getsockname()[1]
-        self._load = asyncio.create_task(self.engine.load())
+        self._load = asyncio.create_task(self.host.load())
         log.warning("worker listening on http://%s:%d (WebSocket /backend, /health)", c.host, self.port)
 
     def _route(self, connection, request):
@@ -93,15 +100,15 @@ class OmniServer:
             await self._ws.wait_closed()
         if self._load is not None:
             await self._load
-        await self.engine.close()
+        await self.host.close()
 
 
-def serve(config: ServerConfig, announce: bool = False) -> None:
+def serve(config: WorkerConfig, announce: bool = False) -> None:
     """Runs the server until SIGINT or SIGTERM. ``announce``: print {"listening", "port"} as one
     JSON line on stdout once it listens (how a gateway learns a worker's port)."""
 
     async def main():
-        server = OmniServer(config)
+        server = WorkerServer(config)
         await server.start()
         if announce:
             url = f"http://{config.host}:{server.port}"
@@ -118,11 +125,12 @@ def serve(config: ServerConfig, announce: bool = False) -> None:
 
 
 class BackgroundServer:
-    """An OmniServer on its own event loop in a daemon thread: ``with BackgroundServer(cfg) as s:
+    """A WorkerServer on its own event loop in a daemon thread: ``with BackgroundServer(cfg) as s:
     s.url``. ``wait_ready()`` polls the engine state (not HTTP)."""
 
-    def __init__(self, config: ServerConfig, engine: Engine | None = None):
-        self.server = OmniServer(config, engine)
+    @renamed_kwargs(engine="host")
+    def __init__(self, config: WorkerConfig, host: EngineHost | None = None):
+        self.server = WorkerServer(config, host)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="omni-server", daemon=True)
 
@@ -146,6 +154,6 @@ class BackgroundServer:
         import time
 
         deadline = time.monotonic() + timeout
-        while self.server.engine.state == "loading" and time.monotonic() < deadline:
+        while self.server.host.state == "loading" and time.monotonic() < deadline:
             time.sleep(0.05)
-        return self.server.engine.state
+        return self.server.host.state

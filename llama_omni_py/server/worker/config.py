@@ -1,16 +1,17 @@
-"""Server knobs, validated at construction (every error names the field)."""
+"""A worker's knobs, validated at construction (every error names the field)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ... import checks
+from ..._lazy import lazy
 from ...config import SessionConfig
-from ...engine import MAX_SLOTS
+from ...constants import MAX_SLOTS
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class WorkerConfig:
     host: str = "127.0.0.1"
     port: int = 8765  # 0: any free port (tests)
     model_dir: str | None = None  # None: the tiny demo set (random weights)
@@ -72,3 +73,6 @@ class ServerConfig:
             isinstance(self.max_pending_inputs, int) and self.max_pending_inputs >= 0,
             "must be an integer >= 0",
         )
+
+
+__getattr__, _ = lazy(__name__, {}, old={"WorkerConfig": (__name__, "WorkerConfig")})

@@ -1,4 +1,4 @@
-"""The one engine of a server process: an OmniEngine of ``ServerConfig.slots`` session slots,
+"""The one engine of a server process: an OmniEngine of ``WorkerConfig.slots`` session slots,
 loaded (and warmed up once) in a worker thread, its readiness for /health, admission of one
 protocol session per slot, and turns run off the event loop. Everything here is touched from the
 event loop only, except inside the worker threads; health reads plain attributes and never waits
@@ -13,17 +13,18 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from ...engine import OmniEngine
+from ..._lazy import lazy
 from ...errors import OmniError, ProtocolError, SlotsBusyError
 from ...modelset.layout import random_weights
-from ...modelset.random_set import demo_config
+from ...modelset.random_set import random_set_config
 from ...results import SpeechChunk
-from ...session import OmniSession
+from ...session import OmniEngine, OmniSession
 from .backend.protocol import Turn
-from .config import ServerConfig
+from .config import WorkerConfig
 from .memory import give_back
 
 log = logging.getLogger(__name__)
+__getattr__, _ = lazy(__name__, {}, old={"Engine": (__name__, "EngineHost")})
 
 WARMUP_TEXT = "Hello."
 
@@ -34,16 +35,16 @@ def busy_text(slots: int) -> str:
     return f"all {slots} session slots are in use; this backend serves {slots} sessions at a time"
 
 
-class Engine:
+class EngineHost:
     """``factory(model_dir, device, slots=, config=)`` builds the OmniEngine (tests slow it down
     or break it)."""
 
-    def __init__(self, config: ServerConfig, factory=OmniEngine):
+    def __init__(self, config: WorkerConfig, factory=OmniEngine):
         self.config = config
         self._factory = factory
         self.state = "loading"  # loading -> ready | failed
         self.error: str | None = None
-        self.omni: OmniEngine | None = None
+        self.engine: OmniEngine | None = None
         self.held: dict[str, OmniSession] = {}  # protocol session id -> its slot's session
         self._emptying: set[asyncio.Future] = set()  # slots whose session ended, being emptied for the next
         self.running = 0  # turns running, over all slots
@@ -81,7 +82,7 @@ class Engine:
             self.state = "ready"
             log.warning(
                 "engine ready on %s, %d slot(s) (load %.1f s, warm-up %.1f s)",
-                self.omni.device,
+                self.engine.device,
                 self.slots,
                 self.load_s,
                 self.warmup_s or 0.0,
@@ -96,14 +97,14 @@ class Engine:
         t0 = time.perf_counter()
         cfg = c.session
         if cfg is None and c.model_dir is None:  # the demo set: short replies
-            cfg = demo_config()
-        self.omni = self._factory(c.model_dir, c.device, slots=c.slots, config=cfg)
+            cfg = random_set_config()
+        self.engine = self._factory(c.model_dir, c.device, slots=c.slots, config=cfg)
         self.load_s = time.perf_counter() - t0
         self.voice_ready = self._load_vad()
-        self.random_weights = random_weights(getattr(self.omni, "model_dir", None))
+        self.random_weights = random_weights(getattr(self.engine, "model_dir", None))
         if c.warmup:  # the first turn pays one-time costs (shared by every slot); ready means a turn has run
             t0 = time.perf_counter()
-            with self.omni.session() as s:
+            with self.engine.session() as s:
                 s.speak(WARMUP_TEXT, max_new_tokens=10)
             self.warmup_s = time.perf_counter() - t0
 
@@ -128,7 +129,7 @@ class Engine:
                 "slots": self.slots,
                 "slots_busy": busy,
                 "slots_free": self.slots - busy,
-                "device": self.omni.device,
+                "device": self.engine.device,
                 "load_s": round(self.load_s, 3),
                 "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
                 "turns": self.turns,
@@ -155,7 +156,7 @@ class Engine:
         if self.slots_busy >= self.slots:
             raise ProtocolError(busy_text(self.slots), "session_busy")
         try:
-            session = self.omni.session()
+            session = self.engine.session()
         except SlotsBusyError:  # not expected: held + emptying counts every taken slot
             raise ProtocolError(busy_text(self.slots), "session_busy") from None
         self.held[session_id] = session
@@ -180,7 +181,7 @@ class Engine:
         with self.turn_running():
             async for chunk in session.astream(
                 content=turn.content,
-                voice=turn.voice,
+                ref_audio=turn.ref_audio,
                 max_new_tokens=turn.max_new_tokens,
                 system_prompt=turn.system_prompt,
                 history=turn.history,
@@ -188,7 +189,7 @@ class Engine:
                 tts_template=turn.tts_template,
                 seed=turn.seed,
                 max_slice_nums=turn.max_slice_nums,
-                llm=replace(session.config.llm, **turn.sampling) if turn.sampling else None,
+                llm=replace(session.reply.llm, **turn.sampling) if turn.sampling else None,
             ):
                 yield chunk
             self.turns += 1
@@ -199,10 +200,10 @@ class Engine:
         cfg = start.config
         if self.config.duplex_forbidden_token_ids and not cfg.forbidden_token_ids:
             cfg = replace(cfg, forbidden_token_ids=self.config.duplex_forbidden_token_ids)
-        return await asyncio.to_thread(session.duplex, start.system_prompt, start.voice, cfg)
+        return await asyncio.to_thread(session.duplex, start.system_prompt, start.ref_audio, cfg)
 
     async def close(self) -> None:
         for sid in list(self.held):
             await self.release(sid)
-        if self.omni is not None:
-            await asyncio.to_thread(self.omni.close)
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.close)

@@ -103,7 +103,7 @@ async def process_request(server, connection, request) -> Response | None:
     path = request.path.split("?", 1)[0]
     method = request.method
     if method == "GET" and path in ("/health", "/v1/health"):
-        return json_response(*server.engine.health())
+        return json_response(*server.host.health())
     secret = server.config.secret
     if secret is not None and not auth.allowed(auth.bearer(request.headers), (secret,)):
         return json_response(401, {"error": "this worker serves its gateway only: the gateway's secret is required"})

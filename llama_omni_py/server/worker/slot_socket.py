@@ -32,7 +32,7 @@ class EngineSocket:
     their protocol."""
 
     def __init__(self, ws, server, session_id: str):
-        self.ws, self.server, self.engine = ws, server, server.engine
+        self.ws, self.server, self.host = ws, server, server.host
         self.id = session_id
         self.session = None  # the OmniSession of the slot this connection holds
         self._send_lock = asyncio.Lock()
@@ -46,7 +46,7 @@ class EngineSocket:
 
     async def run(self) -> None:
         try:
-            self.session = await self.engine.claim(self.id)
+            self.session = await self.host.claim(self.id)
         except ProtocolError as refused:
             with contextlib.suppress(ConnectionClosed):
                 await self.send(self.refusal(refused.code, str(refused)))

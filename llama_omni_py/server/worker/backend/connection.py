@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from ....content import Video
 from ....errors import InvalidArgumentError, MediaError, OmniError, ProtocolError
 from ...limits import RateLimitedLog
+from ...pcm import pcm_b64
 from ..duplex import protocol as D
 from . import protocol as P
 from .full_duplex import BackendDuplex
@@ -47,7 +48,7 @@ CODE = {
 
 class Connection:
     def __init__(self, ws, server):
-        self.ws, self.server, self.engine, self.cfg = ws, server, server.engine, server.config
+        self.ws, self.server, self.host, self.cfg = ws, server, server.host, server.config
         self.id: str | None = None
         self.state = "uninitialized"
         self.init: P.InitRequest | None = None
@@ -105,7 +106,7 @@ class Connection:
                 await self.duplex.close()
         if self.id is not None:
             self.server.sessions.pop(self.id, None)
-            await self.engine.release(self.id)
+            await self.host.release(self.id)
         while not self.out.empty():  # no model content after a fail-fast
             self.out.get_nowait()
         if notify:
@@ -170,11 +171,11 @@ class Connection:
         req = P.parse_init(msg, self.cfg.compat)
         start = D.parse_backend_start(msg.get("payload") or {}) if req.mode == "full_duplex" else None
         sid = uuid.uuid4().hex
-        self.session = await self.engine.claim(sid)  # ProtocolError when no slot is free
+        self.session = await self.host.claim(sid)  # ProtocolError when no slot is free
         self.id = sid  # from here on terminate() frees the slot
         if start is not None:
             try:
-                self.duplex = BackendDuplex(await self.engine.open_duplex(self.session, start), sid, BACKEND)
+                self.duplex = BackendDuplex(await self.host.open_duplex(self.session, start), sid, BACKEND)
             except OmniError as e:
                 raise ProtocolError(f"{type(e).__name__}: {e}", "omni_init_failed") from None
         self.init, self.state = req, "active"
@@ -224,7 +225,7 @@ class Connection:
         t0 = time.perf_counter()
         texts, audio, first_audio, audio_n = [], [], None, 0
         timings, prompt = None, None
-        chunks = self.engine.run(self.session, turn)
+        chunks = self.host.run(self.session, turn)
         try:
             async for chunk in chunks:
                 timings = chunk.timings or timings
@@ -253,7 +254,7 @@ class Connection:
                             P.event(
                                 "response.output.delta",
                                 kind="audio",
-                                audio=P.pcm_b64(piece),
+                                audio=pcm_b64(piece),
                                 session_id=self.id,
                                 response_id=rid,
                                 metrics=self._metrics(t0, first_audio, audio_n, prompt),
@@ -265,7 +266,7 @@ class Connection:
         full = (
             None
             if turn.streaming or not turn.speech
-            else P.pcm_b64(np.concatenate(audio) if audio else np.zeros(0, np.float32))
+            else pcm_b64(np.concatenate(audio) if audio else np.zeros(0, np.float32))
         )
         await self._send(
             P.event(
@@ -318,7 +319,7 @@ class Connection:
     def _metrics(self, t0: float | None = None, first_audio=None, audio_n: int = 0, prompt=None, timings=None) -> dict:
         m: dict = {"backend": BACKEND}
         if t0 is None:  # session.created
-            e = self.engine
+            e = self.host
             m.update(load_ms=round((e.load_s or 0) * 1000, 1), warmup_ms=round((e.warmup_s or 0) * 1000, 1))
             return m
         m["wall_clock_ms"] = self._ms(t0)

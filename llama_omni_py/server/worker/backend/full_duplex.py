@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from ....duplex import DuplexResult
+from ...pcm import pcm_b64
 from ..duplex import protocol as D
 from . import protocol as P
 
@@ -51,7 +52,7 @@ class BackendDuplex:
             self.response_id = f"{self.id}_resp_{self.turns}"
             self.turns += 1
         out = [delta("text", text=r.text)] if r.text else []
-        out.append(delta("audio", audio=P.pcm_b64(r.audio)))
+        out.append(delta("audio", audio=pcm_b64(r.audio)))
         if r.end_of_turn:  # the speaking turn ends: the listen delta says so
             out.append(delta("listen"))
             self.response_id = None

@@ -9,13 +9,11 @@ without ``input`` (``data`` or the message itself), and PNG images."""
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .... import checks
 from ....constants import INPUT_SAMPLE_RATE, OUTPUT_SAMPLE_RATE
 from ....content import Audio, Image, Video
 from ....errors import ProtocolError
@@ -23,6 +21,7 @@ from ....results import Timings
 from ....video import MAX_FRAMES, MAX_STACK_FRAMES
 from ....vision import MAX_SLICE_NUMS
 from ... import jsonio
+from ...pcm import MAX_REF_AUDIO_SECONDS, b64_bytes, float_pcm
 
 INIT_TYPES = ("session.init",)
 PUSH_TYPES = ("input.append",)
@@ -33,15 +32,14 @@ MODES = ("turn_based", "full_duplex")
 INPUT_RATE = INPUT_SAMPLE_RATE  # input audio: float32 mono
 OUTPUT_RATE = OUTPUT_SAMPLE_RATE  # output audio: float32 mono
 AUDIO_DELTA = OUTPUT_RATE  # samples per audio delta (about one second)
-MAX_VOICE_SECONDS = 30.0  # a reference voice (the audio encoder holds 30 s)
 
 
 @dataclass
 class InitRequest:
     mode: str
     system_prompt: str | None = None
-    voice: np.ndarray | None = None  # LLM reference audio (16 kHz float32)
-    tts_voice: np.ndarray | None = None  # TTS voice reference: validated, see docs (Token2Wav voice is the set's)
+    ref_audio: np.ndarray | None = None  # LLM reference audio (16 kHz float32)
+    tts_ref_audio: np.ndarray | None = None  # TTS voice reference: validated, see docs (Token2Wav voice is the set's)
     use_tts: bool = True
     config: dict = field(default_factory=dict)
 
@@ -59,7 +57,7 @@ class Turn:
     max_new_tokens: int | None = None
     speech: bool = True
     tts_template: bool = True
-    voice: np.ndarray | None = None
+    ref_audio: np.ndarray | None = None
     sampling: dict = field(default_factory=dict)  # LLM sampling overrides (temperature, top_p, top_k)
     seed: int | None = None  # None: the session's seed
     max_slice_nums: object = None  # int, or a tuple with one per image; None: the session's
@@ -95,35 +93,6 @@ def kind(msg: dict, compat: bool = False) -> str:
     if compat and t in COMPAT_CLOSE_TYPES:
         return "close"
     return "unknown"
-
-
-def _b64(value, what: str, code: str) -> bytes:
-    try:
-        return checks.base64_bytes(value, what)
-    except ValueError as e:
-        raise ProtocolError(str(e), code) from None
-
-
-def float_pcm(value, what: str, code: str, max_seconds: float | None = None, rate: int = INPUT_RATE) -> np.ndarray:
-    """Base64 raw float32 little-endian mono PCM -> samples (no WAV, no integer PCM)."""
-    if max_seconds is not None and isinstance(value, str):
-        # refused by its length alone, before megabytes are decoded and checked
-        samples = (len(value) * 3 // 4 - value[-2:].count("=")) // 4
-        if samples > max_seconds * rate:
-            raise ProtocolError(f"{what} is {samples / rate:.1f} s; the limit is {max_seconds:g} s", "audio_too_long")
-    data = _b64(value, what, code)
-    if data[:4] in (b"RIFF", b"fLaC", b"OggS"):
-        raise ProtocolError(f"{what} must be raw float32 PCM, not a container file", code)
-    if len(data) % 4:
-        raise ProtocolError(f"{what} is {len(data)} bytes, not a whole number of float32 samples", code)
-    x = np.frombuffer(data, "<f4").astype(np.float32)
-    if not np.isfinite(x).all():
-        raise ProtocolError(f"{what} has NaN or infinite samples (not float32 PCM?)", code)
-    if np.abs(x).max() > 64:
-        raise ProtocolError(f"{what} has samples far outside [-1, 1] (integer PCM or wrong encoding?)", code)
-    if max_seconds is not None and x.size > max_seconds * rate:
-        raise ProtocolError(f"{what} is {x.size / rate:.1f} s; the limit is {max_seconds:g} s", "audio_too_long")
-    return x
 
 
 def _bool(d: dict, key: str, default: bool) -> bool:
@@ -168,8 +137,8 @@ def parse_init(msg: dict, compat: bool = False) -> InitRequest:
     ref = voice.get("ref_audio", voice.get("ref_audio_base64"))
     tts_ref = voice.get("tts_ref_audio", voice.get("tts_ref_audio_base64"))
     code = "voice_audio_decode_failed"
-    ref = float_pcm(ref, "voice.ref_audio", code, MAX_VOICE_SECONDS) if ref is not None else None
-    tts_ref = float_pcm(tts_ref, "voice.tts_ref_audio", code, MAX_VOICE_SECONDS) if tts_ref is not None else ref
+    ref = float_pcm(ref, "voice.ref_audio", code, MAX_REF_AUDIO_SECONDS) if ref is not None else None
+    tts_ref = float_pcm(tts_ref, "voice.tts_ref_audio", code, MAX_REF_AUDIO_SECONDS) if tts_ref is not None else ref
     return InitRequest(mode, system or None, ref, tts_ref, _bool(p, "use_tts", True), object_field(p, "config"))
 
 
@@ -214,7 +183,7 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float, compat: bool
             audio_s += x.size / INPUT_RATE
             turn.content.append(Audio(x))
         elif t == "image":
-            data = _b64(item.get("data"), f"{at}.data", "invalid_media")
+            data = b64_bytes(item.get("data"), f"{at}.data", "invalid_media")
             png = data[:8] == b"\x89PNG\r\n\x1a\n"
             if not (data[:3] == b"\xff\xd8\xff" or (compat and png)):
                 what = "a PNG: images must be JPEG (PNG only with --compat)" if png else "not a JPEG image"
@@ -227,7 +196,7 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float, compat: bool
 def _video(item: dict, at: str) -> Video:
     """A video item: MP4 bytes, watched as frames with their audio; ``audio`` (raw float32 PCM, as
     every audio item) a separate track for it, ``max_frames`` and ``stack_frames`` its options."""
-    data = _b64(item.get("data"), f"{at}.data", "invalid_media")
+    data = b64_bytes(item.get("data"), f"{at}.data", "invalid_media")
     if data[4:8] != b"ftyp":
         raise ProtocolError(f"{at}.data is not an MP4 file", "invalid_media")
     options = {}
@@ -256,7 +225,7 @@ def parse_turn(
     messages = inp.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ProtocolError("input.messages must be a non-empty list", "empty_messages")
-    turn = Turn(system_prompt=init.system_prompt, voice=init.voice)
+    turn = Turn(system_prompt=init.system_prompt, ref_audio=init.ref_audio)
     for i, m in enumerate(messages):
         where = f"input.messages[{i}]"
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
@@ -287,8 +256,8 @@ def parse_turn(
     turn.speech = _bool(tts, "enabled", init.use_tts)
     turn.tts_template = _bool(inp, "use_tts_template", False) or turn.speech  # the spec: template OR enabled
     if tts.get("ref_audio_data") is not None:
-        turn.voice = float_pcm(
-            tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_VOICE_SECONDS
+        turn.ref_audio = float_pcm(
+            tts["ref_audio_data"], "tts.ref_audio_data", "voice_audio_decode_failed", MAX_REF_AUDIO_SECONDS
         )
     turn.max_slice_nums = check_max_slice_nums(
         object_field(inp, "image").get("max_slice_nums"), len(turn.images), "image.max_slice_nums"
@@ -341,17 +310,6 @@ def _sampling(turn: Turn, gen: dict) -> None:
 
 
 # -- downlink ---------------------------------------------------------------------------------
-def pcm_b64(samples: np.ndarray) -> str:
-    """Samples -> base64 raw float32 little-endian PCM: the one encoder of audio on the wire."""
-    return base64.b64encode(np.asarray(samples, "<f4").tobytes()).decode("ascii")
-
-
-def pcm_from_b64(b64: str) -> np.ndarray:
-    """The inverse of :func:`pcm_b64`, for audio from our own workers (client audio goes through
-    :func:`float_pcm`, which checks it)."""
-    return np.frombuffer(base64.b64decode(b64), "<f4")
-
-
 def audio_pieces(samples: np.ndarray, size: int = AUDIO_DELTA):
     for i in range(0, samples.size, size):
         yield samples[i : i + size]

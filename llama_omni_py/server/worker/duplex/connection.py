@@ -36,7 +36,7 @@ class DemoDuplexConnection(EngineSocket):
         duplex, self.duplex = self.duplex, None
         if duplex is not None:
             await asyncio.to_thread(duplex.close)
-        await self.engine.release(self.id)
+        await self.host.release(self.id)
 
     async def _serve(self) -> None:
         while True:
@@ -55,7 +55,7 @@ class DemoDuplexConnection(EngineSocket):
             start = D.parse_prepare(msg)
             if self.duplex is not None:
                 await asyncio.to_thread(self.duplex.close)
-            self.duplex = await self.engine.open_duplex(self.session, start)
+            self.duplex = await self.host.open_duplex(self.session, start)
             await self.send({"type": "prepared", "prompt_length": self.duplex.context.n_keep})
         elif kind == "audio_chunk":
             if self.paused:

@@ -21,7 +21,8 @@ from ....config import DuplexConfig
 from ....duplex import DuplexResult
 from ....errors import ConfigError, ProtocolError
 from ....vision import MAX_SLICE_NUMS
-from ..backend.protocol import MAX_VOICE_SECONDS, check_max_slice_nums, float_pcm, pcm_b64
+from ...pcm import MAX_REF_AUDIO_SECONDS, float_pcm, pcm_b64
+from ..backend.protocol import check_max_slice_nums
 
 MAX_UNIT_SECONDS = 5.0  # one push is about a second; more is a client out of step
 MAX_FRAMES = 4
@@ -46,7 +47,7 @@ class DuplexStart:
     """How a duplex session starts: its system prompt, the LLM's reference voice, the config."""
 
     system_prompt: str | None = None
-    voice: np.ndarray | None = None
+    ref_audio: np.ndarray | None = None
     config: DuplexConfig = field(default_factory=DuplexConfig)
 
 
@@ -122,7 +123,7 @@ def duplex_config(cfg, code: str = "invalid_input") -> DuplexConfig:
 def _voice(d: dict, *keys: str, code: str) -> np.ndarray | None:
     for k in keys:
         if d.get(k) is not None:
-            return float_pcm(d[k], k, code, MAX_VOICE_SECONDS)
+            return float_pcm(d[k], k, code, MAX_REF_AUDIO_SECONDS)
     return None
 
 

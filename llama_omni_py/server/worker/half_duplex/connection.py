@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class HalfDuplexConnection(EngineSocket):
     def __init__(self, ws, server):
         super().__init__(ws, server, query(ws, "session_id") or uuid.uuid4().hex)
-        self.voice = None
+        self.hands_free = None
         self.timeout_s = H.DEFAULT_TIMEOUT_S
         self.prepared_at = 0.0
         self.turn: asyncio.Task | None = None
@@ -44,23 +44,23 @@ class HalfDuplexConnection(EngineSocket):
         """Frees the slot (idempotent)."""
         self.server.half_duplex.pop(self.id, None)
         await self._end_turn()
-        voice, self.voice = self.voice, None
-        if voice is not None:
-            voice.close()
-        await self.engine.release(self.id)
+        hands_free, self.hands_free = self.hands_free, None
+        if hands_free is not None:
+            hands_free.close()
+        await self.host.release(self.id)
 
     def interrupt(self) -> bool:
         """Cuts the running reply (HTTP stop); False when none runs."""
-        if self.voice is None or not self.voice.replying:
+        if self.hands_free is None or not self.hands_free.replying:
             return False
-        self.voice.interrupt()
+        self.hands_free.interrupt()
         return True
 
     async def _end_turn(self) -> None:
         turn, self.turn = self.turn, None
         if turn is not None and not turn.done():
-            if self.voice is not None:
-                self.voice.interrupt()
+            if self.hands_free is not None:
+                self.hands_free.interrupt()
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                 await turn
 
@@ -88,11 +88,11 @@ class HalfDuplexConnection(EngineSocket):
         if kind == "prepare":
             start = H.parse_prepare(msg, self.server.config.max_new_tokens)
             await self._end_turn()
-            if self.voice is not None:
-                self.voice.close()
-            self.voice = self.session.voice(
+            if self.hands_free is not None:
+                self.hands_free.close()
+            self.hands_free = self.session.hands_free(
                 start.system_prompt,
-                start.voice,
+                start.ref_audio,
                 start.vad,
                 speech=start.speech,
                 max_new_tokens=start.max_new_tokens,
@@ -102,12 +102,12 @@ class HalfDuplexConnection(EngineSocket):
             self.prepared_at = time.monotonic()
             await self.send({"type": "prepared", "session_id": self.id, "timeout_s": start.timeout_s})
         elif kind == "audio_chunk":
-            if self.voice is None:
+            if self.hands_free is None:
                 raise ProtocolError("Not prepared yet", "not_prepared")
             audio = H.parse_audio_chunk(msg)
             if time.monotonic() - self.prepared_at < H.COLD_START_S or not audio.size:
                 return None  # the microphone's first half second: dropped, as the demo does
-            for event in self.voice.push(audio):
+            for event in self.hands_free.push(audio):
                 await self._on_vad(event)
         elif kind == "stop":
             await self._end()  # a client that hears "stopped" may start the next session at once
@@ -132,18 +132,18 @@ class HalfDuplexConnection(EngineSocket):
             log.debug("half-duplex %s: reply cut by speech at %.2f s", self.id, event.at_s)
 
     async def _reply(self, utterance: SpeechStopped) -> None:
-        voice, loop = self.voice, asyncio.get_running_loop()
+        hands_free, loop = self.hands_free, asyncio.get_running_loop()
         index = 0
         try:
-            with self.engine.turn_running():
-                async for chunk in iterate_in_thread(lambda: voice.respond(utterance), voice.interrupt, loop):
+            with self.host.turn_running():
+                async for chunk in iterate_in_thread(lambda: hands_free.respond(utterance), hands_free.interrupt, loop):
                     await self.send(H.chunk_event(chunk, index))
                     index += 1
-                self.engine.turns += 1
+                self.host.turns += 1
         except (OmniError, ValueError) as e:
             await self.send({"type": "error", "error": str(e)})
             return
-        record = voice.turns[-1]
+        record = hands_free.turns[-1]
         self.turn_index += 1
         done = {"type": "turn_done", "turn_index": self.turn_index, "text": record.text}
         done["interrupted"] = record.interrupted

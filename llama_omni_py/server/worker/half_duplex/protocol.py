@@ -16,7 +16,8 @@ from ....errors import ConfigError, ProtocolError
 from ....modules.llm.prompt import VOICE_PREFIX
 from ....results import SpeechChunk
 from ....voice import VadOptions
-from ..backend.protocol import MAX_VOICE_SECONDS, float_pcm, object_field, pcm_b64
+from ...pcm import MAX_REF_AUDIO_SECONDS, float_pcm, pcm_b64
+from ..backend.protocol import object_field
 
 DEFAULT_TIMEOUT_S = 180.0  # no client message for this long ends the session
 COLD_START_S = 0.5  # audio within this of `prepared` is dropped (microphone start-up noise)
@@ -31,7 +32,7 @@ class HalfDuplexStart:
     """How a half-duplex session starts."""
 
     system_prompt: str | None = None
-    voice: np.ndarray | None = None
+    ref_audio: np.ndarray | None = None
     vad: VadOptions = field(default_factory=VadOptions)
     max_new_tokens: int | None = None
     llm: LlmSampling | None = None
@@ -78,7 +79,7 @@ def _system_content(items) -> tuple[str | None, np.ndarray | None]:
                 raise ProtocolError(f"{where}.text must be a string", "invalid_input")
             (before if voice is None else after).append(item["text"])
         elif voice is None:
-            voice = float_pcm(item.get("data"), f"{where}.data", "voice_audio_decode_failed", MAX_VOICE_SECONDS)
+            voice = float_pcm(item.get("data"), f"{where}.data", "voice_audio_decode_failed", MAX_REF_AUDIO_SECONDS)
     texts = after if voice is not None else before
     if voice is not None:
         texts = [t for t in before if t.strip() != VOICE_PREFIX] + texts
@@ -89,14 +90,14 @@ def _system_content(items) -> tuple[str | None, np.ndarray | None]:
 def parse_prepare(msg: dict, max_new_tokens_cap: int | None = None) -> HalfDuplexStart:
     start = HalfDuplexStart()
     if msg.get("system_content") is not None:
-        start.system_prompt, start.voice = _system_content(msg["system_content"])
+        start.system_prompt, start.ref_audio = _system_content(msg["system_content"])
     else:
         sp = msg.get("system_prompt")
         if sp is not None and not isinstance(sp, str):
             raise ProtocolError("system_prompt must be a string", "invalid_input")
         start.system_prompt = sp
-    if start.voice is None and msg.get("ref_audio_base64") is not None:
-        start.voice = float_pcm(msg["ref_audio_base64"], "ref_audio_base64", "voice_audio_decode_failed", 30.0)
+    if start.ref_audio is None and msg.get("ref_audio_base64") is not None:
+        start.ref_audio = float_pcm(msg["ref_audio_base64"], "ref_audio_base64", "voice_audio_decode_failed", 30.0)
     cfg = object_field(msg, "config", "")
     start.vad = vad_options(object_field(cfg, "vad", "config."))
     gen = object_field(cfg, "generation", "config.")

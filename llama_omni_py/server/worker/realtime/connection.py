@@ -1,6 +1,6 @@
 """One OpenAI Realtime API connection on a worker's ``/v1/realtime`` (the gateway relays its
 public ``/v1/realtime`` here after the queue): a hands-free conversation on the engine's
-VoiceSession with the Realtime API's events (realtime_events.py; docs/serving.md, "OpenAI
+HandsFreeSession with the Realtime API's events (realtime_events.py; docs/serving.md, "OpenAI
 Realtime API").
 
 With ``server_vad`` turn detection appended audio goes through the voice activity detector:
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # a manual commit of less audio is refused (as the API does)
 # User input no response has answered yet (create_response false, items without response.create):
 # beyond these the next input is refused with conversation_full. Answered turns are bounded by
-# the VoiceSession (the newest 64 entries, no more audio than the LLM context holds).
+# the HandsFreeSession (the newest 64 entries, no more audio than the LLM context holds).
 MAX_PENDING_PARTS = 32
 MAX_PENDING_AUDIO_S = 120.0
 MAX_PENDING_TEXT_BYTES = 1 << 20
@@ -42,7 +42,7 @@ START_CUE, GO_ON_CUE = "Please start the conversation.", "Please go on."
 class RealtimeConnection(RealtimeSocket):
     def __init__(self, ws, server):
         super().__init__(ws, server)
-        self.voice = None
+        self.hands_free = None
         self.buffer: list[np.ndarray] = []  # manual mode: appended, not yet committed
         self.pending: list = []  # committed user contents a response has not answered yet
         self.pending_audio_s = 0.0
@@ -56,7 +56,7 @@ class RealtimeConnection(RealtimeSocket):
         self.vad_origin_ms = 0.0  # appended audio before the detector's stream began
 
     async def _open(self) -> None:
-        self.voice = self.session.voice(None, vad=self.cfg.vad_options(), barge_in=True)
+        self.hands_free = self.session.hands_free(None, vad=self.cfg.vad_options(), barge_in=True)
         await self.send(R.event("session.created", session=self.cfg.session()))
 
     async def _end(self) -> None:
@@ -64,10 +64,10 @@ class RealtimeConnection(RealtimeSocket):
         await self._end_response()
         self._take_pending()
         self.buffer.clear()
-        voice, self.voice = self.voice, None
-        if voice is not None:
-            voice.close()
-        await self.engine.release(self.id)
+        hands_free, self.hands_free = self.hands_free, None
+        if hands_free is not None:
+            hands_free.close()
+        await self.host.release(self.id)
 
     def _recv_timeout(self) -> float | None:
         busy = self.response is not None and not self.response.done()
@@ -78,12 +78,12 @@ class RealtimeConnection(RealtimeSocket):
         if kind == "session.update":
             before = self.cfg.vad_options() if self.cfg.turn_detection else None
             self.cfg.update(msg.get("session"))
-            self.voice.system_prompt = self.cfg.instructions or None
+            self.hands_free.system_prompt = self.cfg.instructions or None
             td = self.cfg.turn_detection
             if td is not None and self.cfg.vad_options() != before:
-                self.voice.vad = StreamingVad(self.cfg.vad_options(), self.voice.vad.model)
+                self.hands_free.vad = StreamingVad(self.cfg.vad_options(), self.hands_free.vad.model)
                 self.vad_origin_ms = self.appended_ms
-            self.voice.barge_in = bool(td and td["interrupt_response"])
+            self.hands_free.barge_in = bool(td and td["interrupt_response"])
             await self.send(R.event("session.updated", session=self.cfg.session()))
         elif kind == "input_audio_buffer.append":
             x = R.pcm16_in(msg.get("audio"), "audio")
@@ -93,13 +93,13 @@ class RealtimeConnection(RealtimeSocket):
                     raise ProtocolError("the input audio buffer is full (29 s): commit or clear it", "buffer_full")
                 self.buffer.append(x)
             else:
-                for ev in await asyncio.to_thread(self.voice.push, x):  # a long append: seconds of VAD
+                for ev in await asyncio.to_thread(self.hands_free.push, x):  # a long append: seconds of VAD
                     await self._on_vad(ev)
         elif kind == "input_audio_buffer.commit":
             await self._commit()
         elif kind == "input_audio_buffer.clear":
             self.buffer.clear()
-            self.voice.vad.reset()
+            self.hands_free.vad.reset()
             self.vad_origin_ms = self.appended_ms
             await self.send(R.event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
@@ -118,7 +118,7 @@ class RealtimeConnection(RealtimeSocket):
             if self.response is None or self.response.done():
                 raise ProtocolError("there is no response in progress to cancel", "response_cancel_not_active")
             self.cancel_reason = "client_cancelled"
-            self.voice.interrupt()
+            self.hands_free.interrupt()
         else:
             raise ProtocolError(f"unsupported event type: {kind}", "invalid_event")
         return None
@@ -126,14 +126,14 @@ class RealtimeConnection(RealtimeSocket):
     async def _on_vad(self, ev) -> None:
         if isinstance(ev, SpeechStarted):
             self.speech_item = R.new_id("item")
-            pad = self.voice.vad.options.speech_pad_ms
+            pad = self.hands_free.vad.options.speech_pad_ms
             start_ms = max(0, round(self.vad_origin_ms + ev.at_s * 1000) - pad)
             started = R.event("input_audio_buffer.speech_started", audio_start_ms=start_ms, item_id=self.speech_item)
             await self.send(started)
         elif isinstance(ev, (SpeechStopped, SpeechDiscarded)):
             item = self.speech_item or R.new_id("item")
             self.speech_item = None
-            end_ms = round(self.vad_origin_ms + ev.end_s * 1000) + self.voice.vad.options.speech_pad_ms
+            end_ms = round(self.vad_origin_ms + ev.end_s * 1000) + self.hands_free.vad.options.speech_pad_ms
             await self.send(R.event("input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id=item))
             if isinstance(ev, SpeechStopped):
                 try:
@@ -147,7 +147,7 @@ class RealtimeConnection(RealtimeSocket):
 
     async def _commit(self) -> None:
         if self.cfg.turn_detection is not None:
-            stopped = [e for e in self.voice.flush() if isinstance(e, SpeechStopped)]
+            stopped = [e for e in self.hands_free.flush() if isinstance(e, SpeechStopped)]
             if not stopped:
                 raise ProtocolError("nothing to commit: no speech in the buffer", "input_audio_buffer_commit_empty")
             await self._on_vad(stopped[0])
@@ -188,7 +188,7 @@ class RealtimeConnection(RealtimeSocket):
         self._admit(audio_s=utterance.audio.size / 16000)
         await self._end_response()  # the encoder and the engine: one thing at a time
         await self.send(R.event("input_audio_buffer.committed", item_id=item_id, previous_item_id=self.last_item))
-        enc = await asyncio.to_thread(self.voice.encode, utterance)
+        enc = await asyncio.to_thread(self.hands_free.encode, utterance)
         self.pending.append(enc)
         await self._item_added(R.user_item(item_id, [{"type": "input_audio", "transcript": None}]))
 
@@ -228,11 +228,11 @@ class RealtimeConnection(RealtimeSocket):
         await self._end_response()
         if role == "user":
             for p in parts:
-                encoded = await asyncio.to_thread(self.voice.encode, p) if isinstance(p, SpeechStopped) else p
+                encoded = await asyncio.to_thread(self.hands_free.encode, p) if isinstance(p, SpeechStopped) else p
                 self.pending.append(encoded)
         else:
             self._flush_pending()
-            self.voice.add("assistant", " ".join(parts))
+            self.hands_free.add("assistant", " ".join(parts))
         await self._item_added(
             {
                 "id": item_id,
@@ -247,7 +247,7 @@ class RealtimeConnection(RealtimeSocket):
     def _flush_pending(self) -> None:
         """User input no response answered joins the conversation as it is."""
         for c in self._take_pending():
-            self.voice.add("user", c)
+            self.hands_free.add("user", c)
 
     async def _truncate(self, msg: dict) -> None:
         item_id, ms = msg.get("item_id"), msg.get("audio_end_ms")
@@ -255,11 +255,11 @@ class RealtimeConnection(RealtimeSocket):
             raise ProtocolError("only the last assistant item can be truncated", "invalid_value")
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise ProtocolError("audio_end_ms must be a non-negative integer", "invalid_value")
-        history = self.voice.history
+        history = self.hands_free.history
         index = next((i for i in range(len(history) - 1, -1, -1) if history[i] is self.last_reply[1]), None)
         if index is None:
             raise ProtocolError("the item has left the conversation (it was too long ago)", "invalid_value")
-        record = self.voice.turns[-1]
+        record = self.hands_free.turns[-1]
         total_ms = record.audio_samples / 24.0
         if ms > total_ms + 1:
             raise ProtocolError(f"audio_end_ms {ms} is past the item's audio ({total_ms:.0f} ms)", "invalid_value")
@@ -284,7 +284,7 @@ class RealtimeConnection(RealtimeSocket):
         if instructions is not None:
             R.text_field(instructions, "response.instructions")
         R.audio_format(((opts.get("audio") or {}).get("output") or {}).get("format"), "response.audio.output.format")
-        turn = self._take_pending() or [GO_ON_CUE if self.voice.history else START_CUE]
+        turn = self._take_pending() or [GO_ON_CUE if self.hands_free.history else START_CUE]
         self.cancel_reason = "turn_detected"
         self.response = asyncio.create_task(self._respond(turn, modalities[0], limit, instructions))
 
@@ -295,22 +295,22 @@ class RealtimeConnection(RealtimeSocket):
                 await task
 
     async def _respond(self, turn: list, modality: str, limit: int, instructions: str | None = None) -> None:
-        voice, loop = self.voice, asyncio.get_running_loop()
+        hands_free, loop = self.hands_free, asyncio.get_running_loop()
         out = ResponseEvents(self.send, self._item_added, self.cfg, modality)
         await out.start()
         failed = None
         options = {"speech": modality == "audio", "max_new_tokens": limit, "system_prompt": instructions}
         try:
-            with self.engine.turn_running():
-                chunks = iterate_in_thread(lambda: voice.respond(turn, **options), voice.interrupt, loop)
+            with self.host.turn_running():
+                chunks = iterate_in_thread(lambda: hands_free.respond(turn, **options), hands_free.interrupt, loop)
                 async for chunk in chunks:
                     await out.text(chunk.text_delta)
                     await out.audio(chunk.audio)
-                self.engine.turns += 1
+                self.host.turns += 1
         except (OmniError, ValueError) as e:
             failed = {"type": "server_error", "code": "generation_failed", "message": str(e)}
-        record = voice.turns[-1] if voice.turns else None
-        self.last_reply = (out.item_id, voice.history[-1]) if voice.history else None
+        record = hands_free.turns[-1] if hands_free.turns else None
+        self.last_reply = (out.item_id, hands_free.history[-1]) if hands_free.history else None
         if failed:
             status, details = "failed", {"type": "failed", "error": failed}
         elif record is not None and record.interrupted:

@@ -42,14 +42,14 @@ class RealtimeDuplexConnection(RealtimeSocket):
         self.cancelled = False
 
     async def _open(self) -> None:
-        self.duplex = await self.engine.open_duplex(self.session, DuplexStart())
+        self.duplex = await self.host.open_duplex(self.session, DuplexStart())
         await self.send(R.event("session.created", session=self.cfg.session()))
 
     async def _end(self) -> None:
         duplex, self.duplex = self.duplex, None
         if duplex is not None:
             await asyncio.to_thread(duplex.close)
-        await self.engine.release(self.id)
+        await self.host.release(self.id)
 
     async def _dispatch(self, msg: dict) -> str | None:
         kind = msg["type"]
@@ -63,7 +63,7 @@ class RealtimeDuplexConnection(RealtimeSocket):
                 raise ProtocolError(f"full duplex {why}: the model takes turns itself", "invalid_value")
             if self.cfg.instructions != before["instructions"]:  # the system prompt opens the session
                 await asyncio.to_thread(self.duplex.close)
-                self.duplex = await self.engine.open_duplex(self.session, DuplexStart(self.cfg.instructions or None))
+                self.duplex = await self.host.open_duplex(self.session, DuplexStart(self.cfg.instructions or None))
             await self.send(R.event("session.updated", session=self.cfg.session()))
         elif kind == "input_audio_buffer.append":
             self.heard = np.concatenate([self.heard, R.pcm16_in(msg.get("audio"), "audio")])
