@@ -405,12 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser(
         "serve",
-        help="gateway + engine workers: the demo chat API, OpenAI API (/v1), queue, /health, /metrics, page at /",
+        help="gateway + workers: the demo chat API, OpenAI API (/v1), queue, /health, /metrics, page at /",
     )
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8765)
     sv.add_argument("--device", default="auto", help="auto (one worker per accelerator, else cpu), cpu, cuda:0, ...")
-    sv.add_argument("--workers", type=int, default=None, help="engine workers (default: one per accelerator, or 1)")
+    sv.add_argument("--workers", type=int, default=None, help="workers (default: one per accelerator, or 1)")
     sv.add_argument("--connect", help="use workers already running elsewhere: host:port,host:port")
     sv.add_argument(
         "--ray",
@@ -440,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     WorkerOptions.add_arguments(sv)
     sv.set_defaults(func=cmd_serve)
 
-    wk = sub.add_parser("worker", help="one engine worker: WebSocket /backend (MiniCPM-o backend protocol), /health")
+    wk = sub.add_parser("worker", help="one worker: WebSocket /backend (MiniCPM-o backend protocol), /health")
     wk.add_argument("--host", default="127.0.0.1")
     wk.add_argument("--port", type=int, default=8766, help="0: any free port (printed on stdout as JSON)")
     wk.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")

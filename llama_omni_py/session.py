@@ -117,6 +117,7 @@ class OmniEngine:
     def busy_slots(self) -> int:
         return self.slots - self.free_slots
 
+    @renamed_kwargs(voice="ref_audio")
     def session(self, reply: ReplyConfig | None = None, **settings) -> OmniSession:
         """An :class:`OmniSession` on a free slot (SlotsBusyError when none is free); closing it
         gives the slot back. ``reply`` (else the engine's) with ``settings`` -- ReplyConfig fields:
@@ -183,9 +184,6 @@ class OmniEngine:
 
 
 def _reply_with(reply: ReplyConfig, settings: dict) -> ReplyConfig:
-    if "voice" in settings:  # the old name of ref_audio
-        warn_renamed("session(voice=...)", "ref_audio=")
-        settings = {**settings, "ref_audio": settings.pop("voice")}
     try:
         return replace(reply, **settings) if settings else reply
     except TypeError as e:  # a name that is not a ReplyConfig field

@@ -1,3 +1,8 @@
+"""Shared by every test folder. Nothing here needs the compiled core: the unit/ folder runs
+without it (tests/unit/test_without_the_core.py proves it); folders whose tests need it load it
+through the package as they use it, and modules/conftest.py has the fixtures that drive it."""
+
+import contextlib
 import os
 import shutil
 import sys
@@ -9,11 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from llama_omni_py import make_models
-from llama_omni_py._native import core
+from llama_omni_py.errors import OmniError
+from llama_omni_py.modelset.generate import make_models
 
-# tests/reference (the PyTorch reference implementations) is importable as `reference`.
-sys.path.insert(0, str(Path(__file__).parent))
+# tests/support (the helpers: server_client, speech, ..., and the PyTorch references as
+# `reference`) is importable by module name.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
+
+# Where the build is here, the core loads first, before anything else brings in libgomp (torch,
+# llama_cpp): its OpenMP wait policy must be set before libgomp loads (_native.py).
+with contextlib.suppress(OmniError):
+    import llama_omni_py._native  # noqa: F401
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,18 +38,6 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("device")]
 
 
-@pytest.fixture(params=core.internal.cpu_isas(), ids=lambda name: f"isa-{name}")
-def cpu_isa(request):
-    """Each CPU kernel set this CPU runs (docs/cpu-kernels.md), forced for the test; the set in use
-    before (the best, or what OMNI_CPU_ISA chose) comes back afterwards."""
-    before = core.internal.cpu_isa()
-    core.internal.force_cpu_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        core.internal.force_cpu_isa(before)
-
-
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     """The whole tiny module set, written once per test session (read-only for tests)."""
@@ -49,7 +48,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def hub_repo_files(tiny_dir, tmp_path_factory) -> dict[str, bytes]:
-    """The files of the test repository the hub stand-ins serve (tests/hub_server.py): the tiny
+    """The files of the test repository the hub stand-ins serve (support/hub_server.py): the tiny
     set, its LLM also quantized to Q4_K_M by libllama, and a README."""
     import ctypes
 

@@ -250,10 +250,16 @@ def duplex_main(a: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def main_from_args(a: argparse.Namespace) -> int:
-    if a.mode == "simplex":
+def bench_mode(mode: str) -> str:
+    """The mode asked for, its old name ``simplex`` as ``turn_based`` (with a DeprecationWarning)."""
+    if mode == "simplex":
         warn_renamed("llama-omni bench --mode simplex", "--mode turn_based")
-        a.mode = "turn_based"
+        return "turn_based"
+    return mode
+
+
+def main_from_args(a: argparse.Namespace) -> int:
+    a.mode = bench_mode(a.mode)
     if a.mode == "duplex":
         return duplex_main(a)
     if a.mode == "load":

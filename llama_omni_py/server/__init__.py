@@ -1,4 +1,4 @@
-"""Serving: engine workers and the gateway in front of them (``llama-omni worker``, ``llama-omni
+"""Serving: workers and the gateway in front of them (``llama-omni worker``, ``llama-omni
 serve``; docs/serving.md, docs/server-protocol.md). Needs the ``server`` extra.
 
     worker/    one engine per process: the backend protocol on /backend (turn-based and full
@@ -25,7 +25,7 @@ __getattr__, __dir__ = lazy(
         "WorkerConfig": "llama_omni_py.server.worker.config",
     },
     old={
-        "WorkerServer": ("llama_omni_py.server.worker.app", "WorkerServer"),
-        "WorkerConfig": ("llama_omni_py.server.worker.config", "WorkerConfig"),
+        "OmniServer": ("llama_omni_py.server.worker.app", "WorkerServer"),
+        "ServerConfig": ("llama_omni_py.server.worker.config", "WorkerConfig"),
     },
 )

@@ -1,4 +1,4 @@
-"""The gateway's side of one engine worker: ``/health`` and one ``/backend`` session (init, turns,
+"""The gateway's side of one worker: ``/health`` and one ``/backend`` session (init, turns,
 close over HTTP), as the backend protocol prescribes (docs/server-protocol.md)."""
 
 from __future__ import annotations

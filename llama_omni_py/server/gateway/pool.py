@@ -1,4 +1,4 @@
-"""The worker pool: engine workers (one engine each, with one or more session slots), a FIFO queue
+"""The worker pool: workers (one engine each, with one or more session slots), a FIFO queue
 of tickets and the leases that hand one slot of a worker to one session.
 
 Every request type goes through one queue. ``lease()`` is the one way to get a slot::

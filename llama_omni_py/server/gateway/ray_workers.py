@@ -1,6 +1,6 @@
-"""EngineHost workers as Ray actors: one per GPU (Ray's ``GPU`` resource), per Ascend NPU (the ``NPU``
+"""Workers as Ray actors: one per GPU (Ray's ``GPU`` resource), per Ascend NPU (the ``NPU``
 resource) or, for tests and CPU hosts, per ``num_cpus`` slice, placed by Ray on any host of the
-cluster. Each actor runs an ordinary engine worker (``/backend``, ``/health``) on its node's
+cluster. Each actor runs an ordinary worker (``/backend``, ``/health``) on its node's
 address; the gateway queues and routes to them like local workers, and a session stays on its
 worker (it holds that worker's WebSocket). Needs the ``ray`` extra (``pip install
 "llama-omni-py[ray]"``)."""
@@ -20,7 +20,7 @@ START_TIMEOUT_S = 300.0
 
 
 class EngineWorkerActor:
-    """Runs inside a Ray actor process: an engine worker on this node, pinned to the NUMA node of
+    """Runs inside a Ray actor process: a worker on this node, pinned to the NUMA node of
     the device Ray assigned (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES are set by Ray)."""
 
     def __init__(self, options: WorkerOptions, accelerator: str, host: str | None = None, secret: str | None = None):

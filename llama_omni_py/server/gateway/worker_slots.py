@@ -1,4 +1,4 @@
-"""What the gateway knows of one engine worker: where it is, what it can serve, its health, and
+"""What the gateway knows of one worker: where it is, what it can serve, its health, and
 its session slots -- how many it has (its /health's ``slots``), which the gateway's own leases
 hold, and how many others hold (sessions the gateway did not give it). A worker serves as many
 sessions at once as it has slots (docs/serving.md, "Slots"). The session types and worker

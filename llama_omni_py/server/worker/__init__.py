@@ -1,4 +1,4 @@
-"""An engine worker (``llama-omni worker``): one OmniEngine of ``WorkerConfig.slots`` session
+"""A worker (``llama-omni worker``): one OmniEngine of ``WorkerConfig.slots`` session
 slots on one device, its protocols on one port (websockets' asyncio server), one protocol
 session per slot. docs/server-protocol.md.
 

@@ -1,4 +1,4 @@
-"""WorkerServer, the engine worker: one engine of ``WorkerConfig.slots`` session slots, one
+"""WorkerServer, the worker: one engine of ``WorkerConfig.slots`` session slots, one
 protocol session per slot, HTTP and WebSocket on one port (websockets' asyncio server).
 ``serve()`` runs it until SIGINT/SIGTERM (``llama-omni worker``); ``BackgroundServer`` runs it
 in a thread (tests, benchmarks). The gateway (gateway/) puts many of these behind one public API."""
@@ -26,11 +26,11 @@ from .routes import BodyConnection, process_request
 from .slot_socket import query
 
 log = logging.getLogger(__name__)
-__getattr__, _ = lazy(__name__, {}, old={"WorkerServer": (__name__, "WorkerServer")})
+__getattr__, _ = lazy(__name__, {}, old={"OmniServer": (__name__, "WorkerServer")})
 
 
 class WorkerServer:
-    """One engine worker: its EngineHost (``host``; tests give one that loads slowly or fails)
+    """One worker: its EngineHost (``host``; tests give one that loads slowly or fails)
     and the protocol connections on its slots."""
 
     @renamed_kwargs(engine="host")

@@ -75,4 +75,4 @@ class WorkerConfig:
         )
 
 
-__getattr__, _ = lazy(__name__, {}, old={"WorkerConfig": (__name__, "WorkerConfig")})
+__getattr__, _ = lazy(__name__, {}, old={"ServerConfig": (__name__, "WorkerConfig")})

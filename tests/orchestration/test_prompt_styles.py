@@ -1,0 +1,132 @@
+"""The turn-based prompt in both layouts (docs/fidelity.md): llama.cpp-omni's token for token as its
+pipeline evaluates it, and the reference's chat template + processor layout, each restated here as
+text with embedding slots and compared with what prompt.turn_based_prompt builds."""
+
+import numpy as np
+import pytest
+
+import llama_omni_py as omni
+from llama_omni_py._native import core
+from llama_omni_py.modules.llm import prompt as p
+
+SLOT = object()  # an embedding block in a restated layout
+
+VOICE = "模仿音频样本的音色并生成新的内容。"
+ROLE = "你的任务是用这种声音模式来当一个助手。请认真、高质量地回复用户的问题。请用高自然度的方式和用户聊天。"
+IDENTITY = "你是由面壁智能开发的人工智能助手：面壁小钢炮。"
+SPEECH_TAIL = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<|tts_bos|>"
+
+
+@pytest.fixture(scope="module")
+def model(tiny_dir):
+    return core.LlmModel(str(tiny_dir / "MiniCPM-o-4_5-F16.gguf"), "cpu")
+
+
+def _flatten(model, parts) -> list:
+    """Token ids of a restated layout, with -1 for each embedding row."""
+    out: list = []
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            out += [-1] * len(part)
+        else:
+            out += model.tokenize(part, True)
+    return out
+
+
+def _built(prompt) -> list:
+    out: list = []
+    for kind, x in prompt.segments:
+        out += list(x) if kind == "tokens" else [-1] * len(x)
+    return out
+
+
+def _blocks(model, *rows):
+    return [np.full((n, model.info.n_embd_inp), 0.01 * (i + 1), np.float32) for i, n in enumerate(rows)]
+
+
+def test_llama_cpp_omni_layout_of_a_first_turn(model):
+    voice, audio = _blocks(model, 7, 5)
+    built = p.turn_based_prompt(model, "what is this", user_audio=[audio], reference_audio=voice)
+    expected = [
+        f"<|im_start|>system\n{VOICE}\n<|audio_start|>",
+        voice,
+        f"<|audio_end|>{ROLE}{IDENTITY}<|im_end|>\n<|im_start|>user\n<|im_start|>user\n<|audio_start|>",
+        audio,
+        "<|audio_end|>what is this" + SPEECH_TAIL,
+    ]
+    assert _built(built) == _flatten(model, expected)
+
+
+def test_llama_cpp_omni_keeps_an_empty_voice_slot_and_drops_the_identity_with_images(model):
+    image, audio = _blocks(model, 4, 3)
+    built = p.turn_based_prompt(model, "", user_images=[image], user_audio=[audio])
+    expected = [
+        f"<|im_start|>system\n{VOICE}\n<|audio_start|><|audio_end|>{ROLE}<|im_end|>\n"
+        "<|im_start|>user\n<|im_start|>user\n<image>",
+        image,
+        "</image><|audio_start|>",
+        audio,
+        "<|audio_end|>" + SPEECH_TAIL,
+    ]
+    assert _built(built) == _flatten(model, expected)
+    # without the TTS template llama.cpp-omni opens a plain assistant turn
+    plain = p.turn_based_prompt(model, "hi", tts_template=False)
+    assert _built(plain)[-len(model.tokenize(p.ASSISTANT_PLAIN_PREFIX, True)) :] == model.tokenize(
+        p.ASSISTANT_PLAIN_PREFIX, True
+    )
+
+
+def test_reference_layout_joins_parts_with_newlines(model):
+    voice, image, audio = _blocks(model, 6, 4, 3)
+    built = p.turn_based_prompt(
+        model, "describe", user_images=[image], user_audio=[audio], reference_audio=voice, style="reference"
+    )
+    expected = [
+        f"<|im_start|>system\n{VOICE}\n<|audio_start|>",
+        voice,
+        f"<|audio_end|>\n{ROLE}{IDENTITY}<|im_end|>\n<|im_start|>user\n<image>",
+        image,
+        "</image>\n<|audio_start|>",
+        audio,
+        "<|audio_end|>\ndescribe" + SPEECH_TAIL,
+    ]
+    assert _built(built) == _flatten(model, expected)
+    no_voice = p.turn_based_prompt(model, "hi", style="reference")
+    assert _built(no_voice) == _flatten(
+        model, [f"<|im_start|>system\nUse the <reserved_53> voice.\n{ROLE}{IDENTITY}<|im_end|>\n<|im_start|>user\nhi"]
+    ) + model.tokenize(SPEECH_TAIL, True)
+
+
+def test_a_turn_with_history_extends_the_first_turn(model):
+    # the next turn's prompt repeats the first up to its assistant header, so the KV cache of the
+    # first turn serves the next; llama.cpp-omni's doubled header stays with its first user turn
+    header = model.tokenize("<|im_start|>user\n", True)
+    assistant = model.tokenize("<|im_start|>assistant\n", True)
+    for style, headers in (("llama.cpp-omni", 3), ("reference", 2)):
+        first = _built(p.turn_based_prompt(model, "first", style=style))
+        cut = next(i for i in range(len(first)) if first[i : i + len(assistant)] == assistant) + len(assistant)
+        history = [("user", "first"), ("assistant", "second")]
+        toks = _built(p.turn_based_prompt(model, "third", history=history, style=style))
+        assert toks[:cut] == first[:cut], style
+        assert sum(toks[i : i + len(header)] == header for i in range(len(toks))) == headers, style
+
+
+def test_prompt_rule_follows_the_switch_and_is_validated():
+    assert omni.SessionConfig().prompt_rule == "llama.cpp-omni"
+    assert omni.SessionConfig(fidelity="reference").prompt_rule == "reference"
+    assert omni.SessionConfig(fidelity="reference", prompt_fidelity="llama.cpp-omni").prompt_rule == "llama.cpp-omni"
+    with pytest.raises(omni.ConfigError, match="prompt_fidelity"):
+        omni.SessionConfig(prompt_fidelity="mine")
+    with pytest.raises(omni.InvalidArgumentError, match="style"):
+        p.turn_based_prompt(None, "x", style="mine")
+
+
+def test_a_session_runs_the_layout_of_its_fidelity(tiny_dir, model):
+    lengths = {}
+    for fid in p.PROMPT_STYLES:
+        cfg = omni.SessionConfig(fidelity=fid, max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+        with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+            lengths[fid] = s.speak("hello", seed=1, speech=False).timings.prompt_tokens
+    for fid in p.PROMPT_STYLES:
+        assert lengths[fid] == p.turn_based_prompt(model, "hello", tts_template=False, style=fid).token_count()
+    assert lengths["llama.cpp-omni"] != lengths["reference"]
