@@ -9,8 +9,8 @@ import urllib.request
 
 import openai
 import pytest
+from fake_worker import FakeWorkers
 from server_client import Client, chat_request, http, running_server, ws_chat
-from test_gateway_failures import FakeWorkers
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 

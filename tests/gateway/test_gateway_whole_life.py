@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 from fake_worker import FakeWorkers, gateway_config
+from gateway_checks import metric, uvicorn_log
 from server_client import http, wait_until
-from test_gateway_failures import _metric
-from test_gateway_limits import uvicorn_log
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -79,7 +78,7 @@ def test_realtime_worker_death_fails_the_response_and_tells_the_client(slow_voic
     assert done[0]["response"]["status_details"]["error"]["code"] == "worker_failed"
     assert msgs[-1]["type"] == "error" and msgs[-1]["error"]["code"] == "worker_failed"
     assert msgs[-1]["error"]["type"] == "server_error" and code == 1011
-    assert _metric(g.url, "omni_worker_failures_total") == 1
+    assert metric(g.url, "omni_worker_failures_total") == 1
     assert http(g.url + "/workers")[1]["workers"][0]["status"] == "offline"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from test_placement import _sysfs  # synthetic sysfs trees
+from sysfs import fake_sysfs
 
 from llama_omni_py import cli
 from llama_omni_py.bench import arguments, metrics, pinning, prompts
@@ -197,7 +197,7 @@ def test_prompt_inputs_are_deterministic():
 
 def test_pinned_cpus_follow_the_device_node(tmp_path):
     nodes = {n: f"{32 * n}-{32 * n + 31}" for n in range(8)}
-    topo = pinning.placement.read_topology(_sysfs(tmp_path, nodes), allowed=list(range(256)))
+    topo = pinning.placement.read_topology(fake_sysfs(tmp_path, nodes), allowed=list(range(256)))
     node, cpus = pinning.device_node_cpus(topo, 6, "npu 0", env={})
     assert node == 6 and cpus == tuple(range(192, 224))
     assert pinning.decide(node, cpus, range(256)).cpus == tuple(range(192, 224))
@@ -214,13 +214,13 @@ def test_pinned_cpus_follow_the_device_node(tmp_path):
 
 def test_pinned_cpus_skip_offline_cpus(tmp_path):
     topo = pinning.placement.read_topology(
-        _sysfs(tmp_path, {0: "0-7", 1: "8-15"}, online="0-5,8-15"), allowed=list(range(16))
+        fake_sysfs(tmp_path, {0: "0-7", 1: "8-15"}, online="0-5,8-15"), allowed=list(range(16))
     )
     assert pinning.device_node_cpus(topo, 0, env={}) == (0, (0, 1, 2, 3, 4, 5))
 
 
 def _script(tmp_path, mask, *args):
-    sys_node = _sysfs(tmp_path, {0: "0-7", 1: "8-15", 2: "16-23", 3: "24-31"})
+    sys_node = fake_sysfs(tmp_path, {0: "0-7", 1: "8-15", 2: "16-23", 3: "24-31"})
     pci = tmp_path / "pci" / "0000:c1:00.0"
     pci.mkdir(parents=True)
     (pci / "numa_node").write_text("2\n")

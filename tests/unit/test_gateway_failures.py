@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 from fake_worker import FakeWorkers, gateway_config
+from gateway_checks import metric
 from server_client import chat_request, http, wait_until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -51,11 +52,6 @@ async def _chat_until_end(url: str, on_chunk=None, closes=None) -> list[dict]:
     return msgs
 
 
-def _metric(url: str, name: str) -> float:
-    text = http(url + "/metrics")[1]
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
-
-
 def test_a_turn_that_lost_its_worker_is_not_replayed_and_the_worker_comes_back():
     workers = FakeWorkers(2, "--deltas", "400", "--delay", "0.01")
     with BackgroundGateway(_config(), [workers]) as g:
@@ -75,10 +71,10 @@ def test_a_turn_that_lost_its_worker_is_not_replayed_and_the_worker_comes_back()
         assert not any(m["type"] == "done" for m in msgs)
         assert len(texts) == len(set(texts))  # nothing was sent twice: the turn was not run again
         assert texts == [f"w{i} " for i in range(len(texts))]
-        assert _metric(g.url, "omni_worker_failures_total") == 1
+        assert metric(g.url, "omni_worker_failures_total") == 1
         # the dead process is reaped (no zombie), started again, and serves
         wait_until(lambda: sum(w.restarts for w in workers.workers) == 1 and g.wait_ready(1) == "ready", 30)
-        assert _metric(g.url, "omni_worker_restarts_total") == 1
+        assert metric(g.url, "omni_worker_restarts_total") == 1
         assert all(p.poll() is None for p in workers.procs)
         again = asyncio.run(_chat_until_end(g.url))
         assert again[-1]["type"] == "done"
@@ -102,7 +98,7 @@ def test_api_chat_whose_worker_dies_mid_reply_is_a_502_not_a_replay():
         status, body = http(g.url + "/api/chat", "POST", json.dumps(chat_request("tell me a story")).encode())
         killer.join()
         assert status == 502 and body["error"] == "worker_failed" and body["success"] is False, body
-        assert _metric(g.url, "omni_worker_failures_total") == 1
+        assert metric(g.url, "omni_worker_failures_total") == 1
         assert sum(w.total_requests for w in workers.workers) == 1  # it ran once, on the worker that died
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import time
 
 import pytest
 from fake_worker import FakeWorkers, gateway_config
+from gateway_checks import uvicorn_log
 from server_client import http
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -20,26 +20,6 @@ from websockets.exceptions import ConnectionClosed
 from llama_omni_py.server.gateway import BackgroundGateway
 
 MAX_BODY = 1 << 20  # the test gateway's max_body_bytes
-
-
-@contextlib.contextmanager
-def uvicorn_log():
-    """The records of uvicorn's error log (it does not propagate to pytest's caplog)."""
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    handler = Keep(logging.DEBUG)
-    loggers = [logging.getLogger("uvicorn.error"), logging.getLogger("llama_omni_py.server.gateway.app")]
-    for lg in loggers:
-        lg.addHandler(handler)
-    try:
-        yield records
-    finally:
-        for lg in loggers:
-            lg.removeHandler(handler)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 import pytest
+from sysfs import fake_sysfs
 
 import llama_omni_py as omni
 from llama_omni_py.device import placement
@@ -19,7 +20,7 @@ def test_malformed_cpulist(bad):
         placement.parse_cpulist(bad)
 
 
-def test_topology_from_fake_sysfs(tmp_path):
+def test_topology_from_fakefake_sysfs(tmp_path):
     for node, cpus in ((0, "0-3"), (1, "4-7")):
         d = tmp_path / f"node{node}"
         d.mkdir()
@@ -39,19 +40,8 @@ def test_pci_numa_node(tmp_path):
     assert placement.pci_numa_node("", tmp_path) is None
 
 
-def _sysfs(root, nodes, online=None):
-    for node, cpus in nodes.items():
-        d = root / "node" / f"node{node}"
-        d.mkdir(parents=True)
-        (d / "cpulist").write_text(cpus + "\n")
-    if online is not None:
-        (root / "cpu").mkdir()
-        (root / "cpu" / "online").write_text(online + "\n")
-    return root / "node"
-
-
 def test_plan_small_host(tmp_path):
-    topo = placement.read_topology(_sysfs(tmp_path, {0: "0-1"}), allowed=[0, 1])
+    topo = placement.read_topology(fake_sysfs(tmp_path, {0: "0-1"}), allowed=[0, 1])
     plan = placement.plan_placement(topo)
     assert plan.node == 0 and plan.vocoder_cpus == (1,) and plan.stage_cpus == (0,)
     assert any("capped at 1" in n for n in plan.notes)
@@ -61,7 +51,7 @@ def test_plan_small_host(tmp_path):
 
 def test_plan_follows_the_npu_on_a_256_core_host(tmp_path):
     nodes = {n: f"{32 * n}-{32 * n + 31}" for n in range(8)}
-    sys_node = _sysfs(tmp_path, nodes)
+    sys_node = fake_sysfs(tmp_path, nodes)
     pci = tmp_path / "pci"
     (pci / "0000:c1:00.0").mkdir(parents=True)
     (pci / "0000:c1:00.0" / "numa_node").write_text("6\n")
@@ -79,7 +69,7 @@ def test_plan_follows_the_npu_on_a_256_core_host(tmp_path):
 
 
 def test_plan_never_widens_a_taskset_mask(tmp_path):
-    sys_node = _sysfs(tmp_path, {0: "0-7", 1: "8-15"})
+    sys_node = fake_sysfs(tmp_path, {0: "0-7", 1: "8-15"})
     topo = placement.read_topology(sys_node, allowed=[10, 11, 12, 13])  # taskset -c 10-13
     plan = placement.plan_placement(topo, None, device_node=0)
     assert plan.node == 1 and set(plan.vocoder_cpus + plan.stage_cpus) <= {10, 11, 12, 13}
@@ -87,7 +77,7 @@ def test_plan_never_widens_a_taskset_mask(tmp_path):
 
 
 def test_plan_skips_offline_cpus(tmp_path):
-    topo = placement.read_topology(_sysfs(tmp_path, {0: "0-7"}, online="0-3,6"), allowed=list(range(8)))
+    topo = placement.read_topology(fake_sysfs(tmp_path, {0: "0-7"}, online="0-3,6"), allowed=list(range(8)))
     plan = placement.plan_placement(topo, 3)
     assert set(plan.vocoder_cpus + plan.stage_cpus) == {0, 1, 2, 3, 6} and len(plan.vocoder_cpus) == 3
 
