@@ -1,5 +1,5 @@
 """Server load test: N clients x M turns against `llama-omni serve` (the gateway in front of
---workers engine workers, one session each, a FIFO queue) over the demo chat API (WS /ws/chat,
+--workers workers, one session each, a FIFO queue) over the demo chat API (WS /ws/chat,
 one request per connection). Every turn must complete (done); one refused (error, e.g. a full
 queue), failed or taking longer than --turn-timeout makes the exit code 1. Reports turn latency,
 queue wait (request sent -> queue_done, and the gateway's own histogram), time to first audio,
@@ -7,7 +7,7 @@ refusals, and /health latency probed throughout.
 
     python benchmarks/server_load.py [--clients 16] [--turns 5] [--workers 2] [--model-dir DIR | --url URL]
 
---backend measures one engine worker alone (`llama-omni worker`, WS /backend, one session at a
+--backend measures one worker alone (`llama-omni worker`, WS /backend, one session at a
 time): there a turn is either completed or refused as busy (session_busy), as the backend protocol
 prescribes. Without --url the server is started on a free port over --model-dir (default: a tiny
 random-weight set written to a temporary directory), replies capped at --max-new-tokens LLM tokens
@@ -262,8 +262,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--turns", type=int, default=5)
-    ap.add_argument("--workers", type=int, default=2, help="engine workers behind the gateway")
-    ap.add_argument("--backend", action="store_true", help="one engine worker's /backend alone (no gateway)")
+    ap.add_argument("--workers", type=int, default=2, help="workers behind the gateway")
+    ap.add_argument("--backend", action="store_true", help="one worker's /backend alone (no gateway)")
     ap.add_argument("--url", help="an already running server (else one is started)")
     ap.add_argument("--model-dir", help="module set for the started server (default: a fresh tiny set)")
     ap.add_argument("--max-new-tokens", type=int, default=20)

@@ -1,4 +1,4 @@
-// Demo page for the llama-omni-py gateway: each turn is one request on WS /ws/chat (the demo's
+// The chat page of the llama-omni-py gateway: each turn is one request on WS /ws/chat (the demo's
 // turn-based chat API), so the page holds no engine between turns; while every engine is busy it
 // shows the queue position and estimated wait. Text or microphone/file input, text shown as it
 // arrives, audio chunks (float32 24 kHz) scheduled back to back on one Web Audio clock so
