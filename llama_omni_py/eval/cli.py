@@ -78,6 +78,9 @@ def add_parser(sub) -> None:
     add_model_arguments(t)
     t.add_argument("--device", default="auto")
     t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--endpoint", help="an OpenAI-compatible server with audio out, instead of --model")
+    t.add_argument("--endpoint-model", help="with --endpoint: the model id (default: the first of /v1/models)")
+    t.add_argument("--api-key", help="with --endpoint: the bearer key")
     t.set_defaults(func=cmd_seed_tts)
 
     r = es.add_parser("rtf", help="the competition RTF: a 1 s-unit duplex run over a video")

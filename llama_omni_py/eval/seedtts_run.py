@@ -78,38 +78,112 @@ def session_config(variant: str, threads: int | None):
     return omni.SessionConfig(**options)
 
 
+class LocalVoice:
+    """Our engine in process: one session with the recipe's configuration."""
+
+    def __init__(self, args):
+        import llama_omni_py as omni
+
+        self.variant = args.variant
+        self.seed = 42 if args.variant == "llama.cpp-omni" and args.seed == 0 else args.seed
+        self.session = omni.OmniSession(args.model_dir, args.device, session_config(args.variant, args.threads))
+
+    def say(self, item, wav: Path) -> dict:
+        reply = synthesise(self.session, item, self.variant, self.seed)
+        reply.save(wav)
+        t = reply.timings
+        timings = {"wall_s": t.wall_s, "wall_rtf": t.wall_rtf, "n_tts_tokens": t.n_tts_tokens}
+        return {"samples": int(reply.audio.size), "reply": reply.text, "audio_s": t.audio_s, "timings": timings}
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class EndpointVoice:
+    """An OpenAI-compatible server with audio out: the zero-shot recipe's turns, the prompt wav as
+    an ``input_audio`` part of the user turn (the API's system turn carries text only)."""
+
+    def __init__(self, args):
+        from .targets import EndpointTarget
+
+        if args.variant != "zero-shot":
+            raise InvalidArgumentError("an endpoint takes the zero-shot recipe (teacher forcing needs the engine)")
+        self.http = EndpointTarget(args.endpoint, args.endpoint_model, args.api_key)
+        self.seed = args.seed
+
+    def say(self, item, wav: Path) -> dict:
+        import base64
+        import io
+        import time
+
+        import soundfile as sf
+
+        body = {
+            "model": self.http.model,
+            "modalities": ["text", "audio"],
+            "audio": {"voice": "default", "format": "wav"},
+            "messages": [
+                {"role": "system", "content": ZERO_SHOT_SYSTEM},
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "input_audio",
+                            "input_audio": {
+                                "data": base64.b64encode(item.prompt_wav.read_bytes()).decode(),
+                                "format": "wav",
+                            },
+                        },
+                        {"type": "text", "text": f"{ZERO_SHOT_USER} {item.text}"},
+                    ],
+                },
+            ],
+            "max_tokens": 512,
+            "temperature": 0.1,
+            "seed": self.seed,
+        }
+        t0 = time.perf_counter()
+        message = self.http._call("/chat/completions", body)["choices"][0]["message"]
+        audio = message.get("audio") or {}
+        data = base64.b64decode(audio.get("data") or "")
+        wav.write_bytes(data)
+        samples = sf.info(io.BytesIO(data)).frames if data else 0
+        timings = {"wall_s": round(time.perf_counter() - t0, 3)}
+        return {"samples": samples, "reply": audio.get("transcript", ""), "timings": timings}
+
+    def close(self) -> None:
+        pass
+
+
 def synthesise_all(items, args, out: Path) -> RecordStore:
     """Every item without a record yet, to ``{out}/{utt}.wav``; a failure is recorded, not fatal."""
-    import llama_omni_py as omni
+    import urllib.error
 
     store = RecordStore(out)
     todo = [it for it in items if not store.done(it.id)]
     if not todo:
         return store
-    seed = 42 if args.variant == "llama.cpp-omni" and args.seed == 0 else args.seed
     progress = Progress(len(items), len(items) - len(todo), "Seed-TTS")
+    voice = EndpointVoice(args) if getattr(args, "endpoint", None) else LocalVoice(args)
     try:
-        with omni.OmniSession(args.model_dir, args.device, session_config(args.variant, args.threads)) as session:
-            for item in todo:
-                rec = {"id": item.id, "text": item.text, "prompt_wav": str(item.prompt_wav), "missing": item.missing}
-                if item.missing:
-                    rec.update(ok=False, error=f"missing prompt wav: {item.missing}")
-                else:
-                    try:
-                        reply = synthesise(session, item, args.variant, seed)
-                        wav = out / f"{item.id}.wav"
-                        reply.save(wav)
-                        t = reply.timings
-                        rec.update(ok=reply.audio.size > 0, wav=str(wav), reply=reply.text, audio_s=t.audio_s)
-                        rec.update(timings={"wall_s": t.wall_s, "wall_rtf": t.wall_rtf, "n_tts_tokens": t.n_tts_tokens})
-                        if not reply.audio.size:
-                            rec["error"] = "no audio"
-                    except OmniError as e:
-                        rec.update(ok=False, error=f"{type(e).__name__}: {e}")
-                store.add(rec)
-                progress.step()
+        for item in todo:
+            rec = {"id": item.id, "text": item.text, "prompt_wav": str(item.prompt_wav), "missing": item.missing}
+            if item.missing:
+                rec.update(ok=False, error=f"missing prompt wav: {item.missing}")
+            else:
+                wav = out / f"{item.id}.wav"
+                try:
+                    said = voice.say(item, wav)
+                    rec.update(ok=said.pop("samples") > 0, wav=str(wav), **said)
+                    if not rec["ok"]:
+                        rec["error"] = "no audio"
+                except (OmniError, urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as e:
+                    rec.update(ok=False, error=f"{type(e).__name__}: {e}")
+            store.add(rec)
+            progress.step()
     finally:
         progress.close()
+        voice.close()
     return store
 
 
@@ -132,6 +206,8 @@ def run_seed_tts(args, out: Path) -> int:
     items = limited(seed_tts(meta), args.limit)
     if args.sample_ratio is not None:
         raise InvalidArgumentError("--sample-ratio is for the video benchmarks; use --limit for Seed-TTS")
+    if args.endpoint and args.model_dir:
+        raise InvalidArgumentError("give --model or --endpoint, not both")
     language = language_of(meta, args.language)
     out.mkdir(parents=True, exist_ok=True)
     if not args.no_synthesis:

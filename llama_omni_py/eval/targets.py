@@ -175,7 +175,9 @@ class EndpointTarget:
         p = r.protocol
         if self.pack == "video":
             out = [_data_url("video", "video/mp4", r.video.read_bytes())]
-            if p.audio and r.audio is not None:
+            if not p.audio:  # frames alone (our server's extension of video_url)
+                out[0]["video_url"]["use_audio"] = False
+            elif r.audio is not None:
                 out.append(_data_url("audio", "audio/wav", r.audio.read_bytes()))
             return out + [{"type": "text", "text": r.prompt}]
         return _interleaved(r) + [{"type": "text", "text": r.prompt}]

@@ -206,3 +206,23 @@ def test_seed_tts_synthesis_and_scores(tiny_dir, tmp_path, variant):
     (out / "utt0.wav").unlink()
     assert main([*args, "--no-synthesis"]) == 0
     assert _summary(out)["n_missing_wavs"] == 1 and _summary(out)["wer"]["skipped"]
+
+
+@pytest.mark.slow
+def test_videomme_and_seed_tts_against_our_endpoint(vmme, tiny_dir, tmp_path):
+    from eval_data import seed_tts
+
+    meta = seed_tts(tmp_path / "seed")
+    with running_gateway(tiny_dir) as gw:
+        out = tmp_path / "vmme"
+        args = ["eval", "videomme", "--data", str(vmme), "--protocol", "vllm-omni", "--endpoint", gw.url]
+        assert main([*args, "--limit", "3", "--max-frames", "2", "--out", str(out)]) == 0
+        s = _summary(out)
+        assert s["counts"]["items"] == 3 and s["counts"]["failed_requests"] == 0, [r["error"] for r in _records(out)]
+        tts = tmp_path / "tts"
+        args = ["eval", "seed-tts", "--meta", str(meta), "--endpoint", gw.url, "--limit", "3", "--out", str(tts)]
+        assert main(args) == 0
+    recs = _records(tts)
+    assert len(recs) == 3 and all(r["ok"] for r in recs), [r.get("error") for r in recs]
+    assert sorted(p.name for p in tts.glob("*.wav")) == ["utt0.wav", "utt1.wav", "utt2.wav"]
+    assert _summary(tts)["n_missing_wavs"] == 0

@@ -131,3 +131,18 @@ def test_openai_media_urls_must_be_data_urls_of_their_kind(clip):
         parse(_url("video", "video/mp4", b"\x00" * 64))
     with pytest.raises(O.OpenAIError, match="could not be decoded"):
         parse(_url("audio", "audio/wav", b"RIFF....WAVEjunk"))
+
+
+def test_a_video_can_be_its_frames_alone(clip):
+    body = {
+        "model": MODEL,
+        "messages": [
+            {"role": "user", "content": [{**_url("video", "video/mp4", clip)}, {"type": "text", "text": "Q"}]}
+        ],
+    }
+    body["messages"][0]["content"][0]["video_url"]["use_audio"] = False
+    turn = _backend_turn(O.parse(body, MODEL, lambda _id: None, ("wav",)).inp)
+    assert turn.content[0].use_audio is False
+    body["messages"][0]["content"][0]["video_url"]["use_audio"] = "no"
+    with pytest.raises(O.OpenAIError, match="use_audio"):
+        O.parse(body, MODEL, lambda _id: None, ("wav",))

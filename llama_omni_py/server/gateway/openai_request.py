@@ -343,7 +343,13 @@ def _user_content(content, where: str) -> tuple[list, int, list]:
             data = _data_url(part["video_url"], f"{at}.video_url", "video")
             if data[4:8] != b"ftyp":
                 raise bad(f"{at}.video_url is not an MP4 file", f"{at}.video_url.url")
-            items.append({"type": "video", "data": base64.b64encode(data).decode("ascii")})
+            item = {"type": "video", "data": base64.b64encode(data).decode("ascii")}
+            use_audio = part["video_url"].get("use_audio")  # false: the frames alone (an extension)
+            if use_audio is not None:
+                if not isinstance(use_audio, bool):
+                    raise bad(f"{at}.video_url.use_audio must be true or false", f"{at}.video_url.use_audio")
+                item["use_audio"] = use_audio
+            items.append(item)
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
             data = _data_url(part["image_url"], f"{at}.image_url", "image")
             detail = part["image_url"].get("detail") or "auto"  # SDKs send null for "not given"

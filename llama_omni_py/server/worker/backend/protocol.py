@@ -195,7 +195,8 @@ def _media(turn: Turn, items: list, where: str, max_audio_s: float, compat: bool
 
 def _video(item: dict, at: str) -> Video:
     """A video item: MP4 bytes, watched as frames with their audio; ``audio`` (raw float32 PCM, as
-    every audio item) a separate track for it, ``max_frames`` and ``stack_frames`` its options."""
+    every audio item) a separate track for it, ``use_audio`` false for its frames alone,
+    ``max_frames`` and ``stack_frames`` its options."""
     data = b64_bytes(item.get("data"), f"{at}.data", "invalid_media")
     if data[4:8] != b"ftyp":
         raise ProtocolError(f"{at}.data is not an MP4 file", "invalid_media")
@@ -208,7 +209,10 @@ def _video(item: dict, at: str) -> Video:
     track = item.get("audio")
     if track is not None:
         track = float_pcm(track, f"{at}.audio", "invalid_audio")
-    return Video(data, track, **options)
+    use_audio = item.get("use_audio")
+    if use_audio is not None and not isinstance(use_audio, bool):
+        raise ProtocolError(f"{at}.use_audio must be true or false", "invalid_input")
+    return Video(data, track, use_audio=use_audio, **options)
 
 
 def parse_turn(
