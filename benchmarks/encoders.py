@@ -32,7 +32,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))  # reference.mtmd drives libmtmd through ctypes
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))  # reference.mtmd drives libmtmd through ctypes
 
 from common import busy_competitor, write_result  # noqa: E402
 

@@ -49,7 +49,7 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from common import busy_competitor, kernel_set, timed, write_result  # noqa: E402
 

@@ -28,7 +28,7 @@ import numpy as np
 from .._native import core
 from ..errors import InvalidArgumentError
 
-TABLE_PATH = Path(__file__).with_name("data") / "cann_ops.json"
+TABLE_PATH = Path(__file__).parents[1] / "data" / "cann_ops.json"
 
 # Parameters of the table that decide support (types and flags); every other parameter is a
 # shape or a value the backend handles generally, and is only compared as "shape tested".
