@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 MODES = ("engine", "workers")
 KINDS = ("text", "audio", "duplex")
-# The goals at the largest slot count (docs/performance.md, "Whole pipeline under load").
+# The goals at the largest slot count (docs/performance.md, "Many sessions per engine: the whole pipeline under load").
 GOAL_AUDIO_VS_WORKERS = 1.0
 GOAL_LLM_SCALING = 3.0
 GOAL_TTS_SCALING = 2.5

@@ -151,9 +151,8 @@ def _estimator_cache_bytes(model_dir, policy: str) -> int:
 @pytest.mark.parametrize("token2mel", ["native", "graph"])
 @pytest.mark.parametrize("policy", ["llama.cpp-omni", "reference"])
 def test_stream_holds_one_copy_of_the_estimator_caches(tiny_dir, policy, token2mel):
-    # The caches are updated in place; two ping-pong copies made a stream over twice this. At
-    # real dimensions (docs/performance.md) stream_bytes went from 206.5 to 105.2 MiB
-    # ("llama.cpp-omni") and from 326.5 to 165.2 MiB ("reference").
+    # The caches are updated in place: one copy, where two ping-pong copies would make a stream
+    # over twice this (real dimensions: docs/performance.md#many-streams-of-one-token2wav).
     one_copy = _estimator_cache_bytes(tiny_dir, policy)
     t2w = omni.Token2Wav(tiny_dir, threads=1, cache_policy=policy, token2mel=token2mel)
     s = t2w.new_stream()
