@@ -165,6 +165,8 @@ size_t DitCpu::weight_bytes() const {
     return n;
 }
 
+// The call's shape, each item's modulation (computed once per t), and the kept older frames with
+// the moves that place them behind this chunk.
 DitCpu::Impl::Call DitCpu::Impl::begin_call(const float * t, int B, int T, DitDeviceState * dev, int keep_head,
                                             int keep_tail) {
     Call c{};
@@ -183,6 +185,7 @@ DitCpu::Impl::Call DitCpu::Impl::begin_call(const float * t, int B, int T, DitDe
     return c;
 }
 
+// Every activation shaped for this call (zeroed only when its shape changes), each worker's scratch sized.
 void DitCpu::Impl::shape_buffers(const Call & c) {
     const int h = d.hidden, inner = d.heads * d.head_dim, N = c.B * c.T, T = c.T;
     xin.shape(d.in_channels, N);

@@ -64,6 +64,7 @@ struct RowsGraph {
         if (type != GGML_TYPE_F32) padded = ggml_cast(ctx, padded, type);
         return ggml_view_2d(ctx, padded, t->ne[0], t->ne[1], padded->nb[1], 0);
     }
+    // Weight w times t, through rhs.
     ggml_tensor * mm(const std::string & w, ggml_tensor * t) const {
         ggml_tensor * W = m.W(w);
         return ggml_mul_mat(ctx, W, rhs(t, W->type));
