@@ -47,78 +47,83 @@ struct ConformerCpu::Impl {
     // T1); K/V of the cached frames come from `cache` [heads][cached][2*dh] (null: none), and
     // the block's new cache [heads][T2][2*dh] goes to `new_cache`.
     void block(const Layer & L, int T1, int P, const float * cache, int cached, float * new_cache) {
-        const int D = d.d, H = d.heads, dh = d.d_head, T2 = cached + T1;
-        ThreadPool & pool = run.pool();
+        const int H = d.heads, dh = d.d_head, T2 = cached + T1;
         layer_norm(x, T1, 1e-12f, L.mha_w, L.mha_b, h);
         run.apply(L.qkv, h, qkv, T1);
         run.apply(L.pos, this->pos, pp, P);
         for (auto & s : scratch)
             s.resize(static_cast<size_t>(T2) * T1 + static_cast<size_t>(P) * T1 + 2 * T1 + 2 * dh * T1);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-        pool.parallel_for(H, [&](int hh, int worker) {
-            float * kv = new_cache + static_cast<size_t>(hh) * T2 * 2 * dh;  // [T2][K | V]
-            if (cached)
-                std::memcpy(kv, cache + static_cast<size_t>(hh) * cached * 2 * dh, sizeof(float) * cached * 2 * dh);
-            for (int e = 0; e < dh; ++e) {
-                const float * kr = qkv.row(D + hh * dh + e);
-                const float * vr = qkv.row(2 * D + hh * dh + e);
-                for (int t = 0; t < T1; ++t) {
-                    kv[static_cast<size_t>(cached + t) * 2 * dh + e] = kr[t];
-                    kv[static_cast<size_t>(cached + t) * 2 * dh + dh + e] = vr[t];
-                }
-            }
-            float * S = scratch[worker].data();  // [T2][T1] scores
-            float * BD = S + static_cast<size_t>(T2) * T1;  // [P][T1] position scores
-            float * tmp = BD + static_cast<size_t>(P) * T1;
-            float * qu = tmp + 2 * T1;  // [dh][T1] q + bias_u, then q + bias_v
-            float * qv = qu + static_cast<size_t>(dh) * T1;
-            for (int e = 0; e < dh; ++e) {
-                const float * q = qkv.row(hh * dh + e);
-                for (int t = 0; t < T1; ++t) {
-                    qu[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_u[hh * dh + e];
-                    qv[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_v[hh * dh + e];
-                }
-            }
-            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T1, dh, 1.0f, kv, 2 * dh, qu, T1, 0.0f, S, T1);
-            OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, P, T1, dh, 1.0f, pp.row(hh * dh), pp.ld, qv, T1, 0.0f,
-                       BD, T1);
-            // ESPnet rel_shift as the graph does it: left-pad a zero position, read the buffer
-            // [t][P+1] (here [P+1] per t, transposed) at T1 + t*P + s.
-            for (int s = 0; s < T2; ++s)
-                for (int t = 0; t < T1; ++t) {
-                    float bd = 0.0f;
-                    if (P == T2) {
-                        bd = BD[static_cast<size_t>(s) * T1 + t];
-                    } else {
-                        const long f = T1 + static_cast<long>(t) * P + s;
-                        const long tp = f / (P + 1), p = f % (P + 1);
-                        if (p > 0) bd = BD[static_cast<size_t>(p - 1) * T1 + tp];
-                    }
-                    float & v = S[static_cast<size_t>(s) * T1 + t];
-                    v = (v + bd) * scale;
-                }
-            cpu::softmax_columns(S, T2, T1, tmp);
-            OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, dh, T1, T2, 1.0f, kv + dh, 2 * dh, S, T1, 0.0f,
-                       att.row(hh * dh), att.ld);
-        });
-        run.apply(L.out, att, y, T1, [&](int, int o0, int o1, int t0, int t1) {
-            for (int o = o0; o < o1; ++o) {
-                float * xr = x.row(o);
-                const float * yr = y.row(o);
-                for (int t = t0; t < t1; ++t) xr[t] += yr[t];
-            }
-        });
+        run.pool().parallel_for(
+            H, [&](int hh, int worker) { attend_head(L, hh, worker, T1, P, cache, cached, new_cache); });
+        run.apply(L.out, att, y, T1, add_y_to_x());
         layer_norm(x, T1, 1e-12f, L.ff_w, L.ff_b, h);
         run.apply(L.w1, h, ff, T1, [&](int, int o0, int o1, int t0, int t1) {
             for (int o = o0; o < o1; ++o) cpu::silu_row(ff.row(o) + t0, t1 - t0);
         });
-        run.apply(L.w2, ff, y, T1, [&](int, int o0, int o1, int t0, int t1) {
+        run.apply(L.w2, ff, y, T1, add_y_to_x());
+    }
+
+    // The residual epilogue: x += y over a finished block.
+    cpu::BlockFn add_y_to_x() {
+        return [this](int, int o0, int o1, int t0, int t1) {
             for (int o = o0; o < o1; ++o) {
                 float * xr = x.row(o);
                 const float * yr = y.row(o);
                 for (int t = t0; t < t1; ++t) xr[t] += yr[t];
             }
-        });
+        };
+    }
+
+    // Head hh of a block: its new K/V cache (the cached frames, then this chunk's), the content
+    // and position scores (q + bias_u against K, q + bias_v against the positions, rel-shifted),
+    // softmax, and the weighted values into att.
+    void attend_head(const Layer & L, int hh, int worker, int T1, int P, const float * cache, int cached,
+                     float * new_cache) {
+        const int D = d.d, dh = d.d_head, T2 = cached + T1;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+        float * kv = new_cache + static_cast<size_t>(hh) * T2 * 2 * dh;  // [T2][K | V]
+        if (cached) std::memcpy(kv, cache + static_cast<size_t>(hh) * cached * 2 * dh, sizeof(float) * cached * 2 * dh);
+        for (int e = 0; e < dh; ++e) {
+            const float * kr = qkv.row(D + hh * dh + e);
+            const float * vr = qkv.row(2 * D + hh * dh + e);
+            for (int t = 0; t < T1; ++t) {
+                kv[static_cast<size_t>(cached + t) * 2 * dh + e] = kr[t];
+                kv[static_cast<size_t>(cached + t) * 2 * dh + dh + e] = vr[t];
+            }
+        }
+        float * S = scratch[worker].data();  // [T2][T1] scores
+        float * BD = S + static_cast<size_t>(T2) * T1;  // [P][T1] position scores
+        float * tmp = BD + static_cast<size_t>(P) * T1;
+        float * qu = tmp + 2 * T1;  // [dh][T1] q + bias_u, then q + bias_v
+        float * qv = qu + static_cast<size_t>(dh) * T1;
+        for (int e = 0; e < dh; ++e) {
+            const float * q = qkv.row(hh * dh + e);
+            for (int t = 0; t < T1; ++t) {
+                qu[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_u[hh * dh + e];
+                qv[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_v[hh * dh + e];
+            }
+        }
+        OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T1, dh, 1.0f, kv, 2 * dh, qu, T1, 0.0f, S, T1);
+        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, P, T1, dh, 1.0f, pp.row(hh * dh), pp.ld, qv, T1, 0.0f, BD,
+                   T1);
+        // ESPnet rel_shift as the graph does it: left-pad a zero position, read the buffer
+        // [t][P+1] (here [P+1] per t, transposed) at T1 + t*P + s.
+        for (int s = 0; s < T2; ++s)
+            for (int t = 0; t < T1; ++t) {
+                float bd = 0.0f;
+                if (P == T2) {
+                    bd = BD[static_cast<size_t>(s) * T1 + t];
+                } else {
+                    const long f = T1 + static_cast<long>(t) * P + s;
+                    const long tp = f / (P + 1), p = f % (P + 1);
+                    if (p > 0) bd = BD[static_cast<size_t>(p - 1) * T1 + tp];
+                }
+                float & v = S[static_cast<size_t>(s) * T1 + t];
+                v = (v + bd) * scale;
+            }
+        cpu::softmax_columns(S, T2, T1, tmp);
+        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, dh, T1, T2, 1.0f, kv + dh, 2 * dh, S, T1, 0.0f,
+                   att.row(hh * dh), att.ld);
     }
 
     // Relative positions (2*S - 1 of them) as rows [D][2S-1].
