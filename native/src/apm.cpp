@@ -51,7 +51,56 @@ struct Apm::Impl : GraphModule {
     int stream_offset(Stream & s, int T, bool chunk_count) const;
     // Zeros the cache rows of [0, end) that no chunk wrote since the last reset, except [skip, end).
     void zero_unwritten(Stream & s, int end, int skip) const;
+
+    static constexpr int kEncodeNodes = 4096;
+    // One encode call: `frames` mel frames give T positions at offset `off` of the position table;
+    // Tk positions are attended (a stream's history and this chunk); stream null for a clip.
+    struct EncodeCall {
+        int frames, T, off, Tk, chunk;
+        Stream * stream;
+    };
+    // The encode graph and the tensors a call fills and reads (mask: null without chunking).
+    struct EncodeGraph {
+        ggml_cgraph * gf;
+        ggml_tensor *in, *mask, *out;
+    };
+    EncodeGraph build_encode(ggml_context * ctx, const EncodeCall & c) const;
+    ggml_tensor * conv_stem(ggml_context * ctx, ggml_tensor * in, int T) const;
+    ggml_tensor * layer(ggml_context * ctx, ggml_cgraph * gf, const EncodeCall & c, int i, ggml_tensor * x,
+                        ggml_tensor * mask) const;
+    ggml_tensor * project_and_pool(ggml_context * ctx, ggml_tensor * x, int n_tok) const;
+    // The GELU: the reference's (erf), or the tanh approximation when asked (set_tanh_gelu).
+    ggml_tensor * gelu(ggml_context * ctx, ggml_tensor * t) const {
+        return tanh_gelu ? ggml_gelu(ctx, t) : ggml_gelu_erf(ctx, t);
+    }
+    // A conv's input, rounded to F16 when asked (set_f16_conv_input).
+    ggml_tensor * conv_input(ggml_context * ctx, ggml_tensor * t) const {
+        return f16_conv_input ? ggml_cast(ctx, ggml_cast(ctx, t, GGML_TYPE_F16), GGML_TYPE_F32) : t;
+    }
 };
+
+namespace {
+
+// (n_mel, frames) -> frames as rows, the graph's input layout.
+std::vector<float> frames_as_rows(const float * mel, int n_mel, int frames) {
+    std::vector<float> rows(static_cast<size_t>(n_mel) * frames);
+    for (int b = 0; b < n_mel; ++b)
+        for (int t = 0; t < frames; ++t)
+            rows[static_cast<size_t>(t) * n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
+    return rows;
+}
+
+// The [T][T] block-causal mask of blocks of `chunk` positions: 0 where the key's block is at or
+// before the query's, -inf elsewhere.
+std::vector<float> block_causal_mask(int T, int chunk) {
+    std::vector<float> blocked(static_cast<size_t>(T) * T);
+    for (int qi = 0; qi < T; ++qi)
+        for (int ki = 0; ki < T; ++ki)
+            blocked[static_cast<size_t>(qi) * T + ki] = ki / chunk <= qi / chunk ? 0.0f : -INFINITY;
+    return blocked;
+}
+
+}  // namespace
 
 int Apm::Impl::stream_offset(Stream & s, int T, bool chunk_count) const {
     const bool full = chunk_count ? s.chunks >= d.positions / T : s.pos + T > d.positions;
@@ -232,9 +281,90 @@ void Apm::reset_stream() {
 int Apm::stream_position() const { return stream_->pos; }
 int Apm::stream_resets() const { return stream_->resets; }
 
+// Built in the reference's order: the conv stem, the positions, the layers (a streaming chunk's
+// K/V written into the history before the attention that reads it), the projector and pooling.
+Apm::Impl::EncodeGraph Apm::Impl::build_encode(ggml_context * ctx, const EncodeCall & c) const {
+    EncodeGraph g{};
+    g.gf = ggml_new_graph_custom(ctx, kEncodeNodes, false);
+    g.in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.n_mel, c.frames);  // frames as rows
+    ggml_set_input(g.in);
+    ggml_tensor * x = conv_stem(ctx, g.in, c.T);
+    // The block-causal mask of a chunked clip: key block <= query block, as the reference's
+    // subsequent_chunk_mask with every left block kept.
+    g.mask = nullptr;
+    if (c.chunk > 0 && !c.stream && c.chunk < c.T) {
+        g.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.T, c.T);
+        ggml_set_input(g.mask);
+    }
+    ggml_tensor * pos = W("encoder.positional_embedding");
+    x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, d.d_model, c.T, pos->nb[1], static_cast<size_t>(c.off) * pos->nb[1]));
+    for (int i = 0; i < d.layers; ++i) x = layer(ctx, g.gf, c, i, x, g.mask);
+    x = gu::layer_norm(ctx, x, 1e-5f, W("encoder.ln_post.weight"), W("encoder.ln_post.bias"));
+    g.out = project_and_pool(ctx, x, c.T / d.pool);
+    ggml_set_output(g.out);
+    ggml_build_forward_expand(g.gf, g.out);
+    return g;
+}
+
+// conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
+ggml_tensor * Apm::Impl::conv_stem(ggml_context * ctx, ggml_tensor * in, int T) const {
+    ggml_tensor * x = gelu(ctx,
+                           gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, in), 0, 0, 1, 1, 0, 0, 0, 0),
+                                          w.taps("encoder.conv1.weight", 3), W("encoder.conv1.bias")));
+    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, x), 0, 0, 1, 1, 0, 0, 0, 0),
+                                      w.taps("encoder.conv2.weight", 3), W("encoder.conv2.bias"));
+    return gelu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, d.d_model, T, 2 * c2->nb[1], 0)));
+}
+
+// Encoder layer i: pre-norm self-attention, then the pre-norm GELU MLP, each added back. A
+// streaming chunk stores its K/V at its offset, then attends over the whole history.
+ggml_tensor * Apm::Impl::layer(ggml_context * ctx, ggml_cgraph * gf, const EncodeCall & c, int i, ggml_tensor * x,
+                               ggml_tensor * mask) const {
+    const int D = d.d_model, H = d.heads, hd = D / H, T = c.T, Tk = c.Tk;
+    const std::string b = "encoder.blocks." + std::to_string(i);
+    ggml_tensor * h = gu::layer_norm(ctx, x, 1e-5f, W(b + ".attn_ln.weight"), W(b + ".attn_ln.bias"));
+    auto heads = [&](ggml_tensor * t, int n) {  // [D, n] -> [hd, n, H]
+        return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, hd, H, n), 0, 2, 1, 3));
+    };
+    ggml_tensor * key = linear(ctx, h, b + ".attn.key", false);
+    ggml_tensor * value = linear(ctx, h, b + ".attn.value");
+    if (c.stream) {
+        ggml_tensor * kc = c.stream->k_cache[i];
+        ggml_tensor * vc = c.stream->v_cache[i];
+        for (auto [src, cache] : {std::pair{key, kc}, std::pair{value, vc}}) {
+            ggml_build_forward_expand(
+                gf,
+                ggml_cpy(ctx, src,
+                         ggml_view_2d(ctx, cache, D, T, cache->nb[1], static_cast<size_t>(c.off) * cache->nb[1])));
+        }
+        key = ggml_view_2d(ctx, kc, D, Tk, kc->nb[1], 0);
+        value = ggml_view_2d(ctx, vc, D, Tk, vc->nb[1], 0);
+    }
+    ggml_tensor * q = heads(linear(ctx, h, b + ".attn.query"), T);
+    ggml_tensor * k = heads(key, Tk);
+    ggml_tensor * vt =
+        ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, value, hd, H, Tk), 1, 2, 0, 3));  // [Tk, hd, H]
+    ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
+    ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
+    x = ggml_add(ctx, x, linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
+    h = gu::layer_norm(ctx, x, 1e-5f, W(b + ".mlp_ln.weight"), W(b + ".mlp_ln.bias"));
+    return ggml_add(ctx, x, linear(ctx, gelu(ctx, linear(ctx, h, b + ".mlp.0")), b + ".mlp.2"));
+}
+
+// The projector (linear, ReLU, linear), then average pooling by `pool` frames as a sum of
+// strided views (CANN has no POOL_1D): [llm_embd, n_tok].
+ggml_tensor * Apm::Impl::project_and_pool(ggml_context * ctx, ggml_tensor * x, int n_tok) const {
+    x = linear(ctx, ggml_relu(ctx, linear(ctx, x, "audio_projector.linear1")), "audio_projector.linear2");
+    ggml_tensor * pooled = nullptr;
+    for (int j = 0; j < d.pool; ++j) {
+        ggml_tensor * v = ggml_view_2d(ctx, x, d.llm_embd, n_tok, d.pool * x->nb[1], j * x->nb[1]);
+        pooled = pooled ? ggml_add(ctx, pooled, v) : ggml_cont(ctx, v);
+    }
+    return ggml_scale(ctx, pooled, 1.0f / d.pool);
+}
+
 std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens_out, Stream * stream, int chunk,
                                      bool chunk_count) {
-    Impl & m = *this;
     const bool streaming = stream != nullptr;
     const int T = (frames + 1) / 2;  // conv2 stride 2, padding 1
     if (T < d.pool || T > d.positions) {  // one pooled row at least: 2 * pool - 1 frames
@@ -246,91 +376,21 @@ std::vector<float> Apm::Impl::encode(const float * mel, int frames, int * tokens
     // "30 s limit"): history is dropped, never overflowed.
     const int off = streaming ? stream_offset(*stream, T, chunk_count) : 0, Tk = off + T;
     if (streaming) zero_unwritten(*stream, Tk, off);
-    const int D = d.d_model, H = d.heads, hd = D / H, n_tok = T / d.pool;
-    auto gelu = [this](ggml_context * c, ggml_tensor * t) { return tanh_gelu ? ggml_gelu(c, t) : ggml_gelu_erf(c, t); };
-    auto conv_input = [this](ggml_context * c, ggml_tensor * t) {
-        return f16_conv_input ? ggml_cast(c, ggml_cast(c, t, GGML_TYPE_F16), GGML_TYPE_F32) : t;
-    };
-    ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
+    ggml_init_params p{ggml_tensor_overhead() * kEncodeNodes + ggml_graph_overhead_custom(kEncodeNodes, false), nullptr,
+                       true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
-    ggml_context * ctx = holder.get();
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
-    ggml_tensor * in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.n_mel, frames);  // frames as rows
-    ggml_set_input(in);
-    // conv1 (k3, pad 1) + GELU, conv2 (k3, stride 2, pad 1) + GELU: stride 2 = every other output.
-    ggml_tensor * x = gelu(ctx,
-                           gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, in), 0, 0, 1, 1, 0, 0, 0, 0),
-                                          m.w.taps("encoder.conv1.weight", 3), m.W("encoder.conv1.bias")));
-    ggml_tensor * c2 = gu::conv_valid(ctx, ggml_pad_ext(ctx, conv_input(ctx, x), 0, 0, 1, 1, 0, 0, 0, 0),
-                                      m.w.taps("encoder.conv2.weight", 3), m.W("encoder.conv2.bias"));
-    x = gelu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, c2, D, T, 2 * c2->nb[1], 0)));
-    // The block-causal mask of a chunked clip: key block <= query block, as the reference's
-    // subsequent_chunk_mask with every left block kept.
-    ggml_tensor * mask = nullptr;
-    if (chunk > 0 && !streaming && chunk < T) {
-        mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T);
-        ggml_set_input(mask);
+    const EncodeGraph g = build_encode(holder.get(), EncodeCall{frames, T, off, Tk, chunk, stream});
+    if (!ggml_gallocr_alloc_graph(galloc, g.gf)) throw DeviceError("cannot allocate the audio encoder graph");
+    const std::vector<float> rows = frames_as_rows(mel, d.n_mel, frames);
+    ggml_backend_tensor_set(g.in, rows.data(), 0, ggml_nbytes(g.in));
+    if (g.mask) {
+        const std::vector<float> blocked = block_causal_mask(T, chunk);
+        ggml_backend_tensor_set(g.mask, blocked.data(), 0, ggml_nbytes(g.mask));
     }
-    ggml_tensor * pos = m.W("encoder.positional_embedding");
-    x = ggml_add(ctx, x, ggml_view_2d(ctx, pos, D, T, pos->nb[1], static_cast<size_t>(off) * pos->nb[1]));
-    for (int i = 0; i < d.layers; ++i) {
-        const std::string b = "encoder.blocks." + std::to_string(i);
-        ggml_tensor * h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".attn_ln.weight"), m.W(b + ".attn_ln.bias"));
-        auto heads = [&](ggml_tensor * t, int n) {  // [D, n] -> [hd, n, H]
-            return ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, t, hd, H, n), 0, 2, 1, 3));
-        };
-        ggml_tensor * key = m.linear(ctx, h, b + ".attn.key", false);
-        ggml_tensor * value = m.linear(ctx, h, b + ".attn.value");
-        if (streaming) {  // store this chunk's K/V, then attend over the whole history
-            ggml_tensor * kc = stream->k_cache[i];
-            ggml_tensor * vc = stream->v_cache[i];
-            for (auto [src, cache] : {std::pair{key, kc}, std::pair{value, vc}}) {
-                ggml_build_forward_expand(
-                    gf,
-                    ggml_cpy(ctx, src,
-                             ggml_view_2d(ctx, cache, D, T, cache->nb[1], static_cast<size_t>(off) * cache->nb[1])));
-            }
-            key = ggml_view_2d(ctx, kc, D, Tk, kc->nb[1], 0);
-            value = ggml_view_2d(ctx, vc, D, Tk, vc->nb[1], 0);
-        }
-        ggml_tensor * q = heads(m.linear(ctx, h, b + ".attn.query"), T);
-        ggml_tensor * k = heads(key, Tk);
-        ggml_tensor * vt =
-            ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, value, hd, H, Tk), 1, 2, 0, 3));  // [Tk, hd, H]
-        ggml_tensor * att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, k, q), mask, 1.0f / std::sqrt(float(hd)), 0.0f);
-        ggml_tensor * o = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, att), 0, 2, 1, 3));  // [hd, H, T]
-        x = ggml_add(ctx, x, m.linear(ctx, ggml_reshape_2d(ctx, o, D, T), b + ".attn.out"));
-        h = gu::layer_norm(ctx, x, 1e-5f, m.W(b + ".mlp_ln.weight"), m.W(b + ".mlp_ln.bias"));
-        x = ggml_add(ctx, x, m.linear(ctx, gelu(ctx, m.linear(ctx, h, b + ".mlp.0")), b + ".mlp.2"));
-    }
-    x = gu::layer_norm(ctx, x, 1e-5f, m.W("encoder.ln_post.weight"), m.W("encoder.ln_post.bias"));
-    x = m.linear(ctx, ggml_relu(ctx, m.linear(ctx, x, "audio_projector.linear1")), "audio_projector.linear2");
-    // Average pooling by `pool` frames as a sum of strided views (CANN has no POOL_1D).
-    const int E = d.llm_embd;
-    ggml_tensor * pooled = nullptr;
-    for (int j = 0; j < d.pool; ++j) {
-        ggml_tensor * v = ggml_view_2d(ctx, x, E, n_tok, d.pool * x->nb[1], j * x->nb[1]);
-        pooled = pooled ? ggml_add(ctx, pooled, v) : ggml_cont(ctx, v);
-    }
-    pooled = ggml_scale(ctx, pooled, 1.0f / d.pool);
-    ggml_set_output(pooled);
-    ggml_build_forward_expand(gf, pooled);
-    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the audio encoder graph");
-    std::vector<float> rows(static_cast<size_t>(d.n_mel) * frames);  // (n_mel, frames) -> frames as rows
-    for (int b = 0; b < d.n_mel; ++b)
-        for (int t = 0; t < frames; ++t)
-            rows[static_cast<size_t>(t) * d.n_mel + b] = mel[static_cast<size_t>(b) * frames + t];
-    ggml_backend_tensor_set(in, rows.data(), 0, ggml_nbytes(in));
-    if (mask) {
-        std::vector<float> blocked(static_cast<size_t>(T) * T);
-        for (int qi = 0; qi < T; ++qi)
-            for (int ki = 0; ki < T; ++ki)
-                blocked[static_cast<size_t>(qi) * T + ki] = ki / chunk <= qi / chunk ? 0.0f : -INFINITY;
-        ggml_backend_tensor_set(mask, blocked.data(), 0, ggml_nbytes(mask));
-    }
-    m.compute(gf, streaming ? "encode_stream" : "encode");
-    std::vector<float> out(static_cast<size_t>(E) * n_tok);
-    ggml_backend_tensor_get(pooled, out.data(), 0, ggml_nbytes(pooled));
+    compute(g.gf, streaming ? "encode_stream" : "encode");
+    const int n_tok = T / d.pool;
+    std::vector<float> out(static_cast<size_t>(d.llm_embd) * n_tok);
+    ggml_backend_tensor_get(g.out, out.data(), 0, ggml_nbytes(g.out));
     if (tokens_out) *tokens_out = n_tok;
     if (streaming) {
         stream->pos = Tk;

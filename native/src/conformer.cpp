@@ -105,6 +105,31 @@ struct ConformerEncoder::Impl : GraphModule {
         h = linear(ctx, ggml_silu(ctx, linear(ctx, h, p + ".feed_forward.w_1")), p + ".feed_forward.w_2");
         return ggml_add(ctx, x, h);
     }
+
+    static constexpr int kChunkNodes = 4096;
+    // One chunk's shape: T tokens in (T1 token-rate frames after the pre-lookahead layer), with
+    // att_frames cached mel-rate frames (off1 token-rate ones); S1 and S2: the frames attended at
+    // token and at mel rate.
+    struct Chunk {
+        int T, T1, att_frames, off1, S1, S2;
+        bool last;
+    };
+    // The chunk graph, its inputs (in_att: null without a K/V cache) and outputs.
+    struct ChunkGraph {
+        ggml_cgraph * gf;
+        ggml_tensor *in_x, *in_pos1, *in_pos2, *in_cnn, *in_att;
+        ggml_tensor *x, *cnn_out;
+        std::vector<ggml_tensor *> new_caches;  // per layer, [2dh, frames, H]
+    };
+    ChunkGraph build_chunk(ggml_context * ctx, const Chunk & c) const;
+    ggml_tensor * pre_lookahead(ggml_context * ctx, ggml_tensor * x, ggml_tensor * in_cnn, int T1,
+                                ggml_tensor ** new_pre_cache) const;
+    ggml_tensor * upsample(ggml_context * ctx, ggml_tensor * x, ggml_tensor * in_cnn, int T1,
+                           ggml_tensor ** new_up_cache) const;
+    ggml_tensor * att_cache_view(ggml_context * ctx, ggml_tensor * in_att, int l, int frames) const;
+    void set_inputs(const ChunkGraph & g, const Chunk & c, const float * xs, const float * cnn_cache,
+                    const float * att_cache) const;
+    ConformerChunk read_outputs(const ChunkGraph & g) const;
 };
 
 ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Backend> backend,
@@ -173,11 +198,120 @@ size_t ConformerEncoder::weight_bytes() const {
     return impl_->native ? impl_->native->weight_bytes() : impl_->w.bytes();
 }
 
+// Built in the reference's order: the input embedding, the pre-lookahead layer, the token-rate
+// blocks, the x2 upsampling, the mel-rate blocks and the final norm; the graph itself comes last.
+ConformerEncoder::Impl::ChunkGraph ConformerEncoder::Impl::build_chunk(ggml_context * ctx, const Chunk & c) const {
+    const int D = d.d, L = d.blocks + d.up_blocks, dh2 = 2 * d.d_head;
+    ChunkGraph g{};
+    g.in_x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.in, c.T);
+    g.in_pos1 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, 2 * c.S1 - 1);
+    g.in_pos2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, 2 * c.S2 - 1);
+    g.in_cnn = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, kCnnCache);
+    g.in_att = c.att_frames ? ggml_new_tensor_4d(ctx, GGML_TYPE_F32, dh2, c.att_frames, d.heads, L) : nullptr;
+    for (ggml_tensor * t : {g.in_x, g.in_pos1, g.in_pos2, g.in_cnn}) ggml_set_input(t);
+    if (g.in_att) ggml_set_input(g.in_att);
+
+    ggml_tensor * x = embed(ctx, g.in_x, "embed");  // [D, T]
+    if (c.last) x = ggml_pad_ext(ctx, x, 0, 0, 0, kLookahead, 0, 0, 0, 0);
+    ggml_tensor * new_pre_cache = nullptr;
+    x = pre_lookahead(ctx, x, g.in_cnn, c.T1, &new_pre_cache);
+    for (int i = 0; i < d.blocks; ++i) {
+        // The first half of the tiled time axis holds this layer's token-rate frames.
+        ggml_tensor * cache = g.in_att ? att_cache_view(ctx, g.in_att, i, c.off1) : nullptr;
+        ggml_tensor * nc = nullptr;
+        x = block(ctx, x, g.in_pos1, cache, "encoders." + std::to_string(i), &nc);
+        g.new_caches.push_back(ggml_concat(ctx, nc, nc, 1));  // tiled to the mel-rate length
+    }
+    ggml_tensor * new_up_cache = nullptr;
+    x = embed(ctx, upsample(ctx, x, g.in_cnn, c.T1, &new_up_cache), "up_embed");
+    for (int i = 0; i < d.up_blocks; ++i) {
+        ggml_tensor * cache = g.in_att ? att_cache_view(ctx, g.in_att, d.blocks + i, c.att_frames) : nullptr;
+        ggml_tensor * nc = nullptr;
+        x = block(ctx, x, g.in_pos2, cache, "up_encoders." + std::to_string(i), &nc);
+        g.new_caches.push_back(nc);
+    }
+    g.x = gu::layer_norm(ctx, x, 1e-5f, W("after_norm.weight"), W("after_norm.bias"));
+    g.cnn_out = ggml_concat(ctx, new_pre_cache, new_up_cache, 1);  // [D, 6]
+    for (ggml_tensor * t : {g.x, g.cnn_out}) ggml_set_output(t);
+    for (ggml_tensor * t : g.new_caches) ggml_set_output(t);  // copied out one layer at a time
+
+    g.gf = ggml_new_graph_custom(ctx, kChunkNodes, false);
+    ggml_build_forward_expand(g.gf, g.x);
+    ggml_build_forward_expand(g.gf, g.cnn_out);
+    for (ggml_tensor * t : g.new_caches) ggml_build_forward_expand(g.gf, t);
+    return g;
+}
+
+// Pre-lookahead: conv1 (k=4, no padding) + leaky ReLU, then conv2 (k=3) over 2 cached frames,
+// added to the first T1 input frames. *new_pre_cache: conv1's last 2 output frames.
+ggml_tensor * ConformerEncoder::Impl::pre_lookahead(ggml_context * ctx, ggml_tensor * x, ggml_tensor * in_cnn, int T1,
+                                                    ggml_tensor ** new_pre_cache) const {
+    ggml_tensor * c1 =
+        ggml_leaky_relu(ctx,
+                        gu::conv_valid(ctx, x, w.taps("pre_lookahead_layer.conv1.weight", kLookahead + 1),
+                                       W("pre_lookahead_layer.conv1.bias")),
+                        0.01f, false);
+    ggml_tensor * pre_cache = gu::frames(ctx, in_cnn, 0, kPreCache);
+    *new_pre_cache = gu::frames(ctx, c1, T1 - kPreCache, kPreCache);
+    ggml_tensor * c2 =
+        gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), w.taps("pre_lookahead_layer.conv2.weight", 3),
+                       W("pre_lookahead_layer.conv2.bias"));
+    return ggml_add(ctx, c2, gu::frames(ctx, x, 0, T1));
+}
+
+// Nearest x2 upsampling, then conv (k=5) over 4 cached frames. *new_up_cache: the conv's last 4
+// input frames.
+ggml_tensor * ConformerEncoder::Impl::upsample(ggml_context * ctx, ggml_tensor * x, ggml_tensor * in_cnn, int T1,
+                                               ggml_tensor ** new_up_cache) const {
+    const int D = d.d;
+    ggml_tensor * up = ggml_reshape_2d(
+        ctx, ggml_repeat(ctx, ggml_reshape_3d(ctx, x, D, 1, T1), ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 2, T1)), D,
+        2 * T1);
+    ggml_tensor * up_in = ggml_concat(ctx, gu::frames(ctx, in_cnn, kPreCache, kUpCache), up, 1);
+    *new_up_cache = gu::frames(ctx, up_in, up_in->ne[1] - kUpCache, kUpCache);
+    return gu::conv_valid(ctx, up_in, w.taps("up_layer.conv.weight", 5), W("up_layer.conv.bias"));
+}
+
+// Layer l's K/V cache, its first `frames` frames, as a tensor of its own: [2dh, frames, H].
+ggml_tensor * ConformerEncoder::Impl::att_cache_view(ggml_context * ctx, ggml_tensor * in_att, int l,
+                                                     int frames) const {
+    return ggml_cont(
+        ctx, ggml_view_3d(ctx, in_att, 2 * d.d_head, frames, d.heads, in_att->nb[1], in_att->nb[2], l * in_att->nb[3]));
+}
+
+// The chunk's tokens, both position tables, and the caches (zeros for a missing conv cache).
+void ConformerEncoder::Impl::set_inputs(const ChunkGraph & g, const Chunk & c, const float * xs,
+                                        const float * cnn_cache, const float * att_cache) const {
+    const int D = d.d;
+    ggml_backend_tensor_set(g.in_x, xs, 0, ggml_nbytes(g.in_x));
+    const auto pos1 = rel_position_table(D, c.S1), pos2 = rel_position_table(D, c.S2);
+    ggml_backend_tensor_set(g.in_pos1, pos1.data(), 0, ggml_nbytes(g.in_pos1));
+    ggml_backend_tensor_set(g.in_pos2, pos2.data(), 0, ggml_nbytes(g.in_pos2));
+    std::vector<float> zeros;
+    if (!cnn_cache) zeros.assign(static_cast<size_t>(D) * kCnnCache, 0.0f);
+    ggml_backend_tensor_set(g.in_cnn, cnn_cache ? cnn_cache : zeros.data(), 0, ggml_nbytes(g.in_cnn));
+    if (g.in_att) ggml_backend_tensor_set(g.in_att, att_cache, 0, ggml_nbytes(g.in_att));
+}
+
+// The output frames, the conv caches and every layer's K/V cache, layer after layer.
+ConformerChunk ConformerEncoder::Impl::read_outputs(const ChunkGraph & g) const {
+    ConformerChunk out;
+    out.frames = static_cast<int>(g.x->ne[1]);
+    out.h.resize(ggml_nelements(g.x));
+    ggml_backend_tensor_get(g.x, out.h.data(), 0, ggml_nbytes(g.x));
+    out.cnn_cache.resize(ggml_nelements(g.cnn_out));
+    ggml_backend_tensor_get(g.cnn_out, out.cnn_cache.data(), 0, ggml_nbytes(g.cnn_out));
+    out.att_frames = static_cast<int>(g.new_caches[0]->ne[1]);
+    const size_t per_layer = static_cast<size_t>(ggml_nelements(g.new_caches[0]));
+    out.att_cache.resize(per_layer * g.new_caches.size());
+    for (size_t i = 0; i < g.new_caches.size(); ++i)
+        ggml_backend_tensor_get(g.new_caches[i], out.att_cache.data() + i * per_layer, 0, per_layer * sizeof(float));
+    return out;
+}
+
 ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool last_chunk, const float * cnn_cache,
                                                const float * att_cache, int att_frames) {
     Impl & m = *impl_;
-    const ConformerDims & d = m.d;
-    const int D = d.d, L = d.blocks + d.up_blocks, dh2 = 2 * d.d_head;
     const int T_in = T + (last_chunk ? kLookahead : 0);
     if (T < 1 || T_in <= kLookahead || T > 4096) {
         throw InvalidArgument("conformer chunk needs more than " + std::to_string(kLookahead) +
@@ -189,97 +323,23 @@ ConformerChunk ConformerEncoder::forward_chunk(const float * xs, int T, bool las
     if (m.native) return m.native->forward_chunk(xs, T, last_chunk, cnn_cache, att_cache, att_frames);
     std::lock_guard<std::mutex> lock(m.mutex);
 
-    const int T1 = T_in - kLookahead;  // token-rate frames out of the pre-lookahead layer
-    const int off1 = att_frames / 2;  // cached token-rate frames
-    const int S1 = off1 + T1, S2 = off1 * 2 + 2 * T1;
-
-    ggml_init_params p{ggml_tensor_overhead() * 4096 + ggml_graph_overhead_custom(4096, false), nullptr, true};
+    Impl::Chunk c{};
+    c.T = T;
+    c.last = last_chunk;
+    c.att_frames = att_frames;
+    c.T1 = T_in - kLookahead;  // token-rate frames out of the pre-lookahead layer
+    c.off1 = att_frames / 2;  // cached token-rate frames
+    c.S1 = c.off1 + c.T1;
+    c.S2 = c.off1 * 2 + 2 * c.T1;
+    ggml_init_params p{
+        ggml_tensor_overhead() * Impl::kChunkNodes + ggml_graph_overhead_custom(Impl::kChunkNodes, false), nullptr,
+        true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
-    ggml_context * ctx = holder.get();
-    ggml_tensor * in_x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d.in, T);
-    ggml_tensor * in_pos1 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, 2 * S1 - 1);
-    ggml_tensor * in_pos2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, 2 * S2 - 1);
-    ggml_tensor * in_cnn = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, kCnnCache);
-    ggml_tensor * in_att = att_frames ? ggml_new_tensor_4d(ctx, GGML_TYPE_F32, dh2, att_frames, d.heads, L) : nullptr;
-    for (ggml_tensor * t : {in_x, in_pos1, in_pos2, in_cnn}) ggml_set_input(t);
-    if (in_att) ggml_set_input(in_att);
-
-    ggml_tensor * x = m.embed(ctx, in_x, "embed");  // [D, T]
-    if (last_chunk) x = ggml_pad_ext(ctx, x, 0, 0, 0, kLookahead, 0, 0, 0, 0);
-    // Pre-lookahead: conv1 (k=4, no padding) + leaky ReLU, then conv2 (k=3) over 2 cached frames.
-    ggml_tensor * c1 =
-        ggml_leaky_relu(ctx,
-                        gu::conv_valid(ctx, x, m.w.taps("pre_lookahead_layer.conv1.weight", kLookahead + 1),
-                                       m.W("pre_lookahead_layer.conv1.bias")),
-                        0.01f, false);
-    ggml_tensor * pre_cache = gu::frames(ctx, in_cnn, 0, kPreCache);
-    ggml_tensor * new_pre_cache = gu::frames(ctx, c1, T1 - kPreCache, kPreCache);
-    ggml_tensor * c2 =
-        gu::conv_valid(ctx, ggml_concat(ctx, pre_cache, c1, 1), m.w.taps("pre_lookahead_layer.conv2.weight", 3),
-                       m.W("pre_lookahead_layer.conv2.bias"));
-    x = ggml_add(ctx, c2, gu::frames(ctx, x, 0, T1));
-
-    std::vector<ggml_tensor *> new_caches;
-    for (int i = 0; i < d.blocks; ++i) {
-        ggml_tensor * cache = nullptr;
-        if (in_att) {  // first half of the tiled time axis holds this layer's token-rate frames
-            cache = ggml_cont(
-                ctx, ggml_view_3d(ctx, in_att, dh2, off1, d.heads, in_att->nb[1], in_att->nb[2], i * in_att->nb[3]));
-        }
-        ggml_tensor * nc = nullptr;
-        x = m.block(ctx, x, in_pos1, cache, "encoders." + std::to_string(i), &nc);
-        new_caches.push_back(ggml_concat(ctx, nc, nc, 1));  // tiled to the mel-rate length
-    }
-    // Nearest x2 upsampling, then conv (k=5) over 4 cached frames.
-    ggml_tensor * up = ggml_reshape_2d(
-        ctx, ggml_repeat(ctx, ggml_reshape_3d(ctx, x, D, 1, T1), ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 2, T1)), D,
-        2 * T1);
-    ggml_tensor * up_in = ggml_concat(ctx, gu::frames(ctx, in_cnn, kPreCache, kUpCache), up, 1);
-    ggml_tensor * new_up_cache = gu::frames(ctx, up_in, up_in->ne[1] - kUpCache, kUpCache);
-    x = gu::conv_valid(ctx, up_in, m.w.taps("up_layer.conv.weight", 5), m.W("up_layer.conv.bias"));
-    x = m.embed(ctx, x, "up_embed");
-    for (int i = 0; i < d.up_blocks; ++i) {
-        ggml_tensor * cache = nullptr;
-        if (in_att)
-            cache = ggml_cont(ctx,
-                              ggml_view_3d(ctx, in_att, dh2, att_frames, d.heads, in_att->nb[1], in_att->nb[2],
-                                           (d.blocks + i) * in_att->nb[3]));
-        ggml_tensor * nc = nullptr;
-        x = m.block(ctx, x, in_pos2, cache, "up_encoders." + std::to_string(i), &nc);
-        new_caches.push_back(nc);
-    }
-    x = gu::layer_norm(ctx, x, 1e-5f, m.W("after_norm.weight"), m.W("after_norm.bias"));
-    ggml_tensor * cnn_out = ggml_concat(ctx, new_pre_cache, new_up_cache, 1);  // [D, 6]
-    for (ggml_tensor * t : {x, cnn_out}) ggml_set_output(t);
-    for (ggml_tensor * t : new_caches) ggml_set_output(t);  // copied out one layer at a time
-
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4096, false);
-    ggml_build_forward_expand(gf, x);
-    ggml_build_forward_expand(gf, cnn_out);
-    for (ggml_tensor * t : new_caches) ggml_build_forward_expand(gf, t);
-    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the conformer graph");
-
-    ggml_backend_tensor_set(in_x, xs, 0, ggml_nbytes(in_x));
-    const auto pos1 = rel_position_table(D, S1), pos2 = rel_position_table(D, S2);
-    ggml_backend_tensor_set(in_pos1, pos1.data(), 0, ggml_nbytes(in_pos1));
-    ggml_backend_tensor_set(in_pos2, pos2.data(), 0, ggml_nbytes(in_pos2));
-    std::vector<float> zeros;
-    if (!cnn_cache) zeros.assign(static_cast<size_t>(D) * kCnnCache, 0.0f);
-    ggml_backend_tensor_set(in_cnn, cnn_cache ? cnn_cache : zeros.data(), 0, ggml_nbytes(in_cnn));
-    if (in_att) ggml_backend_tensor_set(in_att, att_cache, 0, ggml_nbytes(in_att));
-    m.compute(gf, "chunk");
-    ConformerChunk out;
-    out.frames = static_cast<int>(x->ne[1]);
-    out.h.resize(ggml_nelements(x));
-    ggml_backend_tensor_get(x, out.h.data(), 0, ggml_nbytes(x));
-    out.cnn_cache.resize(ggml_nelements(cnn_out));
-    ggml_backend_tensor_get(cnn_out, out.cnn_cache.data(), 0, ggml_nbytes(cnn_out));
-    out.att_frames = static_cast<int>(new_caches[0]->ne[1]);
-    const size_t per_layer = static_cast<size_t>(ggml_nelements(new_caches[0]));
-    out.att_cache.resize(per_layer * new_caches.size());
-    for (size_t i = 0; i < new_caches.size(); ++i)
-        ggml_backend_tensor_get(new_caches[i], out.att_cache.data() + i * per_layer, 0, per_layer * sizeof(float));
-    return out;
+    const Impl::ChunkGraph g = m.build_chunk(holder.get(), c);
+    if (!ggml_gallocr_alloc_graph(m.galloc, g.gf)) throw DeviceError("cannot allocate the conformer graph");
+    m.set_inputs(g, c, xs, cnn_cache, att_cache);
+    m.compute(g.gf, "chunk");
+    return m.read_outputs(g);
 }
 
 }  // namespace omni

@@ -47,78 +47,83 @@ struct ConformerCpu::Impl {
     // T1); K/V of the cached frames come from `cache` [heads][cached][2*dh] (null: none), and
     // the block's new cache [heads][T2][2*dh] goes to `new_cache`.
     void block(const Layer & L, int T1, int P, const float * cache, int cached, float * new_cache) {
-        const int D = d.d, H = d.heads, dh = d.d_head, T2 = cached + T1;
-        ThreadPool & pool = run.pool();
+        const int H = d.heads, dh = d.d_head, T2 = cached + T1;
         layer_norm(x, T1, 1e-12f, L.mha_w, L.mha_b, h);
         run.apply(L.qkv, h, qkv, T1);
         run.apply(L.pos, this->pos, pp, P);
         for (auto & s : scratch)
             s.resize(static_cast<size_t>(T2) * T1 + static_cast<size_t>(P) * T1 + 2 * T1 + 2 * dh * T1);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-        pool.parallel_for(H, [&](int hh, int worker) {
-            float * kv = new_cache + static_cast<size_t>(hh) * T2 * 2 * dh;  // [T2][K | V]
-            if (cached)
-                std::memcpy(kv, cache + static_cast<size_t>(hh) * cached * 2 * dh, sizeof(float) * cached * 2 * dh);
-            for (int e = 0; e < dh; ++e) {
-                const float * kr = qkv.row(D + hh * dh + e);
-                const float * vr = qkv.row(2 * D + hh * dh + e);
-                for (int t = 0; t < T1; ++t) {
-                    kv[static_cast<size_t>(cached + t) * 2 * dh + e] = kr[t];
-                    kv[static_cast<size_t>(cached + t) * 2 * dh + dh + e] = vr[t];
-                }
-            }
-            float * S = scratch[worker].data();  // [T2][T1] scores
-            float * BD = S + static_cast<size_t>(T2) * T1;  // [P][T1] position scores
-            float * tmp = BD + static_cast<size_t>(P) * T1;
-            float * qu = tmp + 2 * T1;  // [dh][T1] q + bias_u, then q + bias_v
-            float * qv = qu + static_cast<size_t>(dh) * T1;
-            for (int e = 0; e < dh; ++e) {
-                const float * q = qkv.row(hh * dh + e);
-                for (int t = 0; t < T1; ++t) {
-                    qu[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_u[hh * dh + e];
-                    qv[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_v[hh * dh + e];
-                }
-            }
-            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T1, dh, 1.0f, kv, 2 * dh, qu, T1, 0.0f, S, T1);
-            OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, P, T1, dh, 1.0f, pp.row(hh * dh), pp.ld, qv, T1, 0.0f,
-                       BD, T1);
-            // ESPnet rel_shift as the graph does it: left-pad a zero position, read the buffer
-            // [t][P+1] (here [P+1] per t, transposed) at T1 + t*P + s.
-            for (int s = 0; s < T2; ++s)
-                for (int t = 0; t < T1; ++t) {
-                    float bd = 0.0f;
-                    if (P == T2) {
-                        bd = BD[static_cast<size_t>(s) * T1 + t];
-                    } else {
-                        const long f = T1 + static_cast<long>(t) * P + s;
-                        const long tp = f / (P + 1), p = f % (P + 1);
-                        if (p > 0) bd = BD[static_cast<size_t>(p - 1) * T1 + tp];
-                    }
-                    float & v = S[static_cast<size_t>(s) * T1 + t];
-                    v = (v + bd) * scale;
-                }
-            cpu::softmax_columns(S, T2, T1, tmp);
-            OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, dh, T1, T2, 1.0f, kv + dh, 2 * dh, S, T1, 0.0f,
-                       att.row(hh * dh), att.ld);
-        });
-        run.apply(L.out, att, y, T1, [&](int, int o0, int o1, int t0, int t1) {
-            for (int o = o0; o < o1; ++o) {
-                float * xr = x.row(o);
-                const float * yr = y.row(o);
-                for (int t = t0; t < t1; ++t) xr[t] += yr[t];
-            }
-        });
+        run.pool().parallel_for(
+            H, [&](int hh, int worker) { attend_head(L, hh, worker, T1, P, cache, cached, new_cache); });
+        run.apply(L.out, att, y, T1, add_y_to_x());
         layer_norm(x, T1, 1e-12f, L.ff_w, L.ff_b, h);
         run.apply(L.w1, h, ff, T1, [&](int, int o0, int o1, int t0, int t1) {
             for (int o = o0; o < o1; ++o) cpu::silu_row(ff.row(o) + t0, t1 - t0);
         });
-        run.apply(L.w2, ff, y, T1, [&](int, int o0, int o1, int t0, int t1) {
+        run.apply(L.w2, ff, y, T1, add_y_to_x());
+    }
+
+    // The residual epilogue: x += y over a finished block.
+    cpu::BlockFn add_y_to_x() {
+        return [this](int, int o0, int o1, int t0, int t1) {
             for (int o = o0; o < o1; ++o) {
                 float * xr = x.row(o);
                 const float * yr = y.row(o);
                 for (int t = t0; t < t1; ++t) xr[t] += yr[t];
             }
-        });
+        };
+    }
+
+    // Head hh of a block: its new K/V cache (the cached frames, then this chunk's), the content
+    // and position scores (q + bias_u against K, q + bias_v against the positions, rel-shifted),
+    // softmax, and the weighted values into att.
+    void attend_head(const Layer & L, int hh, int worker, int T1, int P, const float * cache, int cached,
+                     float * new_cache) {
+        const int D = d.d, dh = d.d_head, T2 = cached + T1;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+        float * kv = new_cache + static_cast<size_t>(hh) * T2 * 2 * dh;  // [T2][K | V]
+        if (cached) std::memcpy(kv, cache + static_cast<size_t>(hh) * cached * 2 * dh, sizeof(float) * cached * 2 * dh);
+        for (int e = 0; e < dh; ++e) {
+            const float * kr = qkv.row(D + hh * dh + e);
+            const float * vr = qkv.row(2 * D + hh * dh + e);
+            for (int t = 0; t < T1; ++t) {
+                kv[static_cast<size_t>(cached + t) * 2 * dh + e] = kr[t];
+                kv[static_cast<size_t>(cached + t) * 2 * dh + dh + e] = vr[t];
+            }
+        }
+        float * S = scratch[worker].data();  // [T2][T1] scores
+        float * BD = S + static_cast<size_t>(T2) * T1;  // [P][T1] position scores
+        float * tmp = BD + static_cast<size_t>(P) * T1;
+        float * qu = tmp + 2 * T1;  // [dh][T1] q + bias_u, then q + bias_v
+        float * qv = qu + static_cast<size_t>(dh) * T1;
+        for (int e = 0; e < dh; ++e) {
+            const float * q = qkv.row(hh * dh + e);
+            for (int t = 0; t < T1; ++t) {
+                qu[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_u[hh * dh + e];
+                qv[static_cast<size_t>(e) * T1 + t] = q[t] + L.bias_v[hh * dh + e];
+            }
+        }
+        OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T1, dh, 1.0f, kv, 2 * dh, qu, T1, 0.0f, S, T1);
+        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, P, T1, dh, 1.0f, pp.row(hh * dh), pp.ld, qv, T1, 0.0f, BD,
+                   T1);
+        // ESPnet rel_shift as the graph does it: left-pad a zero position, read the buffer
+        // [t][P+1] (here [P+1] per t, transposed) at T1 + t*P + s.
+        for (int s = 0; s < T2; ++s)
+            for (int t = 0; t < T1; ++t) {
+                float bd = 0.0f;
+                if (P == T2) {
+                    bd = BD[static_cast<size_t>(s) * T1 + t];
+                } else {
+                    const long f = T1 + static_cast<long>(t) * P + s;
+                    const long tp = f / (P + 1), p = f % (P + 1);
+                    if (p > 0) bd = BD[static_cast<size_t>(p - 1) * T1 + tp];
+                }
+                float & v = S[static_cast<size_t>(s) * T1 + t];
+                v = (v + bd) * scale;
+            }
+        cpu::softmax_columns(S, T2, T1, tmp);
+        OMNI_SGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, dh, T1, T2, 1.0f, kv + dh, 2 * dh, S, T1, 0.0f,
+                   att.row(hh * dh), att.ld);
     }
 
     // Relative positions (2*S - 1 of them) as rows [D][2S-1].
@@ -129,6 +134,11 @@ struct ConformerCpu::Impl {
         for (int p = 0; p < P; ++p)
             for (int c = 0; c < d.d; ++c) pos.row(c)[p] = table[static_cast<size_t>(p) * d.d + c];
     }
+
+    void load_input(const float * xs, int T, int T1, int S2);
+    void pre_lookahead(cpu::Rows & emb, const float * cnn_cache, int T1, ConformerChunk & out);
+    void token_rate_blocks(const float * att_cache, int att_frames, int T1, int S1, int S2, ConformerChunk & out);
+    void upsample(const float * cnn_cache, int T1, ConformerChunk & out);
 };
 
 ConformerCpu::ConformerCpu(const GgufFile & g, const ConformerDims & dims, std::shared_ptr<ThreadPool> pool, bool bf16)
@@ -196,6 +206,84 @@ size_t ConformerCpu::weight_bytes() const {
     return n;
 }
 
+// The chunk's tokens [T][in] as rows, and every activation shaped for the widest (mel) rate.
+void ConformerCpu::Impl::load_input(const float * xs, int T, int T1, int S2) {
+    const int D = d.d;
+    xin.shape(d.in, T);
+    for (int t = 0; t < T; ++t)
+        for (int c = 0; c < d.in; ++c) xin.row(c)[t] = xs[static_cast<size_t>(t) * d.in + c];
+    const int W = 2 * T1;  // widest activation (the mel rate)
+    for (cpu::Rows * r : {&x, &h, &y, &att}) r->shape(D, W);
+    qkv.shape(3 * D, W);
+    ff.shape(d.ff, W);
+    pp.shape(D, 2 * S2 - 1);
+}
+
+// Pre-lookahead on the embedded input emb: conv1 (k=4, valid) + leaky ReLU 0.01, conv2 (k=3)
+// over 2 cached frames, + emb, into x (T1 columns). conv1's last 2 outputs: the new pre cache.
+void ConformerCpu::Impl::pre_lookahead(cpu::Rows & emb, const float * cnn_cache, int T1, ConformerChunk & out) {
+    const int D = d.d;
+    pre.shape(D, kPreCache + T1);
+    for (int c = 0; c < D; ++c)
+        for (int f = 0; f < kPreCache; ++f)
+            pre.row(c)[f] = cnn_cache ? cnn_cache[static_cast<size_t>(f) * D + c] : 0.0f;
+    run.apply(
+        pre1, emb, pre, T1,
+        [&](int, int o0, int o1, int t0, int t1) {
+            for (int o = o0; o < o1; ++o) {
+                float * r = pre.row(o) + kPreCache;
+                for (int t = t0; t < t1; ++t) r[t] = r[t] > 0.0f ? r[t] : r[t] * 0.01f;
+            }
+        },
+        1, 0, 0, 0, kPreCache);
+    for (int f = 0; f < kPreCache; ++f)
+        for (int c = 0; c < D; ++c) out.cnn_cache[static_cast<size_t>(f) * D + c] = pre.row(c)[T1 + f];
+    run.apply(pre2, pre, x, T1, [&](int, int o0, int o1, int t0, int t1) {
+        for (int o = o0; o < o1; ++o) {
+            float * r = x.row(o);
+            const float * e = emb.row(o);
+            for (int t = t0; t < t1; ++t) r[t] += e[t];
+        }
+    });
+}
+
+// The token-rate blocks (S1 frames attended), each layer's new cache tiled to the mel-rate
+// length S2 in out.att_cache; the first half of a token-rate layer's tiled cache holds its frames.
+void ConformerCpu::Impl::token_rate_blocks(const float * att_cache, int att_frames, int T1, int S1, int S2,
+                                           ConformerChunk & out) {
+    const int H = d.heads, dh2 = 2 * d.d_head, off1 = att_frames / 2;
+    std::vector<float> layer_cache, new_cache;
+    positions(S1);
+    for (int i = 0; i < d.blocks; ++i) {
+        layer_cache.assign(static_cast<size_t>(H) * off1 * dh2, 0.0f);
+        for (int hh = 0; hh < H && att_cache; ++hh)
+            std::memcpy(layer_cache.data() + static_cast<size_t>(hh) * off1 * dh2,
+                        att_cache + (static_cast<size_t>(i) * H + hh) * att_frames * dh2, sizeof(float) * off1 * dh2);
+        new_cache.assign(static_cast<size_t>(H) * S1 * dh2, 0.0f);
+        block(layers[i], T1, 2 * S1 - 1, layer_cache.data(), att_cache ? off1 : 0, new_cache.data());
+        for (int hh = 0; hh < H; ++hh)
+            for (int rep = 0; rep < 2; ++rep)  // tiled to the mel-rate length
+                std::memcpy(out.att_cache.data() +
+                                ((static_cast<size_t>(i) * H + hh) * S2 + static_cast<size_t>(rep) * S1) * dh2,
+                            new_cache.data() + static_cast<size_t>(hh) * S1 * dh2, sizeof(float) * S1 * dh2);
+    }
+}
+
+// Nearest x2 upsampling of x behind 4 cached frames, into `up`; its last 4 frames: the new up
+// cache.
+void ConformerCpu::Impl::upsample(const float * cnn_cache, int T1, ConformerChunk & out) {
+    const int D = d.d;
+    up.shape(D, kUpCache + 2 * T1);
+    for (int c = 0; c < D; ++c) {
+        float * u = up.row(c);
+        for (int f = 0; f < kUpCache; ++f)
+            u[f] = cnn_cache ? cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] : 0.0f;
+        const float * xr = x.row(c);
+        for (int t = 0; t < T1; ++t) u[kUpCache + 2 * t] = u[kUpCache + 2 * t + 1] = xr[t];
+        for (int f = 0; f < kUpCache; ++f) out.cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] = u[2 * T1 + f];
+    }
+}
+
 ConformerChunk ConformerCpu::forward_chunk(const float * xs, int T, bool last_chunk, const float * cnn_cache,
                                            const float * att_cache, int att_frames) {
     Impl & m = *impl_;
@@ -206,75 +294,22 @@ ConformerChunk ConformerCpu::forward_chunk(const float * xs, int T, bool last_ch
     const int T1 = T_in - kLookahead, off1 = att_frames / 2;
     const int S1 = off1 + T1, S2 = att_frames + 2 * T1;
     const float sqrt_d = std::sqrt(static_cast<float>(D));
-
-    m.xin.shape(d.in, T);
-    for (int t = 0; t < T; ++t)
-        for (int c = 0; c < d.in; ++c) m.xin.row(c)[t] = xs[static_cast<size_t>(t) * d.in + c];
-    const int W = 2 * T1;  // widest activation (the mel rate)
-    for (cpu::Rows * r : {&m.x, &m.h, &m.y, &m.att}) r->shape(D, W);
-    m.qkv.shape(3 * D, W);
-    m.ff.shape(d.ff, W);
-    m.pp.shape(D, 2 * S2 - 1);
+    m.load_input(xs, T, T1, S2);
 
     // Embedding (linear + LayerNorm + x sqrt(D)), zero look-ahead padding on the last chunk.
     cpu::Rows emb;
     emb.shape(D, T_in);
     m.run.apply(m.embed, m.xin, m.y, T);
     m.layer_norm(m.y, T, 1e-5f, m.embed_w, m.embed_b, emb, 0, sqrt_d);
-    // Pre-lookahead: conv1 (k=4, valid) + leaky ReLU 0.01, conv2 (k=3) over 2 cached frames, + x.
-    m.pre.shape(D, kPreCache + T1);
-    for (int c = 0; c < D; ++c)
-        for (int f = 0; f < kPreCache; ++f)
-            m.pre.row(c)[f] = cnn_cache ? cnn_cache[static_cast<size_t>(f) * D + c] : 0.0f;
-    m.run.apply(
-        m.pre1, emb, m.pre, T1,
-        [&](int, int o0, int o1, int t0, int t1) {
-            for (int o = o0; o < o1; ++o) {
-                float * r = m.pre.row(o) + kPreCache;
-                for (int t = t0; t < t1; ++t) r[t] = r[t] > 0.0f ? r[t] : r[t] * 0.01f;
-            }
-        },
-        1, 0, 0, 0, kPreCache);
     ConformerChunk out;
     out.cnn_cache.assign(static_cast<size_t>(D) * (kPreCache + kUpCache), 0.0f);
-    for (int f = 0; f < kPreCache; ++f)
-        for (int c = 0; c < D; ++c) out.cnn_cache[static_cast<size_t>(f) * D + c] = m.pre.row(c)[T1 + f];
-    m.run.apply(m.pre2, m.pre, m.x, T1, [&](int, int o0, int o1, int t0, int t1) {
-        for (int o = o0; o < o1; ++o) {
-            float * r = m.x.row(o);
-            const float * e = emb.row(o);
-            for (int t = t0; t < t1; ++t) r[t] += e[t];
-        }
-    });
+    m.pre_lookahead(emb, cnn_cache, T1, out);
 
     out.att_frames = S2;
     out.att_cache.assign(static_cast<size_t>(L) * H * S2 * dh2, 0.0f);
-    std::vector<float> layer_cache, new_cache;
-    m.positions(S1);
-    for (int i = 0; i < d.blocks; ++i) {
-        // The first half of a token-rate layer's tiled cache holds its frames.
-        layer_cache.assign(static_cast<size_t>(H) * off1 * dh2, 0.0f);
-        for (int hh = 0; hh < H && att_cache; ++hh)
-            std::memcpy(layer_cache.data() + static_cast<size_t>(hh) * off1 * dh2,
-                        att_cache + (static_cast<size_t>(i) * H + hh) * att_frames * dh2, sizeof(float) * off1 * dh2);
-        new_cache.assign(static_cast<size_t>(H) * S1 * dh2, 0.0f);
-        m.block(m.layers[i], T1, 2 * S1 - 1, layer_cache.data(), att_cache ? off1 : 0, new_cache.data());
-        for (int hh = 0; hh < H; ++hh)
-            for (int rep = 0; rep < 2; ++rep)  // tiled to the mel-rate length
-                std::memcpy(out.att_cache.data() +
-                                ((static_cast<size_t>(i) * H + hh) * S2 + static_cast<size_t>(rep) * S1) * dh2,
-                            new_cache.data() + static_cast<size_t>(hh) * S1 * dh2, sizeof(float) * S1 * dh2);
-    }
-    // Nearest x2 upsampling behind 4 cached frames, then conv (k=5).
-    m.up.shape(D, kUpCache + 2 * T1);
-    for (int c = 0; c < D; ++c) {
-        float * u = m.up.row(c);
-        for (int f = 0; f < kUpCache; ++f)
-            u[f] = cnn_cache ? cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] : 0.0f;
-        const float * xr = m.x.row(c);
-        for (int t = 0; t < T1; ++t) u[kUpCache + 2 * t] = u[kUpCache + 2 * t + 1] = xr[t];
-        for (int f = 0; f < kUpCache; ++f) out.cnn_cache[static_cast<size_t>(kPreCache + f) * D + c] = u[2 * T1 + f];
-    }
+    m.token_rate_blocks(att_cache, att_frames, T1, S1, S2, out);
+    // Upsampled, then conv (k=5) and the mel-rate embedding.
+    m.upsample(cnn_cache, T1, out);
     m.run.apply(m.up_conv, m.up, m.y, 2 * T1);
     m.run.apply(m.up_embed, m.y, m.h, 2 * T1);
     m.layer_norm(m.h, 2 * T1, 1e-5f, m.up_embed_w, m.up_embed_b, m.x, 0, sqrt_d);

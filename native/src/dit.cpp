@@ -58,6 +58,60 @@ void finish_call(DitDeviceState & dev, DitCache & cache, int T2) {
     cache.att_frames = logical;
 }
 
+// The estimator's input rows: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames
+// as rows; x, mu, cond are [B][C][T], spks [B][C].
+std::vector<float> concat_inputs(const float * x, const float * mu, const float * spks, const float * cond, int B,
+                                 int T, int C, int in_channels) {
+    std::vector<float> xc(static_cast<size_t>(in_channels) * T * B);
+    for (int bb = 0; bb < B; ++bb)
+        for (int tt = 0; tt < T; ++tt) {
+            float * row = xc.data() + (static_cast<size_t>(bb) * T + tt) * in_channels;
+            for (int c = 0; c < C; ++c) {
+                const size_t src = (static_cast<size_t>(bb) * C + c) * T + tt;
+                row[c] = x[src];
+                row[C + c] = mu[src];
+                row[2 * C + c] = spks[static_cast<size_t>(bb) * C + c];
+                row[3 * C + c] = cond[src];
+            }
+        }
+    return xc;
+}
+
+// Sinusoidal embedding of t*1000, [cos | sin], float arithmetic as the reference orders it.
+std::vector<float> timestep_features(const float * t, int B) {
+    std::vector<float> tf(static_cast<size_t>(kFreqDim) * B);
+    const int half = kFreqDim / 2;
+    for (int bb = 0; bb < B; ++bb) {
+        const float ts = t[bb] * kTimeScale;
+        for (int j = 0; j < half; ++j) {
+            const float freq =
+                std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
+            const float arg = ts * freq;
+            tf[static_cast<size_t>(bb) * kFreqDim + j] = std::cos(arg);
+            tf[static_cast<size_t>(bb) * kFreqDim + half + j] = std::sin(arg);
+        }
+    }
+    return tf;
+}
+
+// The attention mask [T][T2p]: -inf on the padding frames T2..T2p of every query row.
+std::vector<float> padding_mask(int T, int T2, int T2p) {
+    std::vector<float> mk(static_cast<size_t>(T2p) * T, 0.0f);
+    for (int r = 0; r < T; ++r)
+        for (int c = T2; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = -INFINITY;
+    return mk;
+}
+
+// The graph's output rows [B][T][C] as the caller's [B][C][T].
+std::vector<float> frames_to_channels(const std::vector<float> & o, int B, int T, int C) {
+    std::vector<float> res(o.size());
+    for (int bb = 0; bb < B; ++bb)
+        for (int tt = 0; tt < T; ++tt)
+            for (int c = 0; c < C; ++c)
+                res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
+    return res;
+}
+
 }  // namespace
 
 struct DitEstimator::Impl : GraphModule {
@@ -114,7 +168,154 @@ struct DitEstimator::Impl : GraphModule {
         *k = ggml_cont(ctx, ggml_permute(ctx, qk_norm(heads(linear(ctx, x, p + ".to_k")), p + ".k_norm"), 0, 2, 1, 3));
         *vt = ggml_cont(ctx, ggml_permute(ctx, heads(linear(ctx, x, p + ".to_v")), 1, 2, 0, 3));
     }
+
+    // One call's shape: batch B, this chunk's T frames, T2 frames attended (the chunk, then the
+    // kept older ones), padded to T2p; dev: the resident cache (null: none).
+    struct Call {
+        int B, T, T2, T2p;
+        DitDeviceState * dev;
+        std::vector<std::pair<int, int>> old_ranges;  // the stored frames that survive the bounding
+    };
+    // The step graph and the tensors the call fills and reads (mask: null without padding).
+    struct StepGraph {
+        ggml_cgraph * gf;
+        ggml_tensor *in_x, *in_t, *two, *mask, *out;
+    };
+
+    StepGraph build_step(ggml_context * ctx, const Call & c) const;
+    ggml_tensor * block(ggml_context * ctx, ggml_cgraph * gf, const Call & c, int i, ggml_tensor * x_h,
+                        ggml_tensor * st, ggml_tensor * mask, ggml_tensor * two,
+                        std::vector<ggml_tensor *> & cnn_writes) const;
+    void attended_kv(ggml_context * ctx, ggml_cgraph * gf, const Call & c, int i, ggml_tensor * k, ggml_tensor * vt,
+                     ggml_tensor ** k_all, ggml_tensor ** vt_all) const;
+    ggml_tensor * conv_cache_view(ggml_context * ctx, const Call & c, int i, int part) const;
+
+    // The j-th h-wide slice of an adaLN modulation mod [n*h, B], as [h, 1, B].
+    ggml_tensor * mod_chunk(ggml_context * ctx, ggml_tensor * mod, int j) const {
+        const int h = d.hidden;
+        return ggml_cont(ctx,
+                         ggml_view_3d(ctx, mod, h, 1, mod->ne[1], mod->nb[1], mod->nb[1],
+                                      static_cast<size_t>(j) * h * sizeof(float)));
+    }
 };
+
+// Built as we go: each block's cache writes are expanded before the reads that follow them, so
+// they run first (the reads are views of the same resident buffer). The cache is updated in
+// place: per block, the kept older frames are copied out to temporaries (graph memory, shared by
+// all streams), then written back behind this chunk's frames, then the chunk's K/V go in front;
+// the conv caches are read (copied) before their writes at the very end.
+DitEstimator::Impl::StepGraph DitEstimator::Impl::build_step(ggml_context * ctx, const Call & c) const {
+    StepGraph g{};
+    g.gf = ggml_new_graph_custom(ctx, kGraphNodes, false);
+    g.in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, c.T, c.B);
+    g.in_t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kFreqDim, c.B);
+    g.two = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
+    for (ggml_tensor * in : {g.in_x, g.in_t, g.two}) ggml_set_input(in);
+    g.mask = nullptr;
+    if (c.T2p != c.T2) {
+        g.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.T2p, c.T);
+        ggml_set_input(g.mask);
+    }
+
+    ggml_tensor * temb = linear(ctx, ggml_silu(ctx, linear(ctx, g.in_t, "estimator.t_embedder.mlp.0")),
+                                "estimator.t_embedder.mlp.2");  // [h, B]
+    ggml_tensor * st = ggml_silu(ctx, temb);
+    std::vector<ggml_tensor *> cnn_writes;
+    ggml_tensor * x_h = linear(ctx, g.in_x, "estimator.in_proj");  // [h, T, B]
+    for (int i = 0; i < d.depth; ++i) x_h = block(ctx, g.gf, c, i, x_h, st, g.mask, g.two, cnn_writes);
+    ggml_tensor * fmod = linear(ctx, st, "estimator.final_layer.adaLN_modulation.1");
+    g.out = modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), mod_chunk(ctx, fmod, 0), mod_chunk(ctx, fmod, 1));
+    g.out = linear(ctx, g.out, "estimator.final_layer.linear");  // [80, T, B]
+    ggml_set_output(g.out);
+    ggml_build_forward_expand(g.gf, g.out);
+    for (ggml_tensor * w : cnn_writes) ggml_build_forward_expand(g.gf, w);
+    return g;
+}
+
+// Block i: attention, the causal conv branch, then the MLP, each gated by its adaLN chunks
+// (order in mod: shift/scale/gate for attention, MLP, then conv). Its conv cache writes are
+// appended to cnn_writes.
+ggml_tensor * DitEstimator::Impl::block(ggml_context * ctx, ggml_cgraph * gf, const Call & c, int i, ggml_tensor * x_h,
+                                        ggml_tensor * st, ggml_tensor * mask, ggml_tensor * two,
+                                        std::vector<ggml_tensor *> & cnn_writes) const {
+    const std::string b = "estimator.blocks." + std::to_string(i);
+    ggml_tensor * mod = linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
+    ggml_tensor * a = modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), mod_chunk(ctx, mod, 0), mod_chunk(ctx, mod, 1));
+    ggml_tensor * q = nullptr;
+    ggml_tensor * k = nullptr;
+    ggml_tensor * vt = nullptr;
+    qkv(ctx, a, b + ".attn", &q, &k, &vt);
+    ggml_tensor * k_all = nullptr;
+    ggml_tensor * vt_all = nullptr;
+    attended_kv(ctx, gf, c, i, k, vt, &k_all, &vt_all);
+    x_h = ggml_add(
+        ctx, x_h, ggml_mul(ctx, attention(ctx, q, k_all, vt_all, mask, b + ".attn", c.T, c.B), mod_chunk(ctx, mod, 2)));
+
+    ggml_tensor * cnn1 = c.dev ? ggml_cont(ctx, conv_cache_view(ctx, c, i, 0)) : nullptr;
+    ggml_tensor * cnn2 = c.dev ? ggml_cont(ctx, conv_cache_view(ctx, c, i, 1)) : nullptr;
+    ggml_tensor * cv = modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), mod_chunk(ctx, mod, 6), mod_chunk(ctx, mod, 7));
+    ggml_tensor * nc1 = nullptr;
+    ggml_tensor * nc2 = nullptr;
+    cv = causal_conv(ctx, cv, cnn1, b + ".conv.block.1", &nc1);
+    cv = gu::layer_norm(ctx, cv, 1e-5f, W(b + ".conv.block.3.weight"), W(b + ".conv.block.3.bias"));
+    cv = causal_conv(ctx, mish(ctx, cv, two), cnn2, b + ".conv.block.6", &nc2);
+    x_h = ggml_add(ctx, x_h, ggml_mul(ctx, cv, mod_chunk(ctx, mod, 8)));
+    ggml_tensor * f = modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), mod_chunk(ctx, mod, 3), mod_chunk(ctx, mod, 4));
+    f = linear(ctx, gu::gelu_tanh(ctx, linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
+    x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, mod_chunk(ctx, mod, 5)));
+    if (c.dev) {  // this block's conv caches: conv1's then conv2's last 2 input frames
+        cnn_writes.push_back(ggml_cpy(ctx, nc1, conv_cache_view(ctx, c, i, 0)));
+        cnn_writes.push_back(ggml_cpy(ctx, nc2, conv_cache_view(ctx, c, i, 1)));
+    }
+    return x_h;
+}
+
+// The keys and values block i attends to. With a resident cache: the kept older frames move
+// behind this chunk's (through copies), the chunk's K/V go in front, and the views cover all T2p
+// frames. Without one: this chunk only, padded to T2p.
+void DitEstimator::Impl::attended_kv(ggml_context * ctx, ggml_cgraph * gf, const Call & c, int i, ggml_tensor * k,
+                                     ggml_tensor * vt, ggml_tensor ** k_all, ggml_tensor ** vt_all) const {
+    const int hd = d.head_dim, H = d.heads, B = c.B, T = c.T;
+    if (!c.dev) {
+        *k_all = c.T2p != c.T2 ? ggml_pad(ctx, k, 0, c.T2p - c.T2, 0, 0) : k;
+        *vt_all = c.T2p != c.T2 ? ggml_pad(ctx, vt, c.T2p - c.T2, 0, 0, 0) : vt;
+        return;
+    }
+    ggml_tensor * K = c.dev->k;
+    ggml_tensor * V = c.dev->vt;
+    const size_t kb = static_cast<size_t>(i) * H * K->nb[2], vb = static_cast<size_t>(i) * H * V->nb[2];
+    auto k_frames = [&](ggml_tensor * src, int first, int n) {
+        return ggml_view_4d(ctx, src, hd, n, H, B, src->nb[1], src->nb[2], src->nb[3], kb + first * src->nb[1]);
+    };
+    auto v_frames = [&](ggml_tensor * src, int first, int n) {
+        return ggml_view_4d(ctx, src, n, hd, H, B, src->nb[1], src->nb[2], src->nb[3], vb + first * sizeof(float));
+    };
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> kept;  // (K, Vt) copies of each range
+    for (auto & r : c.old_ranges) {
+        kept.emplace_back(ggml_cont(ctx, k_frames(K, r.first, r.second)),
+                          ggml_cont(ctx, v_frames(V, r.first, r.second)));
+        ggml_build_forward_expand(gf, kept.back().first);
+        ggml_build_forward_expand(gf, kept.back().second);
+    }
+    int off = T;
+    for (size_t j = 0; j < c.old_ranges.size(); ++j) {
+        const int n = c.old_ranges[j].second;
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, kept[j].first, k_frames(K, off, n)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, kept[j].second, v_frames(V, off, n)));
+        off += n;
+    }
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_frames(K, 0, T)));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, vt, v_frames(V, 0, T)));
+    *k_all = k_frames(K, 0, c.T2p);
+    *vt_all = v_frames(V, 0, c.T2p);
+}
+
+// Block i's conv cache in the resident state, [h, 2, B]: part 0 conv1's, part 1 conv2's.
+ggml_tensor * DitEstimator::Impl::conv_cache_view(ggml_context * ctx, const Call & c, int i, int part) const {
+    ggml_tensor * cc = c.dev->cnn;
+    const size_t off = static_cast<size_t>(part) * d.hidden * sizeof(float);
+    return ggml_view_3d(ctx, cc, d.hidden, 2, c.B, cc->nb[1], cc->nb[3], i * cc->nb[2] + off);
+}
 
 DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads, Engine engine, bool bf16)
     : DitEstimator(path, std::make_shared<Backend>(device, threads), nullptr, engine, bf16) {}
@@ -274,184 +475,47 @@ std::vector<float> DitEstimator::run(const float * x, const float * mu, const fl
                                      const float * cond, int B, int T, DitCache * cache) {
     if (B < 1 || B > 16 || T < 1 || T > 8192) throw InvalidArgument("estimator batch must be 1..16 and frames 1..8192");
     Impl & m = *impl_;
-    const DitDims & d = m.d;
-    const int h = d.hidden, C = d.out_channels, hd = d.head_dim, H = d.heads;
     DitDeviceState * dev = cache ? cache->device.get() : nullptr;
     if (dev && dev->batch != B) throw InvalidArgument("the device cache was made for another batch size");
     // Frames attended: this chunk, then the stored frames that survive the bounding.
-    const auto old_ranges =
-        dev ? kept_ranges(dev->stored, cache->keep_head, cache->keep_tail) : std::vector<std::pair<int, int>>{};
+    Impl::Call call{
+        B,   T,
+        0,   0,
+        dev, dev ? kept_ranges(dev->stored, cache->keep_head, cache->keep_tail) : std::vector<std::pair<int, int>>{}};
     int old_keep = 0;
-    for (auto & r : old_ranges) old_keep += r.second;
-    const int T2 = T + old_keep, T2p = round16(T2);
-    if (dev && T2p > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
+    for (auto & r : call.old_ranges) old_keep += r.second;
+    call.T2 = T + old_keep;
+    call.T2p = round16(call.T2);
+    if (dev && call.T2p > dev->capacity) throw InvalidArgument("the estimator cache outgrew its device capacity");
     if (m.native) {
         std::vector<float> res =
             m.native->run(x, mu, t, spks, cond, B, T, dev, cache ? cache->keep_head : 0, cache ? cache->keep_tail : 0);
-        if (dev) finish_call(*dev, *cache, T2);
+        if (dev) finish_call(*dev, *cache, call.T2);
         return res;
     }
     std::lock_guard<std::mutex> lock(m.mutex);
-
     ggml_init_params p{ggml_tensor_overhead() * kGraphNodes + ggml_graph_overhead_custom(kGraphNodes, false), nullptr,
                        true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> holder(ggml_init(p), ggml_free);
-    ggml_context * ctx = holder.get();
-    // Built as we go: each block's cache writes are expanded before the reads that follow them,
-    // so they run first (the reads are views of the same resident buffer). The cache is updated
-    // in place: per block, the kept older frames are copied out to temporaries (graph memory,
-    // shared by all streams), then written back behind this chunk's frames, then the chunk's
-    // K/V go in front; the conv caches are read (copied) before their writes at the very end.
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, kGraphNodes, false);
+    const Impl::StepGraph g = m.build_step(holder.get(), call);
+    if (!ggml_gallocr_alloc_graph(m.galloc, g.gf)) throw DeviceError("cannot allocate the estimator graph");
 
-    ggml_tensor * in_x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d.in_channels, T, B);
-    ggml_tensor * in_t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kFreqDim, B);
-    ggml_tensor * two = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
-    for (ggml_tensor * in : {in_x, in_t, two}) ggml_set_input(in);
-    ggml_tensor * in_mask = nullptr;
-    if (T2p != T2) {
-        in_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T2p, T);
-        ggml_set_input(in_mask);
-    }
-
-    ggml_tensor * temb = m.linear(ctx, ggml_silu(ctx, m.linear(ctx, in_t, "estimator.t_embedder.mlp.0")),
-                                  "estimator.t_embedder.mlp.2");  // [h, B]
-    ggml_tensor * st = ggml_silu(ctx, temb);
-    auto chunk = [&](ggml_tensor * mod, int j) {  // j-th h-wide slice of mod [n*h, B], as [h, 1, B]
-        return ggml_cont(
-            ctx, ggml_view_3d(ctx, mod, h, 1, B, mod->nb[1], mod->nb[1], static_cast<size_t>(j) * h * sizeof(float)));
-    };
-    std::vector<ggml_tensor *> cnn_writes;
-    ggml_tensor * x_h = m.linear(ctx, in_x, "estimator.in_proj");  // [h, T, B]
-    for (int i = 0; i < d.depth; ++i) {
-        const std::string b = "estimator.blocks." + std::to_string(i);
-        ggml_tensor * mod = m.linear(ctx, st, b + ".adaLN_modulation.1");  // [9h, B]
-        // Chunk order: shift/scale/gate for attention, MLP, then conv.
-        ggml_tensor * a = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 0), chunk(mod, 1));
-        ggml_tensor * q = nullptr;
-        ggml_tensor * k = nullptr;
-        ggml_tensor * vt = nullptr;
-        m.qkv(ctx, a, b + ".attn", &q, &k, &vt);
-        ggml_tensor * k_all = nullptr;
-        ggml_tensor * vt_all = nullptr;
-        if (dev) {
-            ggml_tensor * K = dev->k;
-            ggml_tensor * V = dev->vt;
-            const size_t kb = static_cast<size_t>(i) * H * K->nb[2], vb = static_cast<size_t>(i) * H * V->nb[2];
-            auto k_frames = [&](ggml_tensor * src, int first, int n) {
-                return ggml_view_4d(ctx, src, hd, n, H, B, src->nb[1], src->nb[2], src->nb[3], kb + first * src->nb[1]);
-            };
-            auto v_frames = [&](ggml_tensor * src, int first, int n) {
-                return ggml_view_4d(ctx, src, n, hd, H, B, src->nb[1], src->nb[2], src->nb[3],
-                                    vb + first * sizeof(float));
-            };
-            std::vector<std::pair<ggml_tensor *, ggml_tensor *>> kept;  // (K, Vt) copies of each range
-            for (auto & r : old_ranges) {
-                kept.emplace_back(ggml_cont(ctx, k_frames(K, r.first, r.second)),
-                                  ggml_cont(ctx, v_frames(V, r.first, r.second)));
-                ggml_build_forward_expand(gf, kept.back().first);
-                ggml_build_forward_expand(gf, kept.back().second);
-            }
-            int off = T;
-            for (size_t j = 0; j < old_ranges.size(); ++j) {
-                const int n = old_ranges[j].second;
-                ggml_build_forward_expand(gf, ggml_cpy(ctx, kept[j].first, k_frames(K, off, n)));
-                ggml_build_forward_expand(gf, ggml_cpy(ctx, kept[j].second, v_frames(V, off, n)));
-                off += n;
-            }
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_frames(K, 0, T)));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, vt, v_frames(V, 0, T)));
-            k_all = k_frames(K, 0, T2p);
-            vt_all = v_frames(V, 0, T2p);
-        } else {  // no cache: this chunk only, padded
-            k_all = T2p != T2 ? ggml_pad(ctx, k, 0, T2p - T2, 0, 0) : k;
-            vt_all = T2p != T2 ? ggml_pad(ctx, vt, T2p - T2, 0, 0, 0) : vt;
-        }
-        x_h = ggml_add(ctx, x_h,
-                       ggml_mul(ctx, m.attention(ctx, q, k_all, vt_all, in_mask, b + ".attn", T, B), chunk(mod, 2)));
-
-        ggml_tensor * cnn1 = nullptr;
-        ggml_tensor * cnn2 = nullptr;
-        if (dev) {
-            ggml_tensor * cc = dev->cnn;
-            auto conv_cache = [&](size_t off) {
-                return ggml_cont(ctx, ggml_view_3d(ctx, cc, h, 2, B, cc->nb[1], cc->nb[3], i * cc->nb[2] + off));
-            };
-            cnn1 = conv_cache(0);
-            cnn2 = conv_cache(static_cast<size_t>(h) * sizeof(float));
-        }
-        ggml_tensor * c = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 6), chunk(mod, 7));
-        ggml_tensor * nc1 = nullptr;
-        ggml_tensor * nc2 = nullptr;
-        c = m.causal_conv(ctx, c, cnn1, b + ".conv.block.1", &nc1);
-        c = gu::layer_norm(ctx, c, 1e-5f, m.W(b + ".conv.block.3.weight"), m.W(b + ".conv.block.3.bias"));
-        c = m.causal_conv(ctx, Impl::mish(ctx, c, two), cnn2, b + ".conv.block.6", &nc2);
-        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, c, chunk(mod, 8)));
-        ggml_tensor * f = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(mod, 3), chunk(mod, 4));
-        f = m.linear(ctx, gu::gelu_tanh(ctx, m.linear(ctx, f, b + ".mlp.fc1")), b + ".mlp.fc2");
-        x_h = ggml_add(ctx, x_h, ggml_mul(ctx, f, chunk(mod, 5)));
-        if (dev) {  // this block's conv caches: conv1's then conv2's last 2 input frames
-            ggml_tensor * dc = dev->cnn;
-            auto dst = [&](size_t off) {
-                return ggml_view_3d(ctx, dc, h, 2, B, dc->nb[1], dc->nb[3], i * dc->nb[2] + off);
-            };
-            cnn_writes.push_back(ggml_cpy(ctx, nc1, dst(0)));
-            cnn_writes.push_back(ggml_cpy(ctx, nc2, dst(static_cast<size_t>(h) * sizeof(float))));
-        }
-    }
-    ggml_tensor * fmod = m.linear(ctx, st, "estimator.final_layer.adaLN_modulation.1");
-    ggml_tensor * out = Impl::modulate(ctx, ggml_norm(ctx, x_h, 1e-6f), chunk(fmod, 0), chunk(fmod, 1));
-    out = m.linear(ctx, out, "estimator.final_layer.linear");  // [80, T, B]
-    ggml_set_output(out);
-    ggml_build_forward_expand(gf, out);
-    for (ggml_tensor * w : cnn_writes) ggml_build_forward_expand(gf, w);
-    if (!ggml_gallocr_alloc_graph(m.galloc, gf)) throw DeviceError("cannot allocate the estimator graph");
-
-    // Inputs: x_cat = [x, mu, spks (broadcast over T), cond] per frame, frames as rows.
-    std::vector<float> xc(static_cast<size_t>(d.in_channels) * T * B);
-    for (int bb = 0; bb < B; ++bb)
-        for (int tt = 0; tt < T; ++tt) {
-            float * row = xc.data() + (static_cast<size_t>(bb) * T + tt) * d.in_channels;
-            for (int c = 0; c < C; ++c) {
-                const size_t src = (static_cast<size_t>(bb) * C + c) * T + tt;
-                row[c] = x[src];
-                row[C + c] = mu[src];
-                row[2 * C + c] = spks[static_cast<size_t>(bb) * C + c];
-                row[3 * C + c] = cond[src];
-            }
-        }
-    // Sinusoidal embedding of t*1000, [cos | sin], float arithmetic as the reference orders it.
-    std::vector<float> tf(static_cast<size_t>(kFreqDim) * B);
-    const int half = kFreqDim / 2;
-    for (int bb = 0; bb < B; ++bb) {
-        const float ts = t[bb] * kTimeScale;
-        for (int j = 0; j < half; ++j) {
-            const float freq =
-                std::exp(static_cast<float>(-std::log(10000.0)) * static_cast<float>(j) / static_cast<float>(half));
-            const float arg = ts * freq;
-            tf[static_cast<size_t>(bb) * kFreqDim + j] = std::cos(arg);
-            tf[static_cast<size_t>(bb) * kFreqDim + half + j] = std::sin(arg);
-        }
-    }
+    const int C = m.d.out_channels;
+    const std::vector<float> xc = concat_inputs(x, mu, spks, cond, B, T, C, m.d.in_channels);
+    const std::vector<float> tf = timestep_features(t, B);
     const float two_v = 2.0f;
-    ggml_backend_tensor_set(in_x, xc.data(), 0, ggml_nbytes(in_x));
-    ggml_backend_tensor_set(in_t, tf.data(), 0, ggml_nbytes(in_t));
-    ggml_backend_tensor_set(two, &two_v, 0, sizeof(float));
-    if (in_mask) {
-        std::vector<float> mk(static_cast<size_t>(T2p) * T, 0.0f);
-        for (int r = 0; r < T; ++r)
-            for (int c = T2; c < T2p; ++c) mk[static_cast<size_t>(r) * T2p + c] = -INFINITY;
-        ggml_backend_tensor_set(in_mask, mk.data(), 0, ggml_nbytes(in_mask));
+    ggml_backend_tensor_set(g.in_x, xc.data(), 0, ggml_nbytes(g.in_x));
+    ggml_backend_tensor_set(g.in_t, tf.data(), 0, ggml_nbytes(g.in_t));
+    ggml_backend_tensor_set(g.two, &two_v, 0, sizeof(float));
+    if (g.mask) {
+        const std::vector<float> mk = padding_mask(T, call.T2, call.T2p);
+        ggml_backend_tensor_set(g.mask, mk.data(), 0, ggml_nbytes(g.mask));
     }
-    m.compute(gf, "step");
-    std::vector<float> o(static_cast<size_t>(C) * T * B), res(o.size());
-    ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
-    for (int bb = 0; bb < B; ++bb)  // [B][T][80] -> [B][80][T]
-        for (int tt = 0; tt < T; ++tt)
-            for (int c = 0; c < C; ++c)
-                res[(static_cast<size_t>(bb) * C + c) * T + tt] = o[(static_cast<size_t>(bb) * T + tt) * C + c];
-    if (dev) finish_call(*dev, *cache, T2);
-    return res;
+    m.compute(g.gf, "step");
+    std::vector<float> o(static_cast<size_t>(C) * T * B);
+    ggml_backend_tensor_get(g.out, o.data(), 0, ggml_nbytes(g.out));
+    if (dev) finish_call(*dev, *cache, call.T2);
+    return frames_to_channels(o, B, T, C);
 }
 
 }  // namespace omni

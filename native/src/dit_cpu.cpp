@@ -78,6 +78,29 @@ struct DitCpu::Impl {
         matvec(final_ada_w, final_ada_b, st.data(), h, 2 * h, m.data() + static_cast<size_t>(d.depth) * 9 * h);
         return mods.emplace(key, std::move(m)).first->second;
     }
+
+    // One call: B items of T frames (Tp with the 2 cached conv frames in front), T2 frames
+    // attended (the chunk, then the kept older ones); dev: the resident cache (null: none).
+    struct Call {
+        int B, T, Tp, T2, cap;
+        DitDeviceState * dev;
+        std::vector<const float *> mod;  // per item: its modulation (see modulation)
+        std::vector<std::pair<int, int>> old_ranges, moves;  // the kept older frames, and their moves
+    };
+    Call begin_call(const float * t, int B, int T, DitDeviceState * dev, int keep_head, int keep_tail);
+    void shape_buffers(const Call & c);
+    void load_inputs(const Call & c, const float * x, const float * mu, const float * spks, const float * cond);
+    // Item b's chunk `chunk` (of 9) of block `block`'s modulation, h floats.
+    const float * modv(const Call & c, int b, int block, int chunk) const {
+        return c.mod[b] + (static_cast<size_t>(block) * 9 + chunk) * d.hidden;
+    }
+    cpu::BlockFn gated_add(const Call & c, cpu::Rows & src_rows, int block, int chunk);
+    void norm_mod(const Call & c, int block, int shift, int scale, cpu::Rows & dst, int seg_stride, int seg_off);
+    void cache_cols(const Call & c, cpu::Rows & buf, int block, int part, bool save) const;
+    void block(const Call & c, int i);
+    void attend(const Call & c, int i, int b, int hh, int worker);
+    void kv_buffers(const Call & c, int i, int b, int hh, float * scr, float ** K, float ** Vt, int * ldv) const;
+    void conv_branch(const Call & c, int i);
 };
 
 DitCpu::DitCpu(const GgufFile & g, const DitDims & dims, std::shared_ptr<ThreadPool> pool, bool bf16)
@@ -142,175 +165,217 @@ size_t DitCpu::weight_bytes() const {
     return n;
 }
 
+// The call's shape, each item's modulation (computed once per t), and the kept older frames with
+// the moves that place them behind this chunk.
+DitCpu::Impl::Call DitCpu::Impl::begin_call(const float * t, int B, int T, DitDeviceState * dev, int keep_head,
+                                            int keep_tail) {
+    Call c{};
+    c.B = B;
+    c.T = T;
+    c.Tp = T + 2;
+    c.dev = dev;
+    c.mod.resize(B);
+    for (int b = 0; b < B; ++b) c.mod[b] = modulation(t[b]).data();
+    c.old_ranges = dev ? kept_ranges(dev->stored, keep_head, keep_tail) : std::vector<std::pair<int, int>>{};
+    int old_keep = 0;
+    for (auto & r : c.old_ranges) old_keep += r.second;
+    c.T2 = T + old_keep;
+    c.moves = kept_moves(c.old_ranges, T);
+    c.cap = dev ? dev->capacity : T;
+    return c;
+}
+
+// Every activation shaped for this call (zeroed only when its shape changes), each worker's scratch sized.
+void DitCpu::Impl::shape_buffers(const Call & c) {
+    const int h = d.hidden, inner = d.heads * d.head_dim, N = c.B * c.T, T = c.T;
+    xin.shape(d.in_channels, N);
+    for (cpu::Rows * r : {&xh, &a, &y, &c1}) r->shape(h, N);
+    qkv.shape(3 * inner, N);
+    att.shape(inner, N);
+    cin.shape(h, c.B * c.Tp);
+    cin2.shape(h, c.B * c.Tp);
+    f1.shape(d.mlp, N);
+    out.shape(d.out_channels, N);
+    for (auto & s : scratch) s.resize(static_cast<size_t>(c.T2) * T + 2 * static_cast<size_t>(T) * d.head_dim + 2 * T);
+}
+
+// Rows [x, mu, spks (broadcast over T), cond], columns b*T + t.
+void DitCpu::Impl::load_inputs(const Call & c, const float * x, const float * mu, const float * spks,
+                               const float * cond) {
+    const int C = d.out_channels, T = c.T;
+    for (int b = 0; b < c.B; ++b)
+        for (int ch = 0; ch < C; ++ch) {
+            const size_t src = (static_cast<size_t>(b) * C + ch) * T;
+            std::copy_n(x + src, T, xin.row(ch) + b * T);
+            std::copy_n(mu + src, T, xin.row(C + ch) + b * T);
+            std::fill_n(xin.row(2 * C + ch) + b * T, T, spks[static_cast<size_t>(b) * C + ch]);
+            std::copy_n(cond + src, T, xin.row(3 * C + ch) + b * T);
+        }
+}
+
+// dst[o][col] += src[o][col] * gate_b[o] over a finished block, batch by batch.
+cpu::BlockFn DitCpu::Impl::gated_add(const Call & c, cpu::Rows & src_rows, int block, int chunk) {
+    cpu::Rows * srcp = &src_rows;
+    const int T = c.T;
+    return [this, &c, T, srcp, block, chunk](int seg, int o0, int o1, int t0, int t1) {
+        const cpu::Rows & src = *srcp;
+        t0 += seg * T;  // a conv's segments are batch items (a linear has one segment)
+        t1 += seg * T;
+        for (int b = t0 / T; b * T < t1; ++b) {
+            const int ca = std::max(t0, b * T), cb = std::min(t1, (b + 1) * T);
+            const float * g = modv(c, b, block, chunk);
+            for (int o = o0; o < o1; ++o) {
+                float * dst = xh.row(o);
+                const float * s = src.row(o);
+                for (int col = ca; col < cb; ++col) dst[col] += s[col] * g[o];
+            }
+        }
+    };
+}
+
+// dst = modulate(norm(xh)) with this block's chunks (shift, scale); block -1: the final layer's.
+// Column b*T + t goes to b*seg_stride + seg_off + t.
+void DitCpu::Impl::norm_mod(const Call & c, int block, int shift, int scale, cpu::Rows & dst, int seg_stride,
+                            int seg_off) {
+    const int h = d.hidden, T = c.T;
+    cpu::for_column_blocks(run.pool(), c.B, T, [&](int b, int c0, int c1) {
+        const float * sh = block < 0 ? c.mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(shift) * h
+                                     : modv(c, b, block, shift);
+        const float * sc = block < 0 ? c.mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(scale) * h
+                                     : modv(c, b, block, scale);
+        const int dc = b * seg_stride + seg_off - b * T;
+        cpu::norm_columns(xh, h, b * T + c0, b * T + c1, 1e-6f,
+                          [&](int o, int col, float v) { dst.row(o)[col + dc] = (v + v * sc[o]) + sh[o]; });
+    });
+}
+
+// The conv cache columns: segment b's first 2 columns from the cache (zeros without one), and
+// after the fill its last 2 columns back into the same place. `part` 0: conv1's, 1: conv2's.
+void DitCpu::Impl::cache_cols(const Call & c, cpu::Rows & buf, int block, int part, bool save) const {
+    const int h = d.hidden;
+    for (int b = 0; b < c.B; ++b)
+        for (int f = 0; f < 2; ++f) {
+            const size_t off =
+                ((static_cast<size_t>(b) * d.depth + block) * 2 + f) * 2 * h + static_cast<size_t>(part) * h;
+            const int col = b * c.Tp + (save ? c.T + f : f);
+            if (save) {
+                if (!c.dev) continue;
+                float * cc = static_cast<float *>(c.dev->cnn->data) + off;
+                for (int o = 0; o < h; ++o) cc[o] = buf.row(o)[col];
+            } else {
+                const float * cc = c.dev ? static_cast<const float *>(c.dev->cnn->data) + off : nullptr;
+                for (int o = 0; o < h; ++o) buf.row(o)[col] = cc ? cc[o] : 0.0f;
+            }
+        }
+}
+
+// Block i: attention, the causal conv branch, then the MLP, each added back gated by its chunk.
+void DitCpu::Impl::block(const Call & c, int i) {
+    const Block & blk = blocks[i];
+    const int N = c.B * c.T;
+    norm_mod(c, i, 0, 1, a, c.T, 0);
+    run.apply(blk.qkv, a, qkv, N);
+    run.pool().parallel_for(c.B * d.heads,
+                            [&](int task, int worker) { attend(c, i, task / d.heads, task % d.heads, worker); });
+    run.apply(blk.proj, att, y, N, gated_add(c, y, i, 2));
+    conv_branch(c, i);
+    norm_mod(c, i, 3, 4, a, c.T, 0);
+    run.apply(blk.fc1, a, f1, N, [&](int, int o0, int o1, int t0, int t1) {
+        for (int o = o0; o < o1; ++o) cpu::gelu_tanh_row(f1.row(o) + t0, t1 - t0);
+    });
+    run.apply(blk.fc2, f1, y, N, gated_add(c, y, i, 5));
+}
+
+// Attention of batch item b, head hh in block i: q/k norms, this chunk's K/V into the cache (and
+// the kept older frames after them), softmax(q K^T / sqrt(hd)) V.
+void DitCpu::Impl::attend(const Call & c, int i, int b, int hh, int worker) {
+    const Block & blk = blocks[i];
+    const int hd = d.head_dim, inner = d.heads * hd, T = c.T, T2 = c.T2, c0 = b * T;
+    for (int which = 0; which < 2; ++which) {
+        const std::vector<float> & nw = which == 0 ? blk.qn_w : blk.kn_w;
+        const std::vector<float> & nb = which == 0 ? blk.qn_b : blk.kn_b;
+        const int r0 = which * inner + hh * hd;
+        cpu::norm_columns_rows(qkv, r0, hd, c0, c0 + T, 1e-5f,
+                               [&](int r, int col, float v) { qkv.row(r0 + r)[col] = v * nw[r] + nb[r]; });
+    }
+    float * scr = scratch[worker].data();
+    float * S = scr;
+    float * K;
+    float * Vt;
+    int ldv;
+    kv_buffers(c, i, b, hh, scr, &K, &Vt, &ldv);
+    for (int e = 0; e < hd; ++e) {
+        const float * kr = qkv.row(inner + hh * hd + e) + c0;
+        for (int tt = 0; tt < T; ++tt) K[static_cast<size_t>(tt) * hd + e] = kr[tt];
+        std::memcpy(Vt + static_cast<size_t>(e) * ldv, qkv.row(2 * inner + hh * hd + e) + c0, sizeof(float) * T);
+    }
+    OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T, hd, 1.0f / std::sqrt(static_cast<float>(hd)), K, hd,
+               qkv.row(hh * hd) + c0, qkv.ld, 0.0f, S, T);
+    cpu::softmax_columns(S, T2, T, scr + static_cast<size_t>(T2) * T + 2 * static_cast<size_t>(T) * hd);
+    OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hd, T, T2, 1.0f, Vt, ldv, S, T, 0.0f, att.row(hh * hd) + c0,
+               att.ld);
+}
+
+// Where (b, hh)'s keys [T2][hd] and transposed values [hd][ldv] of block i go. With a resident
+// cache: its slab, in place, the kept older frames moved behind this chunk's first; without
+// one: the worker's scratch after the scores.
+void DitCpu::Impl::kv_buffers(const Call & c, int i, int b, int hh, float * scr, float ** K, float ** Vt,
+                              int * ldv) const {
+    const int hd = d.head_dim, slab = i * d.heads + hh, DH = d.depth * d.heads, cap = c.cap;
+    if (!c.dev) {
+        *K = scr + static_cast<size_t>(c.T2) * c.T;
+        *Vt = *K + static_cast<size_t>(c.T) * hd;
+        *ldv = c.T;
+        return;
+    }
+    *K = static_cast<float *>(c.dev->k->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
+    *Vt = static_cast<float *>(c.dev->vt->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
+    *ldv = cap;
+    for (auto & mv : c.moves) {
+        const int from = c.old_ranges[mv.first].first, n = c.old_ranges[mv.first].second, to = mv.second;
+        std::memmove(*K + static_cast<size_t>(to) * hd, *K + static_cast<size_t>(from) * hd, sizeof(float) * n * hd);
+        for (int e = 0; e < hd; ++e)
+            std::memmove(*Vt + static_cast<size_t>(e) * cap + to, *Vt + static_cast<size_t>(e) * cap + from,
+                         sizeof(float) * n);
+    }
+}
+
+// Causal conv block: modulate -> conv(k=3) -> LayerNorm -> Mish -> conv(k=3), each conv
+// continuing from its 2 cached input frames, added back gated.
+void DitCpu::Impl::conv_branch(const Call & c, int i) {
+    const Block & blk = blocks[i];
+    const int h = d.hidden, T = c.T, Tp = c.Tp;
+    cache_cols(c, cin, i, 0, false);
+    norm_mod(c, i, 6, 7, cin, Tp, 2);
+    cache_cols(c, cin, i, 0, true);
+    run.apply(blk.conv1, cin, c1, T, nullptr, c.B, Tp, T);
+    cache_cols(c, cin2, i, 1, false);
+    cpu::for_column_blocks(run.pool(), c.B, T, [&](int b, int col0, int col1) {
+        float tmp[cpu::kColBlock];
+        cpu::norm_column_rows(c1, 0, h, b * T + col0, b * T + col1, 1e-5f, tmp, [&](int o, const float * v, int n) {
+            cpu::mish_affine_row(v, blk.cn_w[o], blk.cn_b[o], cin2.row(o) + b * Tp + 2 + col0, n);
+        });
+    });
+    cache_cols(c, cin2, i, 1, true);
+    run.apply(blk.conv2, cin2, y, T, gated_add(c, y, i, 8), c.B, Tp, T);
+}
+
 std::vector<float> DitCpu::run(const float * x, const float * mu, const float * t, const float * spks,
                                const float * cond, int B, int T, DitDeviceState * dev, int keep_head, int keep_tail) {
     Impl & m = *impl_;
     std::lock_guard<std::mutex> lock(m.mutex);
-    const DitDims & d = m.d;
-    const int h = d.hidden, H = d.heads, hd = d.head_dim, inner = H * hd, C = d.out_channels, N = B * T;
-    const int DH = d.depth * H, Tp = T + 2;
-    ThreadPool & pool = m.run.pool();
-    std::vector<const float *> mod(B);
-    for (int b = 0; b < B; ++b) mod[b] = m.modulation(t[b]).data();
-    auto modv = [&](int b, int block, int chunk) { return mod[b] + (static_cast<size_t>(block) * 9 + chunk) * h; };
-
-    const auto old_ranges = dev ? kept_ranges(dev->stored, keep_head, keep_tail) : std::vector<std::pair<int, int>>{};
-    int old_keep = 0;
-    for (auto & r : old_ranges) old_keep += r.second;
-    const int T2 = T + old_keep;
-    const auto moves = kept_moves(old_ranges, T);
-    const int cap = dev ? dev->capacity : T;
-
-    m.xin.shape(d.in_channels, N);
-    for (cpu::Rows * r : {&m.xh, &m.a, &m.y, &m.c1}) r->shape(h, N);
-    m.qkv.shape(3 * inner, N);
-    m.att.shape(inner, N);
-    m.cin.shape(h, B * Tp);
-    m.cin2.shape(h, B * Tp);
-    m.f1.shape(d.mlp, N);
-    m.out.shape(C, N);
-    for (auto & s : m.scratch) s.resize(static_cast<size_t>(T2) * T + 2 * static_cast<size_t>(T) * hd + 2 * T);
-
-    // Inputs: rows [x, mu, spks (broadcast over T), cond], columns b*T + t.
-    for (int b = 0; b < B; ++b)
-        for (int c = 0; c < C; ++c) {
-            const size_t src = (static_cast<size_t>(b) * C + c) * T;
-            std::copy_n(x + src, T, m.xin.row(c) + b * T);
-            std::copy_n(mu + src, T, m.xin.row(C + c) + b * T);
-            std::fill_n(m.xin.row(2 * C + c) + b * T, T, spks[static_cast<size_t>(b) * C + c]);
-            std::copy_n(cond + src, T, m.xin.row(3 * C + c) + b * T);
-        }
+    const int C = m.d.out_channels, N = B * T;
+    const Impl::Call c = m.begin_call(t, B, T, dev, keep_head, keep_tail);
+    m.shape_buffers(c);
+    m.load_inputs(c, x, mu, spks, cond);
     m.run.apply(m.in_proj, m.xin, m.xh, N);
-
-    // dst[o][col] += src[o][col] * gate_b[o] over a finished block, batch by batch.
-    auto gated_add = [&](cpu::Rows & src_rows, int block, int chunk) {
-        cpu::Rows * srcp = &src_rows;
-        return [&m, &modv, T, srcp, block, chunk](int seg, int o0, int o1, int t0, int t1) {
-            const cpu::Rows & src = *srcp;
-            t0 += seg * T;  // a conv's segments are batch items (a linear has one segment)
-            t1 += seg * T;
-            for (int b = t0 / T; b * T < t1; ++b) {
-                const int ca = std::max(t0, b * T), cb = std::min(t1, (b + 1) * T);
-                const float * g = modv(b, block, chunk);
-                for (int o = o0; o < o1; ++o) {
-                    float * dst = m.xh.row(o);
-                    const float * s = src.row(o);
-                    for (int c = ca; c < cb; ++c) dst[c] += s[c] * g[o];
-                }
-            }
-        };
-    };
-    // out = modulate(norm(xh)) for this block's chunks (shift, scale), into rows at (b, t) -> col.
-    auto norm_mod = [&](int block, int shift, int scale, cpu::Rows & dst, int seg_stride, int seg_off) {
-        cpu::for_column_blocks(pool, B, T, [&](int b, int c0, int c1) {
-            const float * sh = block < 0
-                ? mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(shift) * h
-                : modv(b, block, shift);
-            const float * sc = block < 0
-                ? mod[b] + static_cast<size_t>(d.depth) * 9 * h + static_cast<size_t>(scale) * h
-                : modv(b, block, scale);
-            const int dc = b * seg_stride + seg_off - b * T;
-            cpu::norm_columns(m.xh, h, b * T + c0, b * T + c1, 1e-6f,
-                              [&](int o, int col, float v) { dst.row(o)[col + dc] = (v + v * sc[o]) + sh[o]; });
-        });
-    };
-    // The conv cache columns: segment b's first 2 columns from the cache (zeros without one), and
-    // after the fill its last 2 columns back into the same place. `part` 0: conv1's, 1: conv2's.
-    auto cache_cols = [&](cpu::Rows & buf, int block, int part, bool save) {
-        for (int b = 0; b < B; ++b)
-            for (int f = 0; f < 2; ++f) {
-                const size_t off =
-                    ((static_cast<size_t>(b) * d.depth + block) * 2 + f) * 2 * h + static_cast<size_t>(part) * h;
-                const int col = b * Tp + (save ? T + f : f);
-                if (save) {
-                    if (!dev) continue;
-                    float * c = static_cast<float *>(dev->cnn->data) + off;
-                    for (int o = 0; o < h; ++o) c[o] = buf.row(o)[col];
-                } else {
-                    const float * c = dev ? static_cast<const float *>(dev->cnn->data) + off : nullptr;
-                    for (int o = 0; o < h; ++o) buf.row(o)[col] = c ? c[o] : 0.0f;
-                }
-            }
-    };
-
-    for (int i = 0; i < d.depth; ++i) {
-        const Impl::Block & blk = m.blocks[i];
-        norm_mod(i, 0, 1, m.a, T, 0);
-        m.run.apply(blk.qkv, m.a, m.qkv, N);
-        // Attention per (batch item, head): q/k norms, this chunk's K/V into the cache (and the
-        // kept older frames after them), softmax(q K^T / sqrt(hd)) V.
-        pool.parallel_for(B * H, [&](int task, int worker) {
-            const int b = task / H, hh = task % H, slab = i * H + hh;
-            const int c0 = b * T;
-            for (int which = 0; which < 2; ++which) {
-                const std::vector<float> & nw = which == 0 ? blk.qn_w : blk.kn_w;
-                const std::vector<float> & nb = which == 0 ? blk.qn_b : blk.kn_b;
-                const int r0 = which * inner + hh * hd;
-                cpu::norm_columns_rows(m.qkv, r0, hd, c0, c0 + T, 1e-5f,
-                                       [&](int r, int col, float v) { m.qkv.row(r0 + r)[col] = v * nw[r] + nb[r]; });
-            }
-            float * scr = m.scratch[worker].data();
-            float * S = scr;
-            float * K;
-            float * Vt;
-            int ldv;
-            if (dev) {  // in place: the kept older frames move behind this chunk's, then K/V of the chunk
-                K = static_cast<float *>(dev->k->data) + (static_cast<size_t>(b) * DH + slab) * cap * hd;
-                Vt = static_cast<float *>(dev->vt->data) + (static_cast<size_t>(b) * DH + slab) * hd * cap;
-                ldv = cap;
-                for (auto & mv : moves) {
-                    const int from = old_ranges[mv.first].first, n = old_ranges[mv.first].second, to = mv.second;
-                    std::memmove(K + static_cast<size_t>(to) * hd, K + static_cast<size_t>(from) * hd,
-                                 sizeof(float) * n * hd);
-                    for (int e = 0; e < hd; ++e)
-                        std::memmove(Vt + static_cast<size_t>(e) * cap + to, Vt + static_cast<size_t>(e) * cap + from,
-                                     sizeof(float) * n);
-                }
-            } else {
-                K = scr + static_cast<size_t>(T2) * T;
-                Vt = K + static_cast<size_t>(T) * hd;
-                ldv = T;
-            }
-            for (int e = 0; e < hd; ++e) {
-                const float * kr = m.qkv.row(inner + hh * hd + e) + c0;
-                for (int tt = 0; tt < T; ++tt) K[static_cast<size_t>(tt) * hd + e] = kr[tt];
-                std::memcpy(Vt + static_cast<size_t>(e) * ldv, m.qkv.row(2 * inner + hh * hd + e) + c0,
-                            sizeof(float) * T);
-            }
-            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, T2, T, hd, 1.0f / std::sqrt(static_cast<float>(hd)),
-                       K, hd, m.qkv.row(hh * hd) + c0, m.qkv.ld, 0.0f, S, T);
-            cpu::softmax_columns(S, T2, T, scr + static_cast<size_t>(T2) * T + 2 * static_cast<size_t>(T) * hd);
-            OMNI_SGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, hd, T, T2, 1.0f, Vt, ldv, S, T, 0.0f,
-                       m.att.row(hh * hd) + c0, m.att.ld);
-        });
-        m.run.apply(blk.proj, m.att, m.y, N, gated_add(m.y, i, 2));
-        // Causal conv block: modulate -> conv(k=3) -> LayerNorm -> Mish -> conv(k=3), each conv
-        // continuing from its 2 cached input frames.
-        cache_cols(m.cin, i, 0, false);
-        norm_mod(i, 6, 7, m.cin, Tp, 2);
-        cache_cols(m.cin, i, 0, true);
-        m.run.apply(blk.conv1, m.cin, m.c1, T, nullptr, B, Tp, T);
-        cache_cols(m.cin2, i, 1, false);
-        cpu::for_column_blocks(pool, B, T, [&](int b, int c0, int c1) {
-            float tmp[cpu::kColBlock];
-            cpu::norm_column_rows(m.c1, 0, h, b * T + c0, b * T + c1, 1e-5f, tmp, [&](int o, const float * v, int n) {
-                cpu::mish_affine_row(v, blk.cn_w[o], blk.cn_b[o], m.cin2.row(o) + b * Tp + 2 + c0, n);
-            });
-        });
-        cache_cols(m.cin2, i, 1, true);
-        m.run.apply(blk.conv2, m.cin2, m.y, T, gated_add(m.y, i, 8), B, Tp, T);
-        norm_mod(i, 3, 4, m.a, T, 0);
-        m.run.apply(blk.fc1, m.a, m.f1, N, [&](int, int o0, int o1, int t0, int t1) {
-            for (int o = o0; o < o1; ++o) cpu::gelu_tanh_row(m.f1.row(o) + t0, t1 - t0);
-        });
-        m.run.apply(blk.fc2, m.f1, m.y, N, gated_add(m.y, i, 5));
-    }
-    norm_mod(-1, 0, 1, m.a, T, 0);
+    for (int i = 0; i < m.d.depth; ++i) m.block(c, i);
+    m.norm_mod(c, -1, 0, 1, m.a, T, 0);
     m.run.apply(m.final_linear, m.a, m.out, N);
     std::vector<float> res(static_cast<size_t>(B) * C * T);
     for (int b = 0; b < B; ++b)
-        for (int c = 0; c < C; ++c)
-            std::copy_n(m.out.row(c) + b * T, T, res.data() + (static_cast<size_t>(b) * C + c) * T);
+        for (int ch = 0; ch < C; ++ch)
+            std::copy_n(m.out.row(ch) + b * T, T, res.data() + (static_cast<size_t>(b) * C + ch) * T);
     return res;
 }
 

@@ -140,6 +140,143 @@ void read_scalar(Cursor & c, GgufValue::Type t, int64_t & i, double & f, bool & 
     }
 }
 
+// An array value: element type, length (checked against what the file can still hold), elements.
+void read_array(Cursor & c, const std::string & key, GgufValue & v) {
+    const uint32_t et = c.read<uint32_t>("array element type");
+    if (!valid_value_type(et) || et == static_cast<uint32_t>(GgufValue::Type::ARRAY)) {
+        c.throw_problem("metadata array '" + key + "' has invalid element type " + std::to_string(et));
+    }
+    v.array_type = static_cast<GgufValue::Type>(et);
+    const uint64_t n = c.read<uint64_t>("array length");
+    const uint64_t min_elem = v.array_type == GgufValue::Type::STRING ? 8 : scalar_size(v.array_type);
+    if (n > c.remaining() / min_elem) {
+        c.throw_problem("metadata array '" + key + "' declares " + std::to_string(n) +
+                        " elements, more than the file can hold");
+    }
+    if (v.array_type == GgufValue::Type::STRING) {
+        v.strings.reserve(n);
+        for (uint64_t j = 0; j < n; ++j) v.strings.push_back(c.read_string("array string"));
+        return;
+    }
+    for (uint64_t j = 0; j < n; ++j) {
+        int64_t iv = 0;
+        double fv = 0;
+        bool is_f = false;
+        read_scalar(c, v.array_type, iv, fv, is_f);
+        if (is_f)
+            v.floats.push_back(fv);
+        else
+            v.ints.push_back(iv);
+    }
+}
+
+// One metadata value after its key: the type, then a string, an array or a scalar.
+GgufValue read_value(Cursor & c, const std::string & key) {
+    const uint32_t raw_type = c.read<uint32_t>("metadata type");
+    if (!valid_value_type(raw_type)) {
+        c.throw_problem("metadata key '" + key + "' has invalid type " + std::to_string(raw_type));
+    }
+    GgufValue v;
+    v.type = static_cast<GgufValue::Type>(raw_type);
+    if (v.type == GgufValue::Type::STRING) {
+        v.s = c.read_string("metadata string");
+    } else if (v.type == GgufValue::Type::ARRAY) {
+        read_array(c, key, v);
+    } else {
+        bool is_f = false;
+        read_scalar(c, v.type, v.i, v.f, is_f);
+    }
+    return v;
+}
+
+// general.alignment when the file declares one (a power of two up to 1 MiB), else `fallback`.
+uint64_t declared_alignment(const Cursor & c, const std::map<std::string, GgufValue> & kv, uint64_t fallback) {
+    auto it = kv.find("general.alignment");
+    if (it == kv.end()) return fallback;
+    if (!it->second.is_integer() || it->second.i <= 0 || (it->second.i & (it->second.i - 1)) != 0 ||
+        it->second.i > (1 << 20)) {
+        c.throw_problem("general.alignment must be a power of two (got " + std::to_string(it->second.i) + ")");
+    }
+    return static_cast<uint64_t>(it->second.i);
+}
+
+// The dimensions of tensor `name`: 1 to 4, none zero, their product within int64. Returns that
+// product.
+uint64_t read_dims(Cursor & c, GgufTensorInfo & info) {
+    const uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
+    if (n_dims == 0 || n_dims > kMaxDims) {
+        c.throw_problem("tensor '" + info.name + "' has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+    }
+    uint64_t n_elements = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+        const uint64_t ne = c.read<uint64_t>("tensor dimension");
+        if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+            n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne) {
+            c.throw_problem("tensor '" + info.name + "' has an invalid dimension " + std::to_string(ne));
+        }
+        n_elements *= ne;
+        info.ne.push_back(static_cast<int64_t>(ne));
+    }
+    return n_elements;
+}
+
+// Tensor info t: name (unique, fits ggml), dimensions, a known type whose blocks tile the rows,
+// an aligned offset, and its size in bytes (checked for overflow).
+GgufTensorInfo read_tensor_info(Cursor & c, uint64_t t, uint64_t alignment,
+                                const std::map<std::string, size_t> & index) {
+    GgufTensorInfo info;
+    info.name = c.read_string("tensor name");
+    if (info.name.empty()) c.throw_problem("tensor " + std::to_string(t) + " has an empty name");
+    if (info.name.size() >= GGML_MAX_NAME) {
+        c.throw_problem("tensor name '" + info.name + "' is longer than " + std::to_string(GGML_MAX_NAME - 1) +
+                        " bytes");
+    }
+    if (index.count(info.name)) c.throw_problem("duplicate tensor '" + info.name + "'");
+    const uint64_t n_elements = read_dims(c, info);
+    info.type = c.read<uint32_t>("tensor type");
+    if (info.type >= GGML_TYPE_COUNT || ggml_blck_size(static_cast<ggml_type>(info.type)) <= 0 ||
+        ggml_type_size(static_cast<ggml_type>(info.type)) == 0) {
+        c.throw_problem("tensor '" + info.name + "' has unknown ggml type " + std::to_string(info.type));
+    }
+    const auto type = static_cast<ggml_type>(info.type);
+    const int64_t blck = ggml_blck_size(type);
+    if (info.ne[0] % blck != 0) {
+        c.throw_problem("tensor '" + info.name + "': row length " + std::to_string(info.ne[0]) +
+                        " is not a multiple of the " + ggml_type_label(info.type) + " block size " +
+                        std::to_string(blck));
+    }
+    info.offset = c.read<uint64_t>("tensor offset");
+    if (info.offset % alignment != 0) {
+        c.throw_problem("tensor '" + info.name + "' offset " + std::to_string(info.offset) + " is not aligned to " +
+                        std::to_string(alignment));
+    }
+    // Row size times row count, checked for overflow.
+    const uint64_t row = ggml_row_size(type, info.ne[0]);
+    const uint64_t rows = n_elements / static_cast<uint64_t>(info.ne[0]);
+    if (rows != 0 && row > std::numeric_limits<uint64_t>::max() / rows) {
+        c.throw_problem("tensor '" + info.name + "' is too large");
+    }
+    info.nbytes = row * rows;
+    return info;
+}
+
+// The tensor data section (from data_offset to the end of the file) holds every tensor.
+void check_data_section(const Cursor & c, uint64_t size, uint64_t data_offset,
+                        const std::vector<GgufTensorInfo> & tensors) {
+    if (!tensors.empty() && data_offset > size) {
+        c.throw_problem("truncated: the tensor data section starts at " + std::to_string(data_offset) +
+                        " but the file has " + std::to_string(size) + " bytes");
+    }
+    const uint64_t data_size = size - std::min(size, data_offset);
+    for (const auto & info : tensors) {
+        if (info.offset > data_size || info.nbytes > data_size - info.offset) {
+            c.throw_problem("truncated: tensor '" + info.name + "' (" + std::to_string(info.nbytes) +
+                            " bytes at data offset " + std::to_string(info.offset) +
+                            ") extends past the end of the file");
+        }
+    }
+}
+
 }  // namespace
 
 bool GgufValue::is_integer() const {
@@ -228,120 +365,20 @@ void GgufFile::parse() {
         std::string key = c.read_string("metadata key");
         if (key.empty()) fail("metadata key " + std::to_string(k) + " is empty");
         if (kv_.count(key)) fail("duplicate metadata key '" + key + "'");
-        const uint32_t raw_type = c.read<uint32_t>("metadata type");
-        if (!valid_value_type(raw_type)) {
-            fail("metadata key '" + key + "' has invalid type " + std::to_string(raw_type));
-        }
-        GgufValue v;
-        v.type = static_cast<GgufValue::Type>(raw_type);
-        if (v.type == GgufValue::Type::STRING) {
-            v.s = c.read_string("metadata string");
-        } else if (v.type == GgufValue::Type::ARRAY) {
-            const uint32_t et = c.read<uint32_t>("array element type");
-            if (!valid_value_type(et) || et == static_cast<uint32_t>(GgufValue::Type::ARRAY)) {
-                fail("metadata array '" + key + "' has invalid element type " + std::to_string(et));
-            }
-            v.array_type = static_cast<GgufValue::Type>(et);
-            const uint64_t n = c.read<uint64_t>("array length");
-            const uint64_t min_elem = v.array_type == GgufValue::Type::STRING ? 8 : scalar_size(v.array_type);
-            if (n > c.remaining() / min_elem) {
-                fail("metadata array '" + key + "' declares " + std::to_string(n) +
-                     " elements, more than the file can hold");
-            }
-            if (v.array_type == GgufValue::Type::STRING) {
-                v.strings.reserve(n);
-                for (uint64_t j = 0; j < n; ++j) v.strings.push_back(c.read_string("array string"));
-            } else {
-                for (uint64_t j = 0; j < n; ++j) {
-                    int64_t iv = 0;
-                    double fv = 0;
-                    bool is_f = false;
-                    read_scalar(c, v.array_type, iv, fv, is_f);
-                    if (is_f)
-                        v.floats.push_back(fv);
-                    else
-                        v.ints.push_back(iv);
-                }
-            }
-        } else {
-            bool is_f = false;
-            read_scalar(c, v.type, v.i, v.f, is_f);
-        }
+        GgufValue v = read_value(c, key);
         key_order_.push_back(key);
         kv_.emplace(std::move(key), std::move(v));
     }
-
-    auto it = kv_.find("general.alignment");
-    if (it != kv_.end()) {
-        if (!it->second.is_integer() || it->second.i <= 0 || (it->second.i & (it->second.i - 1)) != 0 ||
-            it->second.i > (1 << 20)) {
-            fail("general.alignment must be a power of two (got " + std::to_string(it->second.i) + ")");
-        }
-        alignment_ = static_cast<uint64_t>(it->second.i);
-    }
+    alignment_ = declared_alignment(c, kv_, alignment_);
 
     tensors_.reserve(n_tensors);
     for (uint64_t t = 0; t < n_tensors; ++t) {
-        GgufTensorInfo info;
-        info.name = c.read_string("tensor name");
-        if (info.name.empty()) fail("tensor " + std::to_string(t) + " has an empty name");
-        if (info.name.size() >= GGML_MAX_NAME) {
-            fail("tensor name '" + info.name + "' is longer than " + std::to_string(GGML_MAX_NAME - 1) + " bytes");
-        }
-        if (tensor_index_.count(info.name)) fail("duplicate tensor '" + info.name + "'");
-        const uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
-        if (n_dims == 0 || n_dims > kMaxDims) {
-            fail("tensor '" + info.name + "' has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
-        }
-        uint64_t n_elements = 1;
-        for (uint32_t d = 0; d < n_dims; ++d) {
-            const uint64_t ne = c.read<uint64_t>("tensor dimension");
-            if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-                n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne) {
-                fail("tensor '" + info.name + "' has an invalid dimension " + std::to_string(ne));
-            }
-            n_elements *= ne;
-            info.ne.push_back(static_cast<int64_t>(ne));
-        }
-        info.type = c.read<uint32_t>("tensor type");
-        if (info.type >= GGML_TYPE_COUNT || ggml_blck_size(static_cast<ggml_type>(info.type)) <= 0 ||
-            ggml_type_size(static_cast<ggml_type>(info.type)) == 0) {
-            fail("tensor '" + info.name + "' has unknown ggml type " + std::to_string(info.type));
-        }
-        const auto type = static_cast<ggml_type>(info.type);
-        const int64_t blck = ggml_blck_size(type);
-        if (info.ne[0] % blck != 0) {
-            fail("tensor '" + info.name + "': row length " + std::to_string(info.ne[0]) + " is not a multiple of the " +
-                 ggml_type_label(info.type) + " block size " + std::to_string(blck));
-        }
-        info.offset = c.read<uint64_t>("tensor offset");
-        if (info.offset % alignment_ != 0) {
-            fail("tensor '" + info.name + "' offset " + std::to_string(info.offset) + " is not aligned to " +
-                 std::to_string(alignment_));
-        }
-        // Row size times row count, checked for overflow.
-        const uint64_t row = ggml_row_size(type, info.ne[0]);
-        const uint64_t rows = n_elements / static_cast<uint64_t>(info.ne[0]);
-        if (rows != 0 && row > std::numeric_limits<uint64_t>::max() / rows) {
-            fail("tensor '" + info.name + "' is too large");
-        }
-        info.nbytes = row * rows;
+        GgufTensorInfo info = read_tensor_info(c, t, alignment_, tensor_index_);
         tensor_index_.emplace(info.name, tensors_.size());
         tensors_.push_back(std::move(info));
     }
-
     data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
-    if (n_tensors > 0 && data_offset_ > size_) {
-        fail("truncated: the tensor data section starts at " + std::to_string(data_offset_) + " but the file has " +
-             std::to_string(size_) + " bytes");
-    }
-    const uint64_t data_size = size_ - std::min(size_, data_offset_);
-    for (const auto & info : tensors_) {
-        if (info.offset > data_size || info.nbytes > data_size - info.offset) {
-            fail("truncated: tensor '" + info.name + "' (" + std::to_string(info.nbytes) + " bytes at data offset " +
-                 std::to_string(info.offset) + ") extends past the end of the file");
-        }
-    }
+    check_data_section(c, size_, data_offset_, tensors_);
 }
 
 const GgufValue & GgufFile::value(const std::string & key) const {

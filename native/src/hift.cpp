@@ -215,6 +215,9 @@ struct HiftVocoder::Impl {
         }
         return out;
     }
+
+    int upsample(int i, int len);
+    void stage_resblocks(int i, int len);
 };
 
 HiftVocoder::HiftVocoder(const std::string & path, int threads, const std::vector<int> & cpus, bool bf16)
@@ -349,6 +352,61 @@ std::vector<float> HiftVocoder::source(const std::vector<float> & f0) {
     return merged;
 }
 
+// Stage i's transposed conv of x[i] (len frames) into st[i].y, with the ReflectionPad1d((1, 0))
+// after the last one; shapes the stage's rows and x[i + 1]. Returns the stage's frames.
+int HiftVocoder::Impl::upsample(int i, int len) {
+    const int ch = stage_ch[i];
+    StageRows & s = st[i];
+    const int up_len = ups[i].out_len(len);
+    const int pad = i == 2 ? 1 : 0;  // ReflectionPad1d((1, 0)) after the last upsampling
+    const int n = up_len + pad;
+    for (Rows * r : {&s.y, &s.si, &s.t1, &s.t2, &s.out, &s.acc}) r->shape(ch, n);
+    x[i + 1].shape(ch, n);
+    if (pad) {
+        float * tmp = grow(b_tmp, static_cast<size_t>(ch) * up_len);
+        cpu::conv_transpose1d(ups[i], x[i].data(), len, tmp, pool, scratch, x[i].ld, up_len);
+        for (int c = 0; c < ch; ++c) {
+            float * dst = s.y.row(c);
+            const float * t = tmp + static_cast<size_t>(c) * up_len;
+            dst[0] = t[1];
+            std::memcpy(dst + 1, t, sizeof(float) * up_len);
+        }
+    } else {
+        cpu::conv_transpose1d(ups[i], x[i].data(), len, s.y.data(), pool, scratch, x[i].ld, s.y.ld);
+    }
+    return n;
+}
+
+// Stage i's resblocks on len frames: y += source resblock(si), then x[i + 1] = leaky(mean of
+// the three resblocks on y), with the next stage's slope (conv_post's after the last).
+void HiftVocoder::Impl::stage_resblocks(int i, int len) {
+    StageRows & s = st[i];
+    resblock(source_resblocks[i], s, s.si, len, [&](int o0, int o1, int t0, int t1) {
+        each_row(o0, o1, [&](int o) {
+            float * y = s.y.row(o);
+            const float * r = s.out.row(o);
+            for (int t = t0; t < t1; ++t) y[t] += r[t];
+        });
+    });
+    const float slope = i == 2 ? 0.01f : 0.1f;  // the next stage's leaky ReLU, or conv_post's
+    for (int r = 0; r < 3; ++r) {
+        resblock(resblocks[3 * i + r], s, s.y, len, [&](int o0, int o1, int t0, int t1) {
+            each_row(o0, o1, [&](int o) {
+                float * acc = s.acc.row(o);
+                const float * out = s.out.row(o);
+                if (r == 0) {
+                    std::copy(out + t0, out + t1, acc + t0);
+                } else if (r == 1) {
+                    for (int t = t0; t < t1; ++t) acc[t] += out[t];
+                } else {
+                    float * xr = x[i + 1].row(o);
+                    for (int t = t0; t < t1; ++t) xr[t] = leaky((acc[t] + out[t]) / 3.0f, slope);
+                }
+            });
+        });
+    }
+}
+
 std::vector<float> HiftVocoder::decode(const float * mel, int frames, const float * src) {
     if (frames <= 0) throw InvalidArgument("mel has no frames");
     Impl & m = *impl_;
@@ -366,62 +424,18 @@ std::vector<float> HiftVocoder::decode(const float * mel, int frames, const floa
             for (int t = t0; t < t1; ++t) r[t] = leaky(r[t], 0.1f);
         });
     });
-    int len = frames, ch_in = m.base;
+    int len = frames;
     for (int i = 0; i < 3; ++i) {
-        const int ch = m.stage_ch[i];
-        Impl::StageRows & s = m.st[i];
-        const int up_len = m.ups[i].out_len(len);
-        const int pad = i == 2 ? 1 : 0;  // ReflectionPad1d((1, 0)) after the last upsampling
-        const int n = up_len + pad;
-        for (Rows * r : {&s.y, &s.si, &s.t1, &s.t2, &s.out, &s.acc}) r->shape(ch, n);
-        m.x[i + 1].shape(ch, n);
-        if (pad) {
-            float * tmp = grow(m.b_tmp, static_cast<size_t>(ch) * up_len);
-            cpu::conv_transpose1d(m.ups[i], m.x[i].data(), len, tmp, m.pool, m.scratch, m.x[i].ld, up_len);
-            for (int c = 0; c < ch; ++c) {
-                float * dst = s.y.row(c);
-                const float * t = tmp + static_cast<size_t>(c) * up_len;
-                dst[0] = t[1];
-                std::memcpy(dst + 1, t, sizeof(float) * up_len);
-            }
-        } else {
-            cpu::conv_transpose1d(m.ups[i], m.x[i].data(), len, s.y.data(), m.pool, m.scratch, m.x[i].ld, s.y.ld);
-        }
-        len = n;
+        len = m.upsample(i, len);
         const int s_len = m.source_downs[i].out_len(stft_frames);
         if (s_len != len) {
             throw InvalidArgument("source length does not match the mel (" + std::to_string(s_len) + " vs " +
                                   std::to_string(len) + ")");
         }
+        Impl::StageRows & s = m.st[i];
         cpu::conv1d(m.source_downs[i], spec.data(), stft_frames, s.si.data(), m.pool, m.scratch, 0, s.si.ld);
-        // y += source resblock(si), then x_next = leaky(mean of the three resblocks on y).
-        m.resblock(m.source_resblocks[i], s, s.si, len, [&](int o0, int o1, int t0, int t1) {
-            each_row(o0, o1, [&](int o) {
-                float * y = s.y.row(o);
-                const float * r = s.out.row(o);
-                for (int t = t0; t < t1; ++t) y[t] += r[t];
-            });
-        });
-        const float slope = i == 2 ? 0.01f : 0.1f;  // the next stage's leaky ReLU, or conv_post's
-        for (int r = 0; r < 3; ++r) {
-            m.resblock(m.resblocks[3 * i + r], s, s.y, len, [&](int o0, int o1, int t0, int t1) {
-                each_row(o0, o1, [&](int o) {
-                    float * acc = s.acc.row(o);
-                    const float * out = s.out.row(o);
-                    if (r == 0) {
-                        std::copy(out + t0, out + t1, acc + t0);
-                    } else if (r == 1) {
-                        for (int t = t0; t < t1; ++t) acc[t] += out[t];
-                    } else {
-                        float * x = m.x[i + 1].row(o);
-                        for (int t = t0; t < t1; ++t) x[t] = leaky((acc[t] + out[t]) / 3.0f, slope);
-                    }
-                });
-            });
-        }
-        ch_in = ch;
+        m.stage_resblocks(i, len);
     }
-    (void)ch_in;
     Rows post;
     post.shape(kStftCh, len, 0, 0);
     m.conv(m.conv_post, m.x[3], post, len, nullptr);

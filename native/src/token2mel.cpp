@@ -16,6 +16,86 @@ std::vector<float> read_exact(const GgufFile & g, const std::string & name, std:
     return g.read_f32(name);
 }
 
+constexpr int kMel = Token2Mel::kMel, kSpk = Token2Mel::kSpk;
+
+// Speaker: F.normalize (x / max(|x|, 1e-12)), then the affine layer: 80 values, all finite.
+std::vector<float> speaker_embedding(const float * spk, const std::vector<float> & w, const std::vector<float> & b) {
+    float norm = 0.0f;
+    for (int i = 0; i < kSpk; ++i) norm += spk[i] * spk[i];
+    norm = std::max(std::sqrt(norm), 1e-12f);
+    std::vector<float> spk80(kMel);
+    for (int o = 0; o < kMel; ++o) {
+        float acc = b[o];
+        for (int i = 0; i < kSpk; ++i) acc += w[static_cast<size_t>(o) * kSpk + i] * (spk[i] / norm);
+        spk80[o] = acc;
+    }
+    if (!std::all_of(spk80.begin(), spk80.end(), [](float v) { return std::isfinite(v); })) {
+        throw InvalidArgument("speaker embedding is not finite");
+    }
+    return spk80;
+}
+
+// mu = encoder_proj(h) of the encoder's T frames [T][d], channel-major (80, T).
+std::vector<float> encoder_projection(const std::vector<float> & enc_h, int T, int d, const std::vector<float> & w,
+                                      const std::vector<float> & b) {
+    std::vector<float> mu(static_cast<size_t>(kMel) * T);
+    for (int t = 0; t < T; ++t) {
+        const float * h = enc_h.data() + static_cast<size_t>(t) * d;
+        for (int o = 0; o < kMel; ++o) {
+            float acc = b[o];
+            const float * wo = w.data() + static_cast<size_t>(o) * d;
+            for (int i = 0; i < d; ++i) acc += wo[i] * h[i];
+            mu[static_cast<size_t>(o) * T + t] = acc;
+        }
+    }
+    return mu;
+}
+
+// Initial noise (80, T): given, or N(0,1) * temperature filled frame by frame, channels fastest.
+std::vector<float> initial_noise(const float * noise, float temperature, int T, std::mt19937 & rng) {
+    std::vector<float> x(static_cast<size_t>(kMel) * T);
+    if (noise) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] = noise[i] * temperature;
+    } else {
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        for (int t = 0; t < T; ++t)
+            for (int c = 0; c < kMel; ++c) x[static_cast<size_t>(c) * T + t] = temperature * dist(rng);
+    }
+    return x;
+}
+
+// Euler steps of the flow on x (80, T), one estimator cache per step, on the cosine schedule
+// t_i = 1 - cos(i/N * pi/2) (in float as the reference computes it). Each step runs the CFG
+// batch [conditional, unconditional (mu, spk, cond zeroed)].
+void flow_steps(DitEstimator & dit, std::vector<float> & x, const std::vector<float> & mu,
+                const std::vector<float> & spk80, const float * cond, int T, std::vector<DitCache> & caches) {
+    const int n_steps = static_cast<int>(caches.size());
+    const size_t plane = static_cast<size_t>(kMel) * T;
+    std::vector<float> mu_in(2 * plane, 0.0f), cond_in(2 * plane, 0.0f), spk_in(2 * kMel, 0.0f), x_in(2 * plane);
+    std::copy(mu.begin(), mu.end(), mu_in.begin());
+    if (cond) std::copy_n(cond, plane, cond_in.begin());
+    std::copy(spk80.begin(), spk80.end(), spk_in.begin());
+    std::vector<float> span(n_steps + 1);
+    for (int i = 0; i <= n_steps; ++i) {
+        const float lin = static_cast<float>(i) / static_cast<float>(n_steps);
+        span[i] = 1.0f - std::cos(lin * 0.5f * static_cast<float>(M_PI));
+    }
+    float t = span[0], dt = span[1] - span[0];
+    for (int step = 1; step <= n_steps; ++step) {
+        std::copy(x.begin(), x.end(), x_in.begin());
+        std::copy(x.begin(), x.end(), x_in.begin() + plane);
+        const float tt[2] = {t, t};
+        std::vector<float> v =
+            dit.forward_chunk(x_in.data(), mu_in.data(), tt, spk_in.data(), cond_in.data(), 2, T, caches[step - 1]);
+        for (size_t i = 0; i < plane; ++i) {
+            const float g = (1.0f + Token2Mel::kCfgRate) * v[i] - Token2Mel::kCfgRate * v[plane + i];
+            x[i] = x[i] + dt * g;
+        }
+        t = t + dt;
+        if (step < n_steps) dt = span[step + 1] - t;
+    }
+}
+
 }  // namespace
 
 Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int threads, int n_steps, Engine engine,
@@ -71,19 +151,7 @@ std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chu
         }
     }
     if (!std::isfinite(temperature) || temperature < 0.0f) throw InvalidArgument("temperature must be finite and >= 0");
-    // Speaker: F.normalize (x / max(|x|, 1e-12)), then the affine layer.
-    float norm = 0.0f;
-    for (int i = 0; i < kSpk; ++i) norm += spk[i] * spk[i];
-    norm = std::max(std::sqrt(norm), 1e-12f);
-    std::vector<float> spk80(kMel);
-    for (int o = 0; o < kMel; ++o) {
-        float acc = spk_b_[o];
-        for (int i = 0; i < kSpk; ++i) acc += spk_w_[static_cast<size_t>(o) * kSpk + i] * (spk[i] / norm);
-        spk80[o] = acc;
-    }
-    if (!std::all_of(spk80.begin(), spk80.end(), [](float v) { return std::isfinite(v); })) {
-        throw InvalidArgument("speaker embedding is not finite");
-    }
+    const std::vector<float> spk80 = speaker_embedding(spk, spk_w_, spk_b_);
     // The encoder and the CFM steps of one stream at a time (the host pieces around them are
     // per call); the rest of this function touches only `cache` and locals.
     std::lock_guard<std::mutex> lock(mutex_);
@@ -96,53 +164,10 @@ std::vector<float> Token2Mel::chunk(const int32_t * tokens, int n, bool last_chu
         encoder_->forward_chunk(xs.data(), n, last_chunk, cache.empty() ? nullptr : cache.conformer_cnn.data(),
                                 cache.empty() ? nullptr : cache.conformer_att.data(), cache.conformer_frames);
     const int T = enc.frames;
-    // mu = encoder_proj(h), channel-major (80, T).
-    std::vector<float> mu(static_cast<size_t>(kMel) * T);
-    for (int t = 0; t < T; ++t) {
-        const float * h = enc.h.data() + static_cast<size_t>(t) * d_;
-        for (int o = 0; o < kMel; ++o) {
-            float acc = proj_b_[o];
-            const float * w = proj_w_.data() + static_cast<size_t>(o) * d_;
-            for (int i = 0; i < d_; ++i) acc += w[i] * h[i];
-            mu[static_cast<size_t>(o) * T + t] = acc;
-        }
-    }
-    // Initial noise: given, or N(0,1) * temperature filled frame by frame, channels fastest.
-    std::vector<float> x(static_cast<size_t>(kMel) * T);
-    if (noise) {
-        for (size_t i = 0; i < x.size(); ++i) x[i] = noise[i] * temperature;
-    } else {
-        std::normal_distribution<float> dist(0.0f, 1.0f);
-        for (int t = 0; t < T; ++t)
-            for (int c = 0; c < kMel; ++c) x[static_cast<size_t>(c) * T + t] = temperature * dist(cache.rng);
-    }
-    // CFG batch: [conditional, unconditional (mu, spk, cond zeroed)].
-    const size_t plane = static_cast<size_t>(kMel) * T;
-    std::vector<float> mu_in(2 * plane, 0.0f), cond_in(2 * plane, 0.0f), spk_in(2 * kMel, 0.0f), x_in(2 * plane);
-    std::copy(mu.begin(), mu.end(), mu_in.begin());
-    if (cond) std::copy_n(cond, plane, cond_in.begin());
-    std::copy(spk80.begin(), spk80.end(), spk_in.begin());
+    const std::vector<float> mu = encoder_projection(enc.h, T, d_, proj_w_, proj_b_);
+    std::vector<float> x = initial_noise(noise, temperature, T, cache.rng);
     if (cache.estimator.size() != static_cast<size_t>(n_steps_)) cache.estimator.assign(n_steps_, DitCache{});
-    // Cosine schedule t_i = 1 - cos(i/N * pi/2), in float as the reference computes it.
-    std::vector<float> span(n_steps_ + 1);
-    for (int i = 0; i <= n_steps_; ++i) {
-        const float lin = static_cast<float>(i) / static_cast<float>(n_steps_);
-        span[i] = 1.0f - std::cos(lin * 0.5f * static_cast<float>(M_PI));
-    }
-    float t = span[0], dt = span[1] - span[0];
-    for (int step = 1; step <= n_steps_; ++step) {
-        std::copy(x.begin(), x.end(), x_in.begin());
-        std::copy(x.begin(), x.end(), x_in.begin() + plane);
-        const float tt[2] = {t, t};
-        std::vector<float> v = dit_->forward_chunk(x_in.data(), mu_in.data(), tt, spk_in.data(), cond_in.data(), 2, T,
-                                                   cache.estimator[step - 1]);
-        for (size_t i = 0; i < plane; ++i) {
-            const float g = (1.0f + kCfgRate) * v[i] - kCfgRate * v[plane + i];
-            x[i] = x[i] + dt * g;
-        }
-        t = t + dt;
-        if (step < n_steps_) dt = span[step + 1] - t;
-    }
+    flow_steps(*dit_, x, mu, spk80, cond, T, cache.estimator);
     cache.conformer_cnn = std::move(enc.cnn_cache);
     cache.conformer_att = std::move(enc.att_cache);
     cache.conformer_frames = enc.att_frames;
