@@ -175,6 +175,9 @@ DitCpu::Impl::Call DitCpu::Impl::begin_call(const float * t, int B, int T, DitDe
     c.Tp = T + 2;
     c.dev = dev;
     c.mod.resize(B);
+    // Room for every item's modulation first: emptying the cache between two items would free
+    // the one an earlier item points to.
+    if (mods.size() + static_cast<size_t>(B) > kMaxModCache) mods.clear();
     for (int b = 0; b < B; ++b) c.mod[b] = modulation(t[b]).data();
     c.old_ranges = dev ? kept_ranges(dev->stored, keep_head, keep_tail) : std::vector<std::pair<int, int>>{};
     int old_keep = 0;

@@ -89,6 +89,19 @@ def test_deterministic_across_threads(tiny_dit, engine):
     np.testing.assert_array_equal(a, c)
 
 
+def test_a_full_modulation_cache_keeps_every_item_of_a_batch(tiny_dit):
+    # The native engine keeps the adaLN modulation of up to 64 flow times. A batch whose distinct
+    # times overflow it must still see each item's own modulation, as a fresh estimator does.
+    path, _ = tiny_dit
+    warm = core.internal.DitEstimator(path, "cpu", 1, engine="native")
+    for i in range(63):
+        x, mu, _, spks, cond = _inputs(1, 4, seed=100 + i)
+        warm.forward(x, mu, np.array([i / 64], np.float32), spks, cond)
+    inputs = _inputs(16, 6, seed=7)  # 16 distinct times the cache has not seen
+    fresh = core.internal.DitEstimator(path, "cpu", 1, engine="native").forward(*inputs)
+    np.testing.assert_array_equal(warm.forward(*inputs), fresh)
+
+
 def test_engine_choice(tiny_dit):
     path, _ = tiny_dit
     assert core.internal.DitEstimator(path, "cpu", 1).engine == "native"  # auto on the CPU
