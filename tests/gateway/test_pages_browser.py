@@ -121,26 +121,41 @@ def fake_mic_chrome(wav: Path):
     )
 
 
-def test_duplex_page_talks_and_plays_every_second(tiny_dir, tmp_path):
-    """The full-duplex page: a (fake) microphone goes out in 1 s chunks through the gateway's queue to
-    a worker's duplex session; every unit comes back with one second of audio (speech or silence),
-    which the page schedules; Stop ends the session and frees the worker."""
-    mic = _fake_microphone(tmp_path / "mic.wav")
+def session_page(tiny_dir, mic: Path, page: str, stats_ready: str, timeout: float, shot: str, count_id: str):
+    """Opens a whole-life session page (/duplex, /half_duplex) with ``mic`` as the microphone,
+    presses Start, waits until ``stats_ready`` (a script) returns the page's stats, checks that the
+    session holds its worker, keeps a screenshot, presses Stop and checks the worker is freed.
+    Returns the stats and the text of the element ``count_id``."""
     browser = fake_mic_chrome(mic)
     try:
         with running_gateway(tiny_dir, workers=1) as gw:
             browser.set_page_load_timeout(30)
-            browser.get(gw.url + "/duplex")
+            browser.get(gw.url + page)
             browser.find_element("id", "start").click()
-            stats = _wait(browser, "const s = window.omniDuplexStats; return s.results >= 4 ? s : null", timeout=90)
+            stats = _wait(browser, stats_ready, timeout=timeout)
             assert http(gw.url + "/status")[1]["idle_workers"] == 0  # the session holds its worker
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            browser.save_screenshot(str(ARTIFACTS / "browser-duplex.png"))
+            browser.save_screenshot(str(ARTIFACTS / shot))
             browser.find_element("id", "stop").click()
             wait_until(lambda: http(gw.url + "/status")[1]["idle_workers"] == 1)
-            units = browser.find_element("id", "units").text
+            return stats, browser.find_element("id", count_id).text
     finally:
         browser.quit()
+
+
+def test_duplex_page_talks_and_plays_every_second(tiny_dir, tmp_path):
+    """The full-duplex page: a (fake) microphone goes out in 1 s chunks through the gateway's queue to
+    a worker's duplex session; every unit comes back with one second of audio (speech or silence),
+    which the page schedules; Stop ends the session and frees the worker."""
+    stats, units = session_page(
+        tiny_dir,
+        _fake_microphone(tmp_path / "mic.wav"),
+        "/duplex",
+        "const s = window.omniDuplexStats; return s.results >= 4 ? s : null",
+        90,
+        "browser-duplex.png",
+        "units",
+    )
     assert stats["errors"] == [] and stats["prepared"]
     assert stats["sent"] >= stats["results"] >= 4
     assert stats["listens"] + stats["speaks"] == stats["results"]

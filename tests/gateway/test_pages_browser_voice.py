@@ -3,9 +3,8 @@ spoken questions (espeak-ng) is the microphone; the server's VAD ends each quest
 streams back and plays, and the page keeps listening for the next one. A screenshot is kept in
 tests/artifacts/."""
 
-from server_client import http, running_gateway, wait_until
 from speech import SR, conversation
-from test_pages_browser import ARTIFACTS, _wait, fake_mic_chrome, write_wav16
+from test_pages_browser import session_page, write_wav16
 
 
 def _spoken_microphone(path):
@@ -14,22 +13,15 @@ def _spoken_microphone(path):
 
 
 def test_half_duplex_page_holds_a_spoken_conversation(tiny_dir, tmp_path):
-    mic = _spoken_microphone(tmp_path / "mic.wav")
-    browser = fake_mic_chrome(mic)
-    try:
-        with running_gateway(tiny_dir, workers=1) as gw:
-            browser.set_page_load_timeout(30)
-            browser.get(gw.url + "/half_duplex")
-            browser.find_element("id", "start").click()
-            stats = _wait(browser, "const s = window.omniHalfDuplexStats; return s.turns >= 2 ? s : null", timeout=120)
-            assert http(gw.url + "/status")[1]["idle_workers"] == 0  # the session holds its worker
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            browser.save_screenshot(str(ARTIFACTS / "browser-half-duplex.png"))
-            browser.find_element("id", "stop").click()
-            wait_until(lambda: http(gw.url + "/status")[1]["idle_workers"] == 1)
-            turns = browser.find_element("id", "turns").text
-    finally:
-        browser.quit()
+    stats, turns = session_page(
+        tiny_dir,
+        _spoken_microphone(tmp_path / "mic.wav"),
+        "/half_duplex",
+        "const s = window.omniHalfDuplexStats; return s.turns >= 2 ? s : null",
+        120,
+        "browser-half-duplex.png",
+        "turns",
+    )
     assert stats["errors"] == [] and stats["prepared"]
     assert stats["speechStops"] >= stats["turns"] >= 2 and stats["speechStarts"] >= stats["speechStops"]
     assert stats["chunks"] > 0 and stats["audioSeconds"] > 0
