@@ -504,7 +504,7 @@ class DuplexConfig:
         if high + 256 > n_ctx:
             raise ConfigError(
                 "max_context",
-                f"{high} leaves no room for a unit in the LLM context ({n_ctx}); lower it or raise SessionConfig.n_ctx",
+                f"{high} leaves no room for a unit in the LLM context ({n_ctx}); lower it or raise EngineConfig.n_ctx",
             )
         low = self.prune_to if self.prune_to is not None else high * 3 // 4
         if low >= high:

@@ -1,24 +1,24 @@
 """Whose rules the engine follows where llama.cpp-omni and the PyTorch reference of MiniCPM-o
 differ (docs/fidelity.md lists every rule with its source).
 
-``SessionConfig(fidelity="llama.cpp-omni")`` (the default) gives what llama.cpp-omni computes for
+``EngineConfig(fidelity="llama.cpp-omni")`` (the default) gives what llama.cpp-omni computes for
 the same files, so that users moving from it get the same embeddings, tokens and audio;
 ``fidelity="reference"`` gives what the PyTorch reference computes. Each rule also has its own
 field (``None``: the fidelity's choice), which wins over the switch:
 
     rule             field                            llama.cpp-omni      reference
     Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
-    audio encoder    SessionConfig.audio_fidelity     "llama.cpp-omni"    "reference"
-    audio rate       SessionConfig.audio_resampler    "linear"            "band-limited"
-    TTS sampling     SessionConfig.tts                TtsSampling()       TtsSampling.reference()
-    prompt           SessionConfig.prompt_fidelity    "llama.cpp-omni"    "reference"
+    audio encoder    EngineConfig.audio_fidelity      "llama.cpp-omni"    "reference"
+    audio rate       EngineConfig.audio_resampler     "linear"            "band-limited"
+    TTS sampling     ReplyConfig.tts                  TtsSampling()       TtsSampling.reference()
+    prompt           ReplyConfig.prompt_fidelity      "llama.cpp-omni"    "reference"
     images           VisionConfig.rules               "llama.cpp-omni"    "reference"
     JPEG decoding    VisionConfig.jpeg_decoder        "stb_image"         "pillow"
 
 Two of llama.cpp-omni's rules are defects, so both fidelities keep ours and its rule is there
 only by its own field: the audio encoder's history carried from clip to clip
-(``SessionConfig.audio_history="carried"``; ours: ``"clip"``) and a streaming chunk positioned as
-if every chunk had its length (``SessionConfig.audio_positions="chunk-count"``; ours:
+(``EngineConfig.audio_history="carried"``; ours: ``"clip"``) and a streaming chunk positioned as
+if every chunk had its length (``EngineConfig.audio_positions="chunk-count"``; ours:
 ``"consecutive"``).
 """
 

@@ -46,7 +46,7 @@ GRID_STEP = 0.1  # seconds: the grid of a long video
 
 @dataclass(frozen=True)
 class VideoConfig:
-    """How a video becomes prompt parts (``SessionConfig.video``; per request ``speak(video=...,
+    """How a video becomes prompt parts (``EngineConfig.video``; per request ``speak(video=...,
     max_frames=..., ...)``).
 
     * ``max_frames``: frames per video at most (1..1024; 64 as the model's utility). ``1`` is the

@@ -155,7 +155,7 @@ class AudioEncoder:
 
     def encode_carried(self, samples: np.ndarray) -> np.ndarray:
         """A whole clip (16 kHz samples) as chunks of the live stream: in 30 s pieces, each
-        attending over the history (SessionConfig.audio_history="carried")."""
+        attending over the history (EngineConfig.audio_history="carried")."""
         step = int(WINDOW_SECONDS * INPUT_SAMPLE_RATE)
         parts = [self.encode_chunk(samples[i : i + step]) for i in range(0, samples.size, step)]
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
