@@ -57,7 +57,6 @@ from llama_omni_py._native import core  # noqa: E402
 from llama_omni_py.config import Token2WavConfig  # noqa: E402
 from llama_omni_py.modelset import generate as modelgen  # noqa: E402
 from llama_omni_py.modelset import spec as ms  # noqa: E402
-from llama_omni_py.modules import token2wav as t2w_module  # noqa: E402
 
 VOCODER_FRAMES, VOCODER_GFLOP = 58, 35.5  # docs/performance.md
 MODES = ("speed", "contention", "overlap")
@@ -84,13 +83,27 @@ def variants(spec: str) -> list[dict]:
     return out
 
 
+def native_options(device: str, **fields):
+    """The core's Token2WavOptions of these Token2WavConfig fields (``token2mel`` among them), in
+    this build or in an older one (--baseline), where the config filled them itself and called
+    the Token2Mel engine ``engine``."""
+    try:
+        from llama_omni_py.modules.token2wav import to_native
+    except ImportError:  # a build from before the modules folder
+        fields["engine"] = fields.pop("token2mel", "auto")
+        return Token2WavConfig(**fields).to_native(device)
+    return to_native(Token2WavConfig(**fields), device)
+
+
 def open_stream(t2w: Path, device: str, steps: int, threads: int, engine: str = "auto", bf16: bool = False):
     """Our streaming Token2Wav, past its first window (no vocoder cache yet: not steady state).
     The reference cache policy, so both implementations attend over the same bounded caches.
     Engine and BF16 are passed only when asked for, so an older build (--baseline) runs too."""
-    config = Token2WavConfig(steps=steps, threads=threads, cache_policy="reference", token2mel=engine, bf16=bf16)
     try:
-        stream = core.Token2Wav(str(t2w), t2w_module.to_native(config, device))
+        options = native_options(
+            device, steps=steps, threads=threads, cache_policy="reference", token2mel=engine, bf16=bf16
+        )
+        stream = core.Token2Wav(str(t2w), options)
     except TypeError:  # an older build (--baseline) takes the options one by one
         extra = {"engine": engine} if engine != "auto" else {}
         extra.update({"bf16": True} if bf16 else {})
@@ -218,8 +231,9 @@ def bf16_snr(args, t2w: Path, threads: int, engine: str) -> float:
     tokens = np.random.default_rng(3).integers(0, 6561, 4 * 25 + 10).astype(np.int32)
     audio = []
     for bf16 in (False, True):
-        config = Token2WavConfig(steps=args.steps, threads=threads, token2mel=engine, bf16=bf16)
-        t = core.Token2Wav(str(t2w), t2w_module.to_native(config, args.device))
+        t = core.Token2Wav(
+            str(t2w), native_options(args.device, steps=args.steps, threads=threads, token2mel=engine, bf16=bf16)
+        )
         audio.append(
             np.concatenate([t.push(tokens[i : i + 25]) for i in range(0, 100, 25)] + [t.push(tokens[100:], True)])
         )
@@ -329,8 +343,8 @@ def overlap(args, t2w, window, threads: int) -> dict:
     from llama_omni_py.orchestration.channels import Pipeline
 
     v = variants(args.engines)[0]
-    config = Token2WavConfig(steps=args.steps, threads=threads, token2mel=v["engine"], bf16=v["bf16"])
-    stream = core.Token2Wav(str(t2w), t2w_module.to_native(config, args.device))
+    options = native_options(args.device, steps=args.steps, threads=threads, token2mel=v["engine"], bf16=v["bf16"])
+    stream = core.Token2Wav(str(t2w), options)
     lo, hi = (float(x) for x in args.device_ms.split(","))
     n = args.windows
     device_ms = list(np.random.default_rng(2).uniform(lo, hi, n))
