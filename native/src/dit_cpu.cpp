@@ -52,13 +52,13 @@ struct DitCpu::Impl {
 
     Impl(std::shared_ptr<ThreadPool> pool, bool bf16) : run(std::move(pool), bf16) {}
 
-    // The adaLN modulation for flow time t (computed once per distinct t).
+    // The adaLN modulation for flow time t (computed once per distinct t; begin_call keeps the
+    // cache within kMaxModCache, for a whole batch at once).
     const std::vector<float> & modulation(float t) {
         uint32_t key;
         std::memcpy(&key, &t, sizeof(key));
         auto it = mods.find(key);
         if (it != mods.end()) return it->second;
-        if (mods.size() >= kMaxModCache) mods.clear();
         const int h = d.hidden, half = kFreqDim / 2;
         std::vector<float> tf(kFreqDim), e1(h), temb(h), st(h);
         const float ts = t * kTimeScale;  // sinusoidal embedding of t*1000, [cos | sin]
@@ -175,8 +175,8 @@ DitCpu::Impl::Call DitCpu::Impl::begin_call(const float * t, int B, int T, DitDe
     c.Tp = T + 2;
     c.dev = dev;
     c.mod.resize(B);
-    // Room for every item's modulation first: emptying the cache between two items would free
-    // the one an earlier item points to.
+    // Room for every item's modulation first, the one place the cache is emptied: emptying it
+    // between two items would free the one an earlier item points to.
     if (mods.size() + static_cast<size_t>(B) > kMaxModCache) mods.clear();
     for (int b = 0; b < B; ++b) c.mod[b] = modulation(t[b]).data();
     c.old_ranges = dev ? kept_ranges(dev->stored, keep_head, keep_tail) : std::vector<std::pair<int, int>>{};
