@@ -10,11 +10,11 @@ Modes (any of them, comma-separated):
 
 * ``speed`` (default): Token2Mel and vocoder ms per window for each of ``--engines``
   (``auto``, ``graph``, ``native``; ``+bf16`` adds the BF16 path, e.g. ``native+bf16``: its
-  speed and the SNR of its audio against the same engine in F32; ``@SET`` runs the row on that
+  speed and the SNR of its audio against the same ``token2mel`` in F32; ``@SET`` runs the row on that
   CPU kernel set, e.g. ``native@generic,native@avx2``), and the PyTorch reference.
 * ``contention``: wall ms per window, quiet and beside one busy competitor process (a
   single-threaded busy loop, pinned with ``--competitor-cpu``), alternating quiet/busy round by
-  round, for each engine, the PyTorch reference, ``--baseline`` (another build of the
+  round, for each of ``--engines``, the PyTorch reference, ``--baseline`` (another build of the
   package, e.g. an older commit's, imported from that directory in a fresh process per round)
   and llama.cpp-omni (``--lco-src``/``--lco-build``: its tree and a build you made, see
   benchmarks/lco.py; at our thread count unless ``--lco-threads 0`` keeps its own defaults);
@@ -70,23 +70,25 @@ def real_token2wav(cache: Path) -> Path:
 
 
 def variants(spec: str) -> list[dict]:
-    """``auto,native+bf16,native@avx2`` -> [{"label", "engine", "bf16", "isa"}, ...]."""
+    """``auto,native+bf16,native@avx2`` -> [{"label", "token2mel", "bf16", "isa"}, ...]."""
     out = []
     for label in spec.split(","):
         head, _, isa = label.partition("@")
-        engine, _, extra = head.partition("+")
+        token2mel, _, extra = head.partition("+")
         if extra not in ("", "bf16"):
-            raise SystemExit(f"unknown engine variant {label!r} (ENGINE[+bf16][@SET])")
+            raise SystemExit(f"unknown token2mel variant {label!r} (TOKEN2MEL[+bf16][@SET])")
         if isa and isa not in core.internal.cpu_isas():
             raise SystemExit(f"{label!r}: this CPU runs the kernel sets {', '.join(core.internal.cpu_isas())}")
-        out.append({"label": label, "engine": engine, "bf16": extra == "bf16", "isa": isa or core.internal.cpu_isa()})
+        out.append(
+            {"label": label, "token2mel": token2mel, "bf16": extra == "bf16", "isa": isa or core.internal.cpu_isa()}
+        )
     return out
 
 
 def native_options(device: str, **fields):
     """The core's Token2WavOptions of these Token2WavConfig fields (``token2mel`` among them), in
     this build or in an older one (--baseline), where the config filled them itself and called
-    the Token2Mel engine ``engine``."""
+    the Token2Mel implementation ``engine``."""
     try:
         from llama_omni_py.modules.token2wav import to_native
     except ImportError:  # a build from before the modules folder
@@ -95,17 +97,17 @@ def native_options(device: str, **fields):
     return to_native(Token2WavConfig(**fields), device)
 
 
-def open_stream(t2w: Path, device: str, steps: int, threads: int, engine: str = "auto", bf16: bool = False):
+def open_stream(t2w: Path, device: str, steps: int, threads: int, token2mel: str = "auto", bf16: bool = False):
     """Our streaming Token2Wav, past its first window (no vocoder cache yet: not steady state).
     The reference cache policy, so both implementations attend over the same bounded caches.
-    Engine and BF16 are passed only when asked for, so an older build (--baseline) runs too."""
+    token2mel and BF16 are passed only when asked for, so an older build (--baseline) runs too."""
     try:
         options = native_options(
-            device, steps=steps, threads=threads, cache_policy="reference", token2mel=engine, bf16=bf16
+            device, steps=steps, threads=threads, cache_policy="reference", token2mel=token2mel, bf16=bf16
         )
         stream = core.Token2Wav(str(t2w), options)
-    except TypeError:  # an older build (--baseline) takes the options one by one
-        extra = {"engine": engine} if engine != "auto" else {}
+    except TypeError:  # an older build (--baseline) takes the options one by one, token2mel as engine
+        extra = {"engine": token2mel} if token2mel != "auto" else {}
         extra.update({"bf16": True} if bf16 else {})
         stream = core.Token2Wav(str(t2w), device, steps, threads, cache_policy="reference", **extra)
     stream.push(np.arange(25, dtype=np.int32))
@@ -183,7 +185,7 @@ class Reference:
 def speed(args, t2w, window, ref, threads: int) -> list[dict]:
     rows = []
     for v in variants(args.engines):
-        stream = open_stream_on(v["isa"], t2w, args.device, args.steps, threads, v["engine"], v["bf16"])
+        stream = open_stream_on(v["isa"], t2w, args.device, args.steps, threads, v["token2mel"], v["bf16"])
         rows.append({"device": args.device, "threads": threads, **v, "stream": stream})
         rows[-1].update(token2mel_ms=[], vocoder_ms=[], ref_token2mel_ms=[], ref_vocoder_ms=[])
     for _ in range(2):  # A B A B
@@ -207,7 +209,7 @@ def speed(args, t2w, window, ref, threads: int) -> list[dict]:
         row["vocoder_gflops"] = VOCODER_GFLOP / row["vocoder_ms_median"] * 1000
         row["sgemm_gflops"] = sgemm
         if row["bf16"]:
-            row["bf16_snr_db"] = bf16_snr(args, t2w, threads, row["engine"])
+            row["bf16_snr_db"] = bf16_snr(args, t2w, threads, row["token2mel"])
         ref_txt = ""
         if row.get("ref_token2mel_ms_median"):
             row["token2mel_vs_ref"] = row["token2mel_ms_median"] / row["ref_token2mel_ms_median"]
@@ -226,13 +228,13 @@ def speed(args, t2w, window, ref, threads: int) -> list[dict]:
     return rows
 
 
-def bf16_snr(args, t2w: Path, threads: int, engine: str) -> float:
-    """SNR (dB) of the BF16 path's audio against F32, same engine, tokens and noise."""
+def bf16_snr(args, t2w: Path, threads: int, token2mel: str) -> float:
+    """SNR (dB) of the BF16 path's audio against F32, same token2mel, tokens and noise."""
     tokens = np.random.default_rng(3).integers(0, 6561, 4 * 25 + 10).astype(np.int32)
     audio = []
     for bf16 in (False, True):
         t = core.Token2Wav(
-            str(t2w), native_options(args.device, steps=args.steps, threads=threads, token2mel=engine, bf16=bf16)
+            str(t2w), native_options(args.device, steps=args.steps, threads=threads, token2mel=token2mel, bf16=bf16)
         )
         audio.append(
             np.concatenate([t.push(tokens[i : i + 25]) for i in range(0, 100, 25)] + [t.push(tokens[100:], True)])
@@ -264,7 +266,7 @@ def contention(args, t2w, window, ref, threads: int) -> list[dict]:
         {
             "label": v["label"],
             "isa": v["isa"],
-            "stream": open_stream_on(v["isa"], t2w, args.device, args.steps, threads, v["engine"], v["bf16"]),
+            "stream": open_stream_on(v["isa"], t2w, args.device, args.steps, threads, v["token2mel"], v["bf16"]),
         }
         for v in variants(args.engines)
     ]
@@ -343,7 +345,7 @@ def overlap(args, t2w, window, threads: int) -> dict:
     from llama_omni_py.orchestration.channels import Pipeline
 
     v = variants(args.engines)[0]
-    options = native_options(args.device, steps=args.steps, threads=threads, token2mel=v["engine"], bf16=v["bf16"])
+    options = native_options(args.device, steps=args.steps, threads=threads, token2mel=v["token2mel"], bf16=v["bf16"])
     stream = core.Token2Wav(str(t2w), options)
     lo, hi = (float(x) for x in args.device_ms.split(","))
     n = args.windows
@@ -395,7 +397,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--chunks", type=int, default=5, help="windows per measurement")
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--engines", default="auto", help="Token2Mel engines to compare: auto, graph, native[+bf16]")
+    ap.add_argument(
+        "--engines",
+        default="auto",
+        help="Token2Mel implementations (token2mel) to compare: auto, graph, native[+bf16][@SET]",
+    )
     ap.add_argument("--mode", default="speed", help="comma-separated: " + ", ".join(MODES))
     ap.add_argument("--rounds", type=int, default=2, help="contention/overlap: alternating rounds")
     ap.add_argument("--competitor-cpu", type=int, help="contention: pin the busy competitor to this CPU")

@@ -310,7 +310,7 @@ def record_model_graphs(
         tts.forward(cond)
         tts.forward(tts.code_embedding(1))
 
-        with Token2Wav(models.root, "cpu", threads=1, engine="graph") as t2w:  # the graphs a device runs
+        with Token2Wav(models.root, "cpu", threads=1, token2mel="graph") as t2w:  # the graphs a device runs
             t2w.push(rng.integers(0, 6561, 28).tolist())
             t2w.push(rng.integers(0, 6561, 5).tolist(), final=True)
     finally:

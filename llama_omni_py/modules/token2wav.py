@@ -26,7 +26,6 @@ import numpy as np
 
 from .._native import core
 from ..config import Token2WavConfig
-from ..deprecation import warn_renamed
 from ..device.backends import resolve_device
 from ..errors import ConfigError, InvalidArgumentError
 from ..fidelity import DEFAULTS
@@ -114,13 +113,7 @@ class Token2Wav:
     @property
     def token2mel(self) -> str:
         """Which Token2Mel computes: "native" (our CPU code) or "graph" (ggml graphs)."""
-        return self._native.engine
-
-    @property
-    def engine(self) -> str:
-        """The old name of :attr:`token2mel` (one release)."""
-        warn_renamed("Token2Wav.engine", "Token2Wav.token2mel")
-        return self.token2mel
+        return self._native.token2mel
 
     @property
     def weight_bytes(self) -> int:
@@ -149,9 +142,9 @@ class Token2Wav:
 
 
 def to_native(config: Token2WavConfig, device: str):
-    """The core's Token2WavOptions for a stream on ``device``: the resolved thread count and CPUs,
-    the Token2Mel implementation (the struct's ``engine``); ``overlap`` is the pipeline's business
-    and stays in Python."""
+    """The core's Token2WavOptions for a stream on ``device``: the resolved thread count and CPUs
+    (``token2mel`` and the other shared fields are copied as they are); ``overlap`` is the
+    pipeline's business and stays in Python."""
     return fill(
         "Token2WavOptions",
         config,
@@ -159,7 +152,6 @@ def to_native(config: Token2WavConfig, device: str):
         threads=config.resolved_threads,
         cpus=list(config.cpus or []),
         cache_policy=config.cache_policy or DEFAULTS["llama.cpp-omni"].cache_policy,
-        engine=config.token2mel,
     )
 
 

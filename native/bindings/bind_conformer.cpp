@@ -20,15 +20,16 @@ void register_conformer(py::module_ & m) {
         .def_readonly("up_blocks", &ConformerDims::up_blocks);
 
     py::class_<ConformerEncoder>(m, "ConformerEncoder", "The Token2Wav conformer encoder alone, in its streaming form.")
-        .def(py::init([](const std::string & path, const std::string & device, int threads, const std::string & engine,
-                         bool bf16) {
+        .def(py::init([](const std::string & path, const std::string & device, int threads,
+                         const std::string & token2mel, bool bf16) {
                  return std::make_unique<ConformerEncoder>(path, std::make_shared<Backend>(device, threads), nullptr,
-                                                           parse_engine(engine), bf16);
+                                                           parse_token2mel_impl(token2mel), bf16);
              }),
-             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("engine") = "auto",
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("token2mel") = "auto",
              py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("dims", &ConformerEncoder::dims)
-        .def_property_readonly("engine", [](const ConformerEncoder & e) { return engine_name(e.engine()); })
+        .def_property_readonly("token2mel",
+                               [](const ConformerEncoder & e) { return token2mel_impl_name(e.token2mel()); })
         .def(
             "forward_chunk",
             [](ConformerEncoder & e, f32array xs, bool last_chunk, py::object cnn_cache, py::object att_cache) {

@@ -18,13 +18,13 @@ void register_dit(py::module_ & m) {
 
     py::class_<DitEstimator>(m, "DitEstimator",
                              "The DiT estimator alone: one CFM velocity call, with or without streaming caches.")
-        .def(py::init([](const std::string & path, const std::string & device, int threads, const std::string & engine,
-                         bool bf16) {
-                 return std::make_unique<DitEstimator>(path, device, threads, parse_engine(engine), bf16);
+        .def(py::init([](const std::string & path, const std::string & device, int threads,
+                         const std::string & token2mel, bool bf16) {
+                 return std::make_unique<DitEstimator>(path, device, threads, parse_token2mel_impl(token2mel), bf16);
              }),
-             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("engine") = "auto",
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("token2mel") = "auto",
              py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
-        .def_property_readonly("engine", [](const DitEstimator & e) { return engine_name(e.engine()); })
+        .def_property_readonly("token2mel", [](const DitEstimator & e) { return token2mel_impl_name(e.token2mel()); })
         .def_property_readonly("dims", &DitEstimator::dims)
         .def_property_readonly("device", &DitEstimator::device)
         .def(

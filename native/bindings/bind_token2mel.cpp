@@ -30,13 +30,13 @@ void register_token2mel(py::module_ & m) {
 
     py::class_<Token2Mel>(m, "Token2Mel")
         .def(py::init([](const std::string & dir, const std::string & device, int threads, int steps,
-                         const std::string & engine, bool bf16) {
-                 return std::make_unique<Token2Mel>(dir, device, threads, steps, parse_engine(engine), bf16);
+                         const std::string & token2mel, bool bf16) {
+                 return std::make_unique<Token2Mel>(dir, device, threads, steps, parse_token2mel_impl(token2mel), bf16);
              }),
              py::arg("token2wav_dir"), py::arg("device") = "cpu", py::arg("threads") = 1, py::arg("steps") = 5,
-             py::arg("engine") = "auto", py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
+             py::arg("token2mel") = "auto", py::arg("bf16") = false, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("steps", &Token2Mel::steps)
-        .def_property_readonly("engine", [](const Token2Mel & t) { return engine_name(t.engine()); })
+        .def_property_readonly("token2mel", [](const Token2Mel & t) { return token2mel_impl_name(t.token2mel()); })
         .def_property_readonly("device", &Token2Mel::device)
         .def(
             "chunk",

@@ -42,8 +42,8 @@ void register_token2wav(py::module_ & m) {
             "cache_policy", [](const Token2WavOptions & o) { return cache_policy_name(o.cache_policy); },
             [](Token2WavOptions & o, const std::string & v) { o.cache_policy = parse_cache_policy(v); })
         .def_property(
-            "engine", [](const Token2WavOptions & o) { return engine_name(o.engine); },
-            [](Token2WavOptions & o, const std::string & v) { o.engine = parse_engine(v); })
+            "token2mel", [](const Token2WavOptions & o) { return token2mel_impl_name(o.token2mel); },
+            [](Token2WavOptions & o, const std::string & v) { o.token2mel = parse_token2mel_impl(v); })
         .def_readwrite("bf16", &Token2WavOptions::bf16)
         .def_readwrite("first_window_codes", &Token2WavOptions::first_window_codes);
     py::class_<Token2Wav>(m, "Token2Wav")
@@ -102,7 +102,7 @@ void register_token2wav(py::module_ & m) {
         .def_property_readonly("threads", &Token2Wav::threads)
         .def_property_readonly("finished", &Token2Wav::finished)
         .def_property_readonly("cache_policy", [](const Token2Wav & t) { return cache_policy_name(t.cache_policy()); })
-        .def_property_readonly("engine", [](const Token2Wav & t) { return engine_name(t.engine()); })
+        .def_property_readonly("token2mel", [](const Token2Wav & t) { return token2mel_impl_name(t.token2mel()); })
         .def_property_readonly("bf16", &Token2Wav::bf16)
         .def_property_readonly("last_timings", [](const Token2Wav & t) { return timings_dict(t.last_timings()); })
         .def_property_readonly("total_timings", [](const Token2Wav & t) { return timings_dict(t.total_timings()); });

@@ -133,7 +133,7 @@ struct ConformerEncoder::Impl : GraphModule {
 };
 
 ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Backend> backend,
-                                   std::shared_ptr<ThreadPool> pool, Engine engine, bool bf16)
+                                   std::shared_ptr<ThreadPool> pool, Token2MelImpl token2mel, bool bf16)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     GgufFile g(path);
@@ -149,9 +149,10 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
     d.blocks = count_layers(g, "encoders.");
     d.up_blocks = count_layers(g, "up_encoders.");
     if (d.heads * d.d_head != d.d || d.blocks == 0) throw ModelFileError(path, "inconsistent conformer dimensions");
-    engine = resolve_engine(engine, backend->is_cpu());
-    if (bf16 && engine != Engine::Native) throw InvalidArgument("bf16 needs the native CPU engine");
-    if (engine == Engine::Native) {
+    token2mel = resolve_token2mel_impl(token2mel, backend->is_cpu());
+    if (bf16 && token2mel != Token2MelImpl::Native)
+        throw InvalidArgument("bf16 needs the native CPU code (token2mel='native')");
+    if (token2mel == Token2MelImpl::Native) {
         if (!pool) pool = std::make_shared<ThreadPool>(std::max(1, backend->threads()));
         m.native = std::make_unique<ConformerCpu>(g, d, std::move(pool), bf16);
         m.backend = std::move(backend);
@@ -193,7 +194,9 @@ ConformerEncoder::ConformerEncoder(const std::string & path, std::shared_ptr<Bac
 ConformerEncoder::~ConformerEncoder() = default;
 
 const ConformerDims & ConformerEncoder::dims() const { return impl_->d; }
-Engine ConformerEncoder::engine() const { return impl_->native ? Engine::Native : Engine::Graph; }
+Token2MelImpl ConformerEncoder::token2mel() const {
+    return impl_->native ? Token2MelImpl::Native : Token2MelImpl::Graph;
+}
 size_t ConformerEncoder::weight_bytes() const {
     return impl_->native ? impl_->native->weight_bytes() : impl_->w.bytes();
 }

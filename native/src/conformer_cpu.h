@@ -1,4 +1,4 @@
-// The Token2Wav conformer encoder computed natively on the CPU (Engine::Native): the arithmetic
+// The Token2Wav conformer encoder computed natively on the CPU (token2mel "native"): the arithmetic
 // of the ggml graph in conformer.cpp on packed direct-convolution kernels and the shared pool,
 // eight fork-joins per layer.
 #pragma once

@@ -116,7 +116,7 @@ std::vector<float> frames_to_channels(const std::vector<float> & o, int B, int T
 
 struct DitEstimator::Impl : GraphModule {
     DitDims d;
-    Engine engine = Engine::Graph;
+    Token2MelImpl token2mel = Token2MelImpl::Graph;
     std::unique_ptr<DitCpu> native;
     Impl() : GraphModule("dit", 4096) {}
 
@@ -317,11 +317,12 @@ ggml_tensor * DitEstimator::Impl::conv_cache_view(ggml_context * ctx, const Call
     return ggml_view_3d(ctx, cc, d.hidden, 2, c.B, cc->nb[1], cc->nb[3], i * cc->nb[2] + off);
 }
 
-DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads, Engine engine, bool bf16)
-    : DitEstimator(path, std::make_shared<Backend>(device, threads), nullptr, engine, bf16) {}
+DitEstimator::DitEstimator(const std::string & path, const std::string & device, int threads, Token2MelImpl token2mel,
+                           bool bf16)
+    : DitEstimator(path, std::make_shared<Backend>(device, threads), nullptr, token2mel, bf16) {}
 
 DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> backend, std::shared_ptr<ThreadPool> pool,
-                           Engine engine, bool bf16)
+                           Token2MelImpl token2mel, bool bf16)
     : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     GgufFile g(path);
@@ -337,9 +338,10 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
     d.mlp = static_cast<int>(g.tensor("estimator.blocks.0.mlp.fc1.weight").ne[1]);
     const int h = d.hidden, inner = d.heads * d.head_dim;
     if (d.depth == 0 || inner <= 0) throw ModelFileError(path, "no estimator blocks found");
-    m.engine = resolve_engine(engine, backend->is_cpu());
-    if (bf16 && m.engine != Engine::Native) throw InvalidArgument("bf16 needs the native CPU engine");
-    if (m.engine == Engine::Native) {
+    m.token2mel = resolve_token2mel_impl(token2mel, backend->is_cpu());
+    if (bf16 && m.token2mel != Token2MelImpl::Native)
+        throw InvalidArgument("bf16 needs the native CPU code (token2mel='native')");
+    if (m.token2mel == Token2MelImpl::Native) {
         if (!pool) pool = std::make_shared<ThreadPool>(std::max(1, backend->threads()));
         m.native = std::make_unique<DitCpu>(g, d, std::move(pool), bf16);
         m.backend = std::move(backend);  // holds the resident caches; no graph weights
@@ -375,7 +377,7 @@ DitEstimator::DitEstimator(const std::string & path, std::shared_ptr<Backend> ba
 DitEstimator::~DitEstimator() = default;
 
 const DitDims & DitEstimator::dims() const { return impl_->d; }
-Engine DitEstimator::engine() const { return impl_->engine; }
+Token2MelImpl DitEstimator::token2mel() const { return impl_->token2mel; }
 const DeviceInfo & DitEstimator::device() const { return impl_->backend->device(); }
 size_t DitEstimator::weight_bytes() const { return impl_->native ? impl_->native->weight_bytes() : impl_->w.bytes(); }
 

@@ -1,4 +1,4 @@
-// The DiT estimator computed natively on the CPU (Engine::Native): the same arithmetic as the
+// The DiT estimator computed natively on the CPU (token2mel "native"): the same arithmetic as the
 // ggml graph in dit.cpp, on packed direct-convolution kernels and a shared work-sharing pool,
 // with the CFG pair as one batch of columns. Per block 9 fork-joins (the graph: ~100 nodes).
 // The adaLN modulation depends on t only, so it is computed once per distinct t and reused

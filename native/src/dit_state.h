@@ -1,5 +1,5 @@
 // The estimator's streaming caches as they live next to the compute (device tensors, or host
-// memory on the CPU), shared by the ggml graph and the native CPU engine.
+// memory on the CPU), shared by the ggml graph and the native CPU code.
 #pragma once
 
 #include <ggml-backend.h>

@@ -1,5 +1,5 @@
 // Direct convolution on the CPU with weights packed once at load: the CPU compute core of the
-// vocoder and of the native Token2Mel engine (docs/performance.md, "Direct convolution").
+// vocoder and of the native Token2Mel (docs/performance.md, "Direct convolution").
 //
 // Activations are rows [channels][ld] with the time (or frame) axis contiguous. A stride-1
 // convolution y[o][t] = b[o] + sum_{i,kk} w[o][i][kk] x[i][t + kk*dilation - pad] is computed

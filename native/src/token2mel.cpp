@@ -98,18 +98,18 @@ void flow_steps(DitEstimator & dit, std::vector<float> & x, const std::vector<fl
 
 }  // namespace
 
-Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int threads, int n_steps, Engine engine,
-                     bool bf16)
+Token2Mel::Token2Mel(const std::string & dir, const std::string & device, int threads, int n_steps,
+                     Token2MelImpl token2mel, bool bf16)
     : n_steps_(n_steps) {
     if (n_steps < 1 || n_steps > 100) throw InvalidArgument("steps must be in 1..100, got " + std::to_string(n_steps));
     backend_ = std::make_shared<Backend>(device, threads);
-    engine = resolve_engine(engine, backend_->is_cpu());
-    if (engine == Engine::Native) pool_ = std::make_shared<ThreadPool>(std::max(1, threads));
+    token2mel = resolve_token2mel_impl(token2mel, backend_->is_cpu());
+    if (token2mel == Token2MelImpl::Native) pool_ = std::make_shared<ThreadPool>(std::max(1, threads));
     encoder_ =
-        std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
+        std::make_unique<ConformerEncoder>(dir + "/encoder.gguf", backend_, pool_, token2mel, bf16 && pool_ != nullptr);
     // BF16 applies where the CPU computes; an accelerator keeps its graphs as they are.
-    dit_ =
-        std::make_unique<DitEstimator>(dir + "/flow_matching.gguf", backend_, pool_, engine, bf16 && pool_ != nullptr);
+    dit_ = std::make_unique<DitEstimator>(dir + "/flow_matching.gguf", backend_, pool_, token2mel,
+                                          bf16 && pool_ != nullptr);
     d_ = encoder_->dims().d;
     if (encoder_->dims().in != d_)
         throw ModelFileError(dir + "/encoder.gguf", "encoder input and output widths differ");

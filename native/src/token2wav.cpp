@@ -67,8 +67,8 @@ Token2Wav::Token2Wav(const std::string & dir, const Token2WavOptions & options) 
         throw InvalidArgument("first_window_codes must be in " + std::to_string(kMinFirstWindow) + ".." +
                               std::to_string(kHop) + ", got " + std::to_string(options.first_window_codes));
     }
-    t2m_ =
-        std::make_shared<Token2Mel>(dir, options.device, options.threads, options.steps, options.engine, options.bf16);
+    t2m_ = std::make_shared<Token2Mel>(dir, options.device, options.threads, options.steps, options.token2mel,
+                                       options.bf16);
     vocoder_ = std::make_shared<HiftVocoder>(dir + "/hifigan2.gguf", options.threads, options.cpus, options.bf16);
     voice_ = load_voice(dir, options, *t2m_);
     reset();

@@ -1,4 +1,4 @@
-"""Streaming conformer encoder parity (ggml graph and native CPU engine) with the reference
+"""Streaming conformer encoder parity (ggml graph and native CPU code) with the reference
 UpsampleConformerEncoderV2."""
 
 import numpy as np
@@ -41,20 +41,20 @@ def _stream(model, enc, chunks):
         cache_t, cache_o = (cnn, att), (ocnn, oatt)
 
 
-@pytest.mark.parametrize("engine", ["graph", "native"])
-def test_streaming_chunks_match_reference(tiny_dir, engine):
+@pytest.mark.parametrize("token2mel", ["graph", "native"])
+def test_streaming_chunks_match_reference(tiny_dir, token2mel):
     path = str(tiny_dir / "token2wav-gguf" / "encoder.gguf")
-    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2, engine=engine)
-    assert enc.engine == engine
+    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2, token2mel=token2mel)
+    assert enc.token2mel == token2mel
     assert (enc.dims.d, enc.dims.blocks, enc.dims.up_blocks) == (64, 2, 2)
     rng = np.random.default_rng(0)
     chunks = [rng.standard_normal((n, 64)).astype(np.float32) for n in (28, 28, 28, 11)]
     _stream(model, enc, chunks)
 
 
-def test_native_engine_on_every_kernel_set(tiny_dir, cpu_isa):
+def test_native_token2mel_on_every_kernel_set(tiny_dir, cpu_isa):
     path = str(tiny_dir / "token2wav-gguf" / "encoder.gguf")
-    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2, engine="native")
+    model, enc = ref.build_encoder(path), core.internal.ConformerEncoder(path, "cpu", 2, token2mel="native")
     rng = np.random.default_rng(1)
     _stream(model, enc, [rng.standard_normal((n, 64)).astype(np.float32) for n in (28, 28, 5)])
 
@@ -85,8 +85,8 @@ def test_real_dimensions(tmp_path):
     modelgen.write_file(f, tmp_path, ms.preset("real"), ms.build_vocab(False), seed=0)
     path = str(tmp_path / f.relpath)
     model = ref.build_encoder(path)
-    for engine in ("graph", "native"):
-        enc = core.internal.ConformerEncoder(path, "cpu", 2, engine=engine)
+    for token2mel in ("graph", "native"):
+        enc = core.internal.ConformerEncoder(path, "cpu", 2, token2mel=token2mel)
         assert (enc.dims.d, enc.dims.heads, enc.dims.blocks, enc.dims.up_blocks) == (512, 8, 6, 4)
         rng = np.random.default_rng(1)
         _stream(model, enc, [rng.standard_normal((n, 512)).astype(np.float32) for n in (28, 28, 7)])

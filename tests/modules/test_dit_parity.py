@@ -1,5 +1,5 @@
-"""DiT estimator parity with the PyTorch reference on the same random weights, for both engines: the
-ggml graph (what every device runs) and the native CPU engine."""
+"""DiT estimator parity with the PyTorch reference on the same random weights, for both Token2Mel
+implementations (``token2mel``): the ggml graph (what every device runs) and the native CPU code."""
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from llama_omni_py.modelset import generate as modelgen
 from llama_omni_py.modelset import spec as ms
 
 TOL = 1e-4
-ENGINES = ["graph", "native"]
+TOKEN2MEL = ["graph", "native"]
 
 
 def _inputs(batch, frames, seed):
@@ -48,67 +48,67 @@ def tiny_dit(tiny_dir):
     return path, ref.build_dit(path)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("token2mel", TOKEN2MEL)
 @pytest.mark.parametrize("batch,frames", [(1, 1), (2, 28), (2, 50), (2, 150)])
-def test_estimator_matches_reference(tiny_dit, batch, frames, engine):
+def test_estimator_matches_reference(tiny_dit, batch, frames, token2mel):
     path, model = tiny_dit
-    est = core.internal.DitEstimator(path, "cpu", 2, engine=engine)
-    assert est.engine == engine
+    est = core.internal.DitEstimator(path, "cpu", 2, token2mel=token2mel)
+    assert est.token2mel == token2mel
     d = est.dims
     assert (d.hidden, d.heads, d.head_dim, d.depth, d.mlp) == (64, 2, 32, 2, 256)
     inputs = _inputs(batch, frames, seed=frames)
     _check(est.forward(*inputs), _reference(model, *inputs))
 
 
-def test_native_engine_on_every_kernel_set(tiny_dit, cpu_isa):
+def test_native_token2mel_on_every_kernel_set(tiny_dit, cpu_isa):
     path, model = tiny_dit
-    est = core.internal.DitEstimator(path, "cpu", 2, engine="native")
+    est = core.internal.DitEstimator(path, "cpu", 2, token2mel="native")
     inputs = _inputs(2, 50, seed=5)
     _check(est.forward(*inputs), _reference(model, *inputs))
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_cfg_batch_rows_are_independent(tiny_dit, engine):
+@pytest.mark.parametrize("token2mel", TOKEN2MEL)
+def test_cfg_batch_rows_are_independent(tiny_dit, token2mel):
     # Batch doubling for CFG must not mix rows: row 0 of a batch of 2 equals a batch of 1.
     path, _ = tiny_dit
-    est = core.internal.DitEstimator(path, "cpu", 1, engine=engine)
+    est = core.internal.DitEstimator(path, "cpu", 1, token2mel=token2mel)
     x, mu, t, spks, cond = _inputs(2, 30, seed=9)
     both = est.forward(x, mu, t, spks, cond)
     one = est.forward(x[:1], mu[:1], t[:1], spks[:1], cond[:1])
     np.testing.assert_allclose(both[0], one[0], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_deterministic_across_threads(tiny_dit, engine):
+@pytest.mark.parametrize("token2mel", TOKEN2MEL)
+def test_deterministic_across_threads(tiny_dit, token2mel):
     path, _ = tiny_dit
     inputs = _inputs(2, 50, seed=3)
-    a = core.internal.DitEstimator(path, "cpu", 1, engine=engine).forward(*inputs)
-    b = core.internal.DitEstimator(path, "cpu", 2, engine=engine).forward(*inputs)
-    c = core.internal.DitEstimator(path, "cpu", 3, engine=engine).forward(*inputs)
+    a = core.internal.DitEstimator(path, "cpu", 1, token2mel=token2mel).forward(*inputs)
+    b = core.internal.DitEstimator(path, "cpu", 2, token2mel=token2mel).forward(*inputs)
+    c = core.internal.DitEstimator(path, "cpu", 3, token2mel=token2mel).forward(*inputs)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, c)
 
 
 def test_a_full_modulation_cache_keeps_every_item_of_a_batch(tiny_dit):
-    # The native engine keeps the adaLN modulation of up to 64 flow times. A batch whose distinct
+    # The native code keeps the adaLN modulation of up to 64 flow times. A batch whose distinct
     # times overflow it must still see each item's own modulation, as a fresh estimator does.
     path, _ = tiny_dit
-    warm = core.internal.DitEstimator(path, "cpu", 1, engine="native")
+    warm = core.internal.DitEstimator(path, "cpu", 1, token2mel="native")
     for i in range(63):
         x, mu, _, spks, cond = _inputs(1, 4, seed=100 + i)
         warm.forward(x, mu, np.array([i / 64], np.float32), spks, cond)
     inputs = _inputs(16, 6, seed=7)  # 16 distinct times the cache has not seen
-    fresh = core.internal.DitEstimator(path, "cpu", 1, engine="native").forward(*inputs)
+    fresh = core.internal.DitEstimator(path, "cpu", 1, token2mel="native").forward(*inputs)
     np.testing.assert_array_equal(warm.forward(*inputs), fresh)
 
 
-def test_engine_choice(tiny_dit):
+def test_token2mel_choice(tiny_dit):
     path, _ = tiny_dit
-    assert core.internal.DitEstimator(path, "cpu", 1).engine == "native"  # auto on the CPU
-    with pytest.raises(InvalidArgumentError, match="engine"):
-        core.internal.DitEstimator(path, "cpu", 1, engine="fast")
+    assert core.internal.DitEstimator(path, "cpu", 1).token2mel == "native"  # auto on the CPU
+    with pytest.raises(InvalidArgumentError, match="token2mel"):
+        core.internal.DitEstimator(path, "cpu", 1, token2mel="fast")
     with pytest.raises(InvalidArgumentError, match="bf16 needs the native"):
-        core.internal.DitEstimator(path, "cpu", 1, engine="graph", bf16=True)
+        core.internal.DitEstimator(path, "cpu", 1, token2mel="graph", bf16=True)
 
 
 def test_bad_input(tiny_dit, tiny_dir):
@@ -133,7 +133,7 @@ def test_real_dimensions(tmp_path):
     model = ref.build_dit(path)
     inputs = _inputs(2, 50, seed=4)
     want = _reference(model, *inputs)
-    for engine in ENGINES:
-        est = core.internal.DitEstimator(path, "cpu", 2, engine=engine)
+    for token2mel in TOKEN2MEL:
+        est = core.internal.DitEstimator(path, "cpu", 2, token2mel=token2mel)
         assert (est.dims.hidden, est.dims.heads, est.dims.depth) == (512, 8, 16)
         _check(est.forward(*inputs), want)

@@ -15,7 +15,7 @@ PAIRS = [
     (LlmSampling, core.SamplingOptions, set()),
     (TtsSampling, core.TtsSamplerOptions, set()),
     # cache_policy None is "the session's fidelity"; on its own it resolves to the core's default
-    (Token2WavConfig, core.Token2WavOptions, {"threads", "cpus", "cache_policy"}),  # token2mel: the struct's engine
+    (Token2WavConfig, core.Token2WavOptions, {"threads", "cpus", "cache_policy"}),
 ]
 
 
@@ -52,7 +52,7 @@ def test_to_native_carries_every_field():
     assert (t.temperature, t.repetition_penalty, t.top_p) == pytest.approx((0.5, 1.5, 0.6))
     c = Token2WavConfig(steps=7, threads=1, temperature=0.5, seed=3, cache_policy="reference", token2mel="graph")
     o = token2wav.to_native(c, "cpu")
-    assert (o.device, o.steps, o.threads, o.cpus, o.seed, o.cache_policy, o.engine, o.bf16) == (
+    assert (o.device, o.steps, o.threads, o.cpus, o.seed, o.cache_policy, o.token2mel, o.bf16) == (
         "cpu",
         7,
         1,
@@ -66,4 +66,4 @@ def test_to_native_carries_every_field():
 
 
 def test_the_token2mel_default_is_the_cores():
-    assert core.Token2WavOptions().engine == Token2WavConfig().token2mel
+    assert core.Token2WavOptions().token2mel == Token2WavConfig().token2mel

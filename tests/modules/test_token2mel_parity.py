@@ -1,4 +1,4 @@
-"""Streaming Token2Mel (encoder + CFM over the DiT; ggml graphs and the native CPU engine) vs the
+"""Streaming Token2Mel (encoder + CFM over the DiT; ggml graphs and the native CPU code) vs the
 reference flow: setup_cache on a prompt, then inference_chunk windows and the last chunk, with the
 reference's fixed noise."""
 
@@ -15,9 +15,9 @@ from llama_omni_py.modelset import spec as ms
 TOL = 1e-4
 
 
-def _run(t2w_dir, steps, windows, prompt_tokens=10, seed=0, engine="auto"):
+def _run(t2w_dir, steps, windows, prompt_tokens=10, seed=0, token2mel="auto"):
     flow = ref.build_flow(t2w_dir, steps)
-    t2m = core.internal.Token2Mel(t2w_dir, "cpu", 2, steps, engine=engine)
+    t2m = core.internal.Token2Mel(t2w_dir, "cpu", 2, steps, token2mel=token2mel)
     cache = core.internal.Token2MelCache()
     rng = np.random.default_rng(seed)
     spk = rng.standard_normal(192).astype(np.float32)
@@ -61,14 +61,19 @@ def _run(t2w_dir, steps, windows, prompt_tokens=10, seed=0, engine="auto"):
     assert cache.estimator_frames == off
 
 
-@pytest.mark.parametrize("engine", ["graph", "native"])
+@pytest.mark.parametrize("token2mel", ["graph", "native"])
 @pytest.mark.parametrize("steps", [5, 10])
-def test_streaming_matches_reference(tiny_dir, steps, engine):
-    _run(str(tiny_dir / "token2wav-gguf"), steps, [(28, False), (28, False), (28, False), (13, True)], engine=engine)
+def test_streaming_matches_reference(tiny_dir, steps, token2mel):
+    _run(
+        str(tiny_dir / "token2wav-gguf"),
+        steps,
+        [(28, False), (28, False), (28, False), (13, True)],
+        token2mel=token2mel,
+    )
 
 
-def test_native_engine_on_every_kernel_set(tiny_dir, cpu_isa):
-    _run(str(tiny_dir / "token2wav-gguf"), 5, [(28, False), (13, True)], engine="native")
+def test_native_token2mel_on_every_kernel_set(tiny_dir, cpu_isa):
+    _run(str(tiny_dir / "token2wav-gguf"), 5, [(28, False), (13, True)], token2mel="native")
 
 
 def test_seeded_noise_is_reproducible_and_per_stream(tiny_dir):
@@ -101,5 +106,5 @@ def test_real_dimensions(tmp_path):
     for key in ("token2wav.encoder", "token2wav.flow_matching", "token2wav.flow_extra"):
         f = next(f for f in ms.FILES if f.key == key)
         modelgen.write_file(f, tmp_path, ms.preset("real"), ms.build_vocab(False), seed=0)
-    for engine in ("graph", "native"):
-        _run(str(tmp_path / "token2wav-gguf"), 5, [(28, False), (13, True)], engine=engine)
+    for token2mel in ("graph", "native"):
+        _run(str(tmp_path / "token2wav-gguf"), 5, [(28, False), (13, True)], token2mel=token2mel)

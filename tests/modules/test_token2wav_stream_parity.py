@@ -46,10 +46,10 @@ def _reference(t2w_dir, policy="reference", steps=5):
     return POLICIES[policy](flow, hift_ref.build(f"{t2w_dir}/hifigan2.gguf"), cache, spk, steps)
 
 
-def _ours(t2w_dir, policy, tokens, pieces=25, engine="auto"):
+def _ours(t2w_dir, policy, tokens, pieces=25, token2mel="auto"):
     """Our stream fed `pieces` tokens per push, then the final flush; one array per push. One
     thread: results do not depend on it (see below), and it stays fast on a busy machine."""
-    t = native(t2w_dir, temperature=0.0, cache_policy=policy, token2mel=engine)
+    t = native(t2w_dir, temperature=0.0, cache_policy=policy, token2mel=token2mel)
     n_full = len(tokens) // pieces * pieces
     got = [t.push(tokens[i : i + pieces]) for i in range(0, n_full, pieces)]
     got.append(t.push(tokens[n_full:], final=True))
@@ -58,7 +58,7 @@ def _ours(t2w_dir, policy, tokens, pieces=25, engine="auto"):
 
 def _assert_close(got, want, rms_tol=1e-5, max_tol=3e-4):
     """Audio after Token2Mel, the vocoder and the streaming caches: the RMS of the difference
-    stays near float rounding (measured 2.4e-6..3.2e-6 x the audio's RMS per window, both engines
+    stays near float rounding (measured 2.4e-6..3.2e-6 x the audio's RMS per window, both token2mel
     and policies, AVX2 kernels), and no sample strays far (the largest of 24000 differences is
     20-40 x their RMS: 4e-5..1.1e-4 x the audio's RMS). A bound on the maximum alone sat within
     10 % of what one CPU's rounding gives, so it failed on another."""
@@ -73,13 +73,13 @@ def _assert_close(got, want, rms_tol=1e-5, max_tol=3e-4):
         )
 
 
-@pytest.mark.parametrize("engine", ["graph", "native"])
+@pytest.mark.parametrize("token2mel", ["graph", "native"])
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("tail", [11, 24])  # final windows of 14 and 27 tokens
-def test_stream_matches_its_restatement(t2w_dir, policy, tail, engine):
+def test_stream_matches_its_restatement(t2w_dir, policy, tail, token2mel):
     # 9 full windows, so both caches pass their bounds and slide (the tiny prompt is 20 frames).
     tokens = np.random.default_rng(tail).integers(0, 6561, 25 * 9 + tail).astype(np.int32)
-    got = _ours(t2w_dir, policy, tokens, engine=engine)
+    got = _ours(t2w_dir, policy, tokens, token2mel=token2mel)
     want = stream_all(_reference(t2w_dir, policy), tokens)
     assert [len(g) for g in got] == [20160] + [24000] * 8 + [len(want[-1])]
     _assert_close(got, want)
@@ -118,13 +118,13 @@ def test_cache_policy_is_checked(t2w_dir):
     assert core.Token2Wav(t2w_dir, options).cache_policy == "llama.cpp-omni"
 
 
-@pytest.mark.parametrize("engine", ["graph", "native"])
-def test_determinism_across_runs_and_threads(t2w_dir, engine):
+@pytest.mark.parametrize("token2mel", ["graph", "native"])
+def test_determinism_across_runs_and_threads(t2w_dir, token2mel):
     tokens = np.random.default_rng(1).integers(0, 6561, 80).astype(np.int32)
 
     def run(threads):
-        t = native(t2w_dir, threads=threads, token2mel=engine)
-        assert t.engine == engine
+        t = native(t2w_dir, threads=threads, token2mel=token2mel)
+        assert t.token2mel == token2mel
         out = [t.push(tokens[:50]), t.push(tokens[50:], final=True)]
         return np.concatenate(out)
 
@@ -198,8 +198,8 @@ def test_stream_matches_its_restatement_at_real_dimensions(real_t2w_dir, policy)
     _assert_close([np.concatenate(got)], [np.concatenate(want)])
 
 
-@pytest.mark.parametrize("engine", ["graph", "native"])
-def test_split_halves_give_the_same_audio(t2w_dir, engine):
+@pytest.mark.parametrize("token2mel", ["graph", "native"])
+def test_split_halves_give_the_same_audio(t2w_dir, token2mel):
     # push == vocode(push_mel) window by window, flush likewise, with the vocoder of earlier
     # windows running on another thread while Token2Mel makes the next (as the pipeline does).
     import queue
@@ -212,7 +212,7 @@ def test_split_halves_give_the_same_audio(t2w_dir, engine):
     calls += [("flush", None, False), ("push", tokens[100:], True)]
 
     def stream():
-        return native(t2w_dir, threads=2, token2mel=engine)
+        return native(t2w_dir, threads=2, token2mel=token2mel)
 
     ref = stream()
     want = [ref.flush() if kind == "flush" else ref.push(codes, final) for kind, codes, final in calls]

@@ -1,5 +1,5 @@
 // The upsampling conformer encoder of Token2Wav (docs/model-files.md) as a ggml graph (or on the
-// native CPU engine, conformer_cpu.cpp), in its streaming form: pre-lookahead conv (3 tokens of look-ahead) -> N rel-pos conformer blocks at
+// native CPU code, conformer_cpu.cpp), in its streaming form: pre-lookahead conv (3 tokens of look-ahead) -> N rel-pos conformer blocks at
 // the token rate -> nearest x2 upsample + conv -> M blocks at the mel rate -> LayerNorm.
 //
 // Host layouts (batch 1): xs (frames, in); caches as in prompt_cache.gguf: cnn (6, d) = 2 frames
@@ -8,7 +8,7 @@
 #pragma once
 
 #include "omni/backend.h"
-#include "omni/engine.h"
+#include "omni/token2mel_impl.h"
 #include "omni/threadpool.h"
 
 #include <memory>
@@ -31,16 +31,17 @@ struct ConformerChunk {
 
 class ConformerEncoder {
 public:
-    // engine / pool / bf16: as DitEstimator (the native engine shares Token2Mel's pool).
+    // token2mel / pool / bf16: as DitEstimator (the native code shares Token2Mel's pool).
     ConformerEncoder(const std::string & encoder_gguf, std::shared_ptr<Backend> backend,
-                     std::shared_ptr<ThreadPool> pool = nullptr, Engine engine = Engine::Auto, bool bf16 = false);
+                     std::shared_ptr<ThreadPool> pool = nullptr, Token2MelImpl token2mel = Token2MelImpl::Auto,
+                     bool bf16 = false);
     ~ConformerEncoder();
     ConformerEncoder(const ConformerEncoder &) = delete;
     ConformerEncoder & operator=(const ConformerEncoder &) = delete;
 
     const ConformerDims & dims() const;
-    Engine engine() const;
-    // Bytes of the weights: the device buffer of the graph, or the native engine's packed copies.
+    Token2MelImpl token2mel() const;
+    // Bytes of the weights: the device buffer of the graph, or the native code's packed copies.
     size_t weight_bytes() const;
 
     // xs: (frames, in) token embeddings incl. 3 look-ahead tokens (not on the last chunk).

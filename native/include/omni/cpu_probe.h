@@ -15,7 +15,7 @@ std::string blas_description();
 double sgemm_gflops(int threads, int m, int n, int k, int reps);
 
 // Measured GFLOP/s of the packed direct-convolution kernel (the vocoder's and the native
-// Token2Mel engine's) on one conv of `out` x `in` channels, k taps, n output columns, over a
+// Token2Mel's) on one conv of `out` x `in` channels, k taps, n output columns, over a
 // pool of `threads`; bf16 uses the BF16 kernel. route: "auto" (as the active kernel set runs
 // convolutions), "tiles" (its register tiles) or "sgemm" (im2col + the BLAS's sgemm).
 double conv_gflops(int threads, int out, int in, int k, int n, int reps, bool bf16, const std::string & route = "auto");

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "omni/backend.h"
-#include "omni/engine.h"
+#include "omni/token2mel_impl.h"
 #include "omni/threadpool.h"
 
 #include <memory>
@@ -43,21 +43,22 @@ std::vector<float> keep_head_tail(const std::vector<float> & v, size_t slabs, in
 class DitEstimator {
 public:
     // device: "cpu", "cuda:0", "cann:0", ...; threads applies to the CPU backend (and the native
-    // engine's pool). engine: see omni/engine.h; bf16 (native engine only) runs its linear
-    // layers and convolutions in BF16.
+    // code's pool). token2mel: graphs or native CPU code (omni/token2mel_impl.h); bf16 (native
+    // only) runs its linear layers and convolutions in BF16.
     DitEstimator(const std::string & flow_matching_gguf, const std::string & device, int threads,
-                 Engine engine = Engine::Auto, bool bf16 = false);
-    // pool: the native engine's workers (shared with the conformer); null makes one.
+                 Token2MelImpl token2mel = Token2MelImpl::Auto, bool bf16 = false);
+    // pool: the native code's workers (shared with the conformer); null makes one.
     DitEstimator(const std::string & flow_matching_gguf, std::shared_ptr<Backend> backend,
-                 std::shared_ptr<ThreadPool> pool = nullptr, Engine engine = Engine::Auto, bool bf16 = false);
+                 std::shared_ptr<ThreadPool> pool = nullptr, Token2MelImpl token2mel = Token2MelImpl::Auto,
+                 bool bf16 = false);
     ~DitEstimator();
     DitEstimator(const DitEstimator &) = delete;
     DitEstimator & operator=(const DitEstimator &) = delete;
 
     const DitDims & dims() const;
-    Engine engine() const;
+    Token2MelImpl token2mel() const;
     const DeviceInfo & device() const;
-    // Bytes of the weights: the device buffer of the graphs, or the native engine's packed copies.
+    // Bytes of the weights: the device buffer of the graphs, or the native code's packed copies.
     size_t weight_bytes() const;
 
     // One estimator call without caches (full attention over the T frames).

@@ -35,15 +35,15 @@ public:
     static constexpr int kMel = 80, kSpk = 192, kVocab = 6561, kLookahead = 3;
     static constexpr float kCfgRate = 0.7f;
 
-    // token2wav_dir holds encoder.gguf, flow_matching.gguf and flow_extra.gguf. engine: graph or
-    // native CPU compute (omni/engine.h); bf16: the native engine's matmuls in BF16.
+    // token2wav_dir holds encoder.gguf, flow_matching.gguf and flow_extra.gguf. token2mel: graph
+    // or native CPU compute (omni/token2mel_impl.h); bf16: the native code's matmuls in BF16.
     Token2Mel(const std::string & token2wav_dir, const std::string & device, int threads, int n_steps,
-              Engine engine = Engine::Auto, bool bf16 = false);
+              Token2MelImpl token2mel = Token2MelImpl::Auto, bool bf16 = false);
     ~Token2Mel();
 
     int steps() const { return n_steps_; }
     const DeviceInfo & device() const { return backend_->device(); }
-    Engine engine() const { return dit_->engine(); }
+    Token2MelImpl token2mel() const { return dit_->token2mel(); }
     const ConformerDims & encoder_dims() const { return encoder_->dims(); }
     const DitDims & estimator_dims() const { return dit_->dims(); }
     // Bytes of the weights (encoder, estimator and the host-side tables).
@@ -54,7 +54,7 @@ public:
     // noise: (80, frames) initial noise or null (drawn from cache.rng as llama.cpp-omni does:
     // N(0,1) in channel-fastest order). Returns the mel (80, frames); updates `cache`.
     // Thread-safe: streams of a Token2Wav share one Token2Mel, each with its own cache; their
-    // chunks take turns (one backend, one engine pool, one graph allocator).
+    // chunks take turns (one backend, one native thread pool, one graph allocator).
     std::vector<float> chunk(const int32_t * tokens, int n, bool last_chunk, const float * spk, const float * cond,
                              const float * noise, float temperature, Token2MelCache & cache, int * frames_out);
 
@@ -64,7 +64,7 @@ public:
 private:
     std::mutex mutex_;  // one chunk (or cache upload) at a time: the backend is not reentrant
     std::shared_ptr<Backend> backend_;
-    std::shared_ptr<ThreadPool> pool_;  // the native engine's workers (null for graphs)
+    std::shared_ptr<ThreadPool> pool_;  // the native code's workers (null for graphs)
     std::unique_ptr<ConformerEncoder> encoder_;
     std::unique_ptr<DitEstimator> dit_;
     int n_steps_;

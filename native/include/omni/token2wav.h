@@ -52,8 +52,8 @@ struct Token2WavOptions {
     float temperature = 1.0f;
     uint32_t seed = 42;  // noise generator seed (llama.cpp-omni: 42)
     CachePolicy cache_policy = CachePolicy::LlamaCppOmni;
-    Engine engine = Engine::Auto;  // Token2Mel's compute on the CPU (omni/engine.h)
-    bool bf16 = false;  // BF16 matmuls in the vocoder and the native Token2Mel engine
+    Token2MelImpl token2mel = Token2MelImpl::Auto;  // Token2Mel's compute on the CPU (omni/token2mel_impl.h)
+    bool bf16 = false;  // BF16 matmuls in the vocoder and the native Token2Mel
     // Speech codes the stream's first window waits for (kMinFirstWindow..kHop): fewer make the
     // first audio sooner; that window runs as it is (no padding) and slides by this many.
     int first_window_codes = 25;
@@ -121,7 +121,7 @@ public:
     int threads() const { return vocoder_->threads(); }
     bool finished() const { return finished_; }
     CachePolicy cache_policy() const { return opt_.cache_policy; }
-    Engine engine() const { return t2m_->engine(); }
+    Token2MelImpl token2mel() const { return t2m_->token2mel(); }
     bool bf16() const { return opt_.bf16; }
 
 private:
