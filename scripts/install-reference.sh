@@ -11,7 +11,7 @@ python3 -m pip install -q --no-deps "minicpmo-utils==1.0.7"
 python3 -m pip install -q "decord==0.6.0" "librosa==0.11.0"
 # transformers 4.52 (minicpmo-utils pins <4.53): Qwen3 and LLaMA references for the LLM and TTS.
 python3 -m pip install -q "transformers==4.52.4"
-# Seed-TTS metrics (tests/unit/test_seedtts_metrics.py): funasr's paraformer with its filter-bank backend
+# Seed-TTS metrics (tests/eval/test_seedtts_metrics.py): funasr's paraformer with its filter-bank backend
 # (torchaudio is not installed), and s3prl's WavLM, the reference the speaker model's WavLM is
 # compared with (its own dependencies are not needed for that module).
 python3 -m pip install -q "funasr==1.4.16" "kaldi-native-fbank==1.23.0"

@@ -1,6 +1,7 @@
 """What runs without the native build: the package face, the gateway, the random-set generator and
-this whole folder, each in a fresh Python where ``llama_omni_py._core`` cannot be imported (and
-neither can it in any process those start: the blocker comes in through sitecustomize)."""
+the core-free tests (this whole folder and the gateway and evaluation tests listed in CORE_FREE),
+each in a fresh Python where ``llama_omni_py._core`` cannot be imported (and neither can it in any
+process those start: the blocker comes in through sitecustomize)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"
-THIS = "tests/unit/test_without_the_core.py::test_the_unit_folder_passes_without_the_core"
+# The tests that need neither the build nor an engine: unit/ (core-free by design) and the tests of
+# the gateway (on stand-in workers) and of the evaluation's pure pieces, which live with their
+# subjects' folders. A new core-free test outside unit/ is added here.
+CORE_FREE = (
+    "tests/unit",
+    "tests/gateway/test_gateway_failures.py",
+    "tests/gateway/test_gateway_limits.py",
+    "tests/gateway/test_gateway_slots.py",
+    "tests/gateway/test_pool.py",
+    "tests/eval/test_eval_extract.py",
+    "tests/eval/test_seedtts_metrics.py",
+)
+THIS = "tests/unit/test_without_the_core.py::test_the_core_free_tests_pass_without_the_core"
 
 
 def _no_core_env(tmp_path: Path) -> dict[str, str]:
@@ -45,7 +58,7 @@ def test_the_face_and_the_gateway_import_without_the_core(tmp_path):
         "import sys\n"
         "import llama_omni_py as omni\n"
         "import llama_omni_py.server.gateway as gw\n"
-        "assert omni.SessionConfig(max_new_tokens=8).split()[1].max_new_tokens == 8\n"
+        "assert omni.ReplyConfig(max_new_tokens=8).max_new_tokens == 8 and omni.EngineConfig().n_ctx > 0\n"
         "app = gw.build_app(gw.Gateway(gw.GatewayConfig(), []))\n"
         "assert 'llama_omni_py._core' not in sys.modules and 'llama_omni_py._native' not in sys.modules\n"
         "print('ok', type(app).__name__)\n"
@@ -68,9 +81,10 @@ def test_the_random_set_generator_runs_without_the_core(tmp_path):
     assert int(r.stdout) >= 8 and (tmp_path / "set" / "token2wav-gguf").is_dir()
 
 
-def test_the_unit_folder_passes_without_the_core(tmp_path):
+def test_the_core_free_tests_pass_without_the_core(tmp_path):
+    assert all((ROOT / p).exists() for p in CORE_FREE), [p for p in CORE_FREE if not (ROOT / p).exists()]
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "--deselect", THIS],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CORE_FREE, "--deselect", THIS],
         capture_output=True,
         text=True,
         env=_no_core_env(tmp_path),
