@@ -30,7 +30,7 @@ from llama_omni_py.modelset import spec as ms
 from llama_omni_py.modelset.layout import discover
 from llama_omni_py.modules.apm import AudioEncoder
 from llama_omni_py.modules.llm.model import LanguageModel
-from llama_omni_py.modules.llm.prompt import Prompt, turn_based_prompt
+from llama_omni_py.modules.llm.prompt import EncodedMessage, Prompt, turn_based_prompt
 from llama_omni_py.modules.tts import TtsModel
 from llama_omni_py.modules.vpm import ImageEncoder
 
@@ -189,13 +189,11 @@ class Ours:
         self.vpm = ImageEncoder(model_dir, threads=threads)
 
     def prompt(self, req: Request) -> Prompt:
-        return turn_based_prompt(
-            self.llm.model,
-            req.text,
-            reference_audio=self.apm.encode(req.ref_audio) if req.ref_audio is not None else None,
-            user_audio=[self.apm.encode(req.audio)] if req.audio is not None else [],
-            user_images=[self.vpm.encode(req.image)] if req.image is not None else [],
-        )
+        voice = self.apm.encode(req.ref_audio) if req.ref_audio is not None else None
+        audio = [("audio", self.apm.encode(req.audio))] if req.audio is not None else []
+        image = [("frame", self.vpm.encode(req.image))] if req.image is not None else []  # its overview block
+        text = [("text", req.text)] if req.text else []
+        return turn_based_prompt(self.llm.model, reference_audio=voice, user=EncodedMessage((*image, *audio, *text)))
 
     def reply(self, segments: list) -> list[int]:
         """Our greedy reply to their prompt, up to their length, the end token included."""

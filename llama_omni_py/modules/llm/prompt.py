@@ -6,12 +6,12 @@ same code serves the real vocabulary (ids 151643..) and the tiny test one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..._lazy import lazy
 from ...content import EncodedAudio
 from ...errors import InvalidArgumentError, ModelFileError
 from ...vision.placeholder import placeholder_parts
@@ -136,52 +136,117 @@ def join_of(message: EncodedMessage, style: str) -> str:
     return "" if message.omni else "\n"
 
 
-def legacy_message(user_text: str, user_audio: Sequence = (), user_images: Sequence = ()) -> EncodedMessage:
-    """The keyword layout: images (an ndarray is a video frame), then audio, then the text."""
-    parts = [("frame" if isinstance(im, np.ndarray) else "image", im) for im in user_images]
-    parts += [("audio", a) for a in user_audio]
-    if user_text:
-        parts.append(("text", user_text))
-    return EncodedMessage(tuple(parts))
+def _tokens(model, text: str, special: bool = True) -> tuple:
+    """``text`` as a token segment; client text is tokenized with ``special`` off, so it never
+    becomes control tokens."""
+    return ("tokens", list(model.tokenize(text, special)))
 
 
-def turn_based_prompt(
-    model,
-    user_text: str = "",
-    reference_audio: np.ndarray | None = None,
-    user_audio: Sequence[np.ndarray] = (),
-    user_images: Sequence = (),
-    *,
-    user: EncodedMessage | None = None,
-    system_prompt: str | None | bool = None,
-    history: Sequence[tuple] = (),
-    tts_template: bool = True,
-    style: str = "llama.cpp-omni",
-    image_layout: str | None = None,
-    image_ids: bool = True,
-) -> Prompt:
-    """System prompt (voice-clone wording with the reference-audio slot; its role text is
-    `system_prompt` when given, and False leaves the system turn out), earlier turns of `history`
-    ((role, text, EncodedAudio or EncodedMessage), role user or assistant), the user turn and
-    the assistant prefix: the speech one (ends in <|tts_bos|>) when `tts_template`, else the plain
-    one. The user turn is ``user`` (its parts in order), or -- the keyword form -- the images,
-    then the audio, then `user_text`. Embedding blocks must be (n, n_embd) of the LLM.
+def _embeddings(model, block) -> tuple:
+    """An embedding segment: a finite (n, n_embd) block of the LLM with n > 0."""
+    n_embd = model.info.n_embd_inp
+    emb = np.asarray(block, np.float32)
+    if emb.ndim != 2 or emb.shape[1] != n_embd or emb.shape[0] == 0 or not np.isfinite(emb).all():
+        raise InvalidArgumentError(f"an embedding block must be finite (n, {n_embd}), got {emb.shape}")
+    return ("embeddings", emb)
 
-    `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
-    for token as its turn-based pipeline does (the voice slot even without a voice, its second user
-    header, its shorter role text when the turn has an image); "reference" as the reference's chat
-    template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do. A
-    message's parts are joined as :func:`join_of` says.
 
-    An image is an :class:`~llama_omni_py.modules.vpm.EncodedImage` (overview and slices, laid out as
-    `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
-    layout has them); a frame one (n, n_embd) block (<image>..</image>, no id)."""
+def _media_segments(model, kind: str, media, image_layout: str, image_numbers: Iterator[int] | None) -> list:
+    """One media part of a message: a video frame (<image>..</image>, no id), an audio segment
+    (<|audio_start|>..<|audio_end|>, the slot left out when it has no rows) or an image, laid out
+    as ``image_layout`` says and numbered from ``image_numbers`` (None: no <image_id>)."""
+    if kind == "frame":
+        return [_tokens(model, "<image>"), _embeddings(model, media), _tokens(model, "</image>")]
+    if kind == "audio":
+        rows = np.asarray(media)
+        slot = [_embeddings(model, rows)] if rows.shape[0] else []
+        return [_tokens(model, "<|audio_start|>"), *slot, _tokens(model, "<|audio_end|>")]
+    image_id = next(image_numbers) if image_numbers is not None else None
+    layout = placeholder_parts(media.grid, image_layout, image_id)
+    return [_embeddings(model, media.blocks[p]) if isinstance(p, int) else _tokens(model, p) for p in layout]
+
+
+def message_body(
+    model, message: EncodedMessage, style: str, image_layout: str, image_numbers: Iterator[int] | None
+) -> list:
+    """A message's parts in order, joined as :func:`join_of` says; runs of text (and the joins
+    between them) are tokenized together, as client text, so a client cannot write control
+    tokens."""
+    join, out, text = join_of(message, style), [], []
+    for i, (kind, x) in enumerate(message.parts):
+        if i:
+            text.append(join)
+        if kind == "text":
+            text.append(x)
+            continue
+        if "".join(text):
+            out.append(_tokens(model, "".join(text), special=False))
+        text = []
+        out += _media_segments(model, kind, x, image_layout, image_numbers)
+    if "".join(text):
+        out.append(_tokens(model, "".join(text), special=False))
+    return out
+
+
+def system_turn(
+    model, system_prompt: str | None | bool, reference_audio: np.ndarray | None, style: str, has_images: bool
+) -> list:
+    """The system turn: the voice-clone instruction with the reference-audio slot, then the role
+    text (``system_prompt`` when given, as client text); False: no system turn. llama.cpp-omni
+    keeps the voice slot even without a voice and drops the identity sentence when the turn has
+    images; the reference writes its no-voice text instead of an empty slot. llama.cpp-omni's
+    turn-based server writes the first user header twice (docs/fidelity.md)."""
+    if system_prompt is False:
+        return []
+    lco = style in ("llama.cpp-omni", EVAL_CLI_STYLE)
+    if system_prompt is not None:
+        role = _tokens(model, system_prompt, special=False)
+    else:
+        role = _tokens(model, ROLE_CHAT + ("" if lco and has_images else ROLE_IDENTITY))
+    voice = [_embeddings(model, reference_audio)] if reference_audio is not None else []
+    if lco:
+        seg = [_tokens(model, f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>"), *voice]
+        seg += [_tokens(model, "<|audio_end|>"), role]
+    elif voice:
+        seg = [_tokens(model, f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>"), *voice]
+        seg += [_tokens(model, "<|audio_end|>\n"), role]
+    else:
+        seg = [_tokens(model, f"<|im_start|>system\n{NO_VOICE}\n"), role]
+    seg.append(_tokens(model, "<|im_end|>\n"))
+    if style == "llama.cpp-omni":
+        seg.append(_tokens(model, "<|im_start|>user\n"))
+    return seg
+
+
+def history_turns(
+    model, history: Sequence[tuple], style: str, image_layout: str, image_numbers: Iterator[int] | None
+) -> list:
+    """Earlier turns, each (role, text, EncodedAudio or EncodedMessage) in its own role's turn."""
+    seg: list = []
+    for who, content in history:
+        if isinstance(content, EncodedAudio):
+            content = EncodedMessage((("audio", content.embeddings),))
+        elif isinstance(content, str):
+            content = EncodedMessage((("text", content),))
+        body = message_body(model, content, style, image_layout, image_numbers)
+        seg += [_tokens(model, f"<|im_start|>{who}\n"), *body, _tokens(model, "<|im_end|>\n")]
+    return seg
+
+
+def assistant_opening(model, tts_template: bool, style: str) -> tuple:
+    """The assistant prefix: the speech one (ends in <|tts_bos|>) when ``tts_template``, else the
+    plain one; llama.cpp-omni's server opens a plain assistant turn without the empty thinking
+    block."""
+    if tts_template:
+        return _tokens(model, ASSISTANT_SPEECH_PREFIX)
+    return _tokens(model, ASSISTANT_PLAIN_PREFIX if style == "llama.cpp-omni" else ASSISTANT_TEXT_PREFIX)
+
+
+def _check_arguments(user, system_prompt, history: Sequence[tuple], style: str) -> None:
     if style not in LAYOUTS:
         raise InvalidArgumentError(f"style must be one of {LAYOUTS}, got {style!r}")
-    if user is None:
-        if not isinstance(user_text, str):
-            raise InvalidArgumentError("text must be a string")
-        user = legacy_message(user_text, user_audio, user_images)
+    if not isinstance(user, EncodedMessage):
+        raise InvalidArgumentError(f"user must be an EncodedMessage, got {type(user).__name__}")
     if system_prompt is not None and not isinstance(system_prompt, str) and system_prompt is not False:
         raise InvalidArgumentError("system_prompt must be a string, None or False")
     for turn in history:
@@ -195,78 +260,39 @@ def turn_based_prompt(
     if not user.text.strip() and not user.has_media:
         raise InvalidArgumentError("empty input: give text, audio or an image")
 
-    def tok(s: str, special: bool = True):
-        return ("tokens", list(model.tokenize(s, special)))
 
-    n_embd = model.info.n_embd_inp
+def turn_based_prompt(
+    model,
+    *,
+    reference_audio: np.ndarray | None = None,
+    user: EncodedMessage,
+    system_prompt: str | None | bool = None,
+    history: Sequence[tuple] = (),
+    tts_template: bool = True,
+    style: str = "llama.cpp-omni",
+    image_layout: str | None = None,
+    image_ids: bool = True,
+) -> Prompt:
+    """System prompt (voice-clone wording with the reference-audio slot; its role text is
+    `system_prompt` when given, and False leaves the system turn out), earlier turns of `history`
+    ((role, text, EncodedAudio or EncodedMessage), role user or assistant), the user turn
+    (``user``, its parts in order) and the assistant prefix: the speech one (ends in <|tts_bos|>)
+    when `tts_template`, else the plain one. Embedding blocks must be (n, n_embd) of the LLM.
 
-    def block(b) -> tuple:
-        emb = np.asarray(b, np.float32)
-        if emb.ndim != 2 or emb.shape[1] != n_embd or emb.shape[0] == 0 or not np.isfinite(emb).all():
-            raise InvalidArgumentError(f"an embedding block must be finite (n, {n_embd}), got {emb.shape}")
-        return ("embeddings", emb)
+    `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
+    for token as its turn-based pipeline does (the voice slot even without a voice, its second user
+    header, its shorter role text when the turn has an image); "reference" as the reference's chat
+    template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do. A
+    message's parts are joined as :func:`join_of` says.
 
-    numbered = [0]  # <image_id>s count the prompt's images
-
-    def body(message: EncodedMessage) -> list:
-        """A message's parts in order, joined; runs of text (and the newlines between them) are
-        tokenized together, as client text, so a client cannot write control tokens."""
-        join, out, text = join_of(message, style), [], []
-        for i, (kind, x) in enumerate(message.parts):
-            if i:
-                text.append(join)
-            if kind == "text":
-                text.append(x)
-                continue
-            if "".join(text):
-                out.append(tok("".join(text), special=False))
-            text = []
-            if kind == "frame":
-                out += [tok("<image>"), block(x), tok("</image>")]
-            elif kind == "audio":
-                rows = np.asarray(x)
-                out += [tok("<|audio_start|>"), *([block(rows)] if rows.shape[0] else []), tok("<|audio_end|>")]
-            else:
-                layout = placeholder_parts(x.grid, image_layout or style, numbered[0] if image_ids else None)
-                numbered[0] += 1
-                out += [block(x.blocks[p]) if isinstance(p, int) else tok(p) for p in layout]
-        if "".join(text):
-            out.append(tok("".join(text), special=False))
-        return out
-
-    cli = style == EVAL_CLI_STYLE
-    lco = style == "llama.cpp-omni" or cli
-    seg: list = []
-    if system_prompt is not False:
-        # client text never becomes control tokens
-        role = [tok(system_prompt, special=False)] if system_prompt is not None else []
-        if not role:
-            role = [tok(ROLE_CHAT + ("" if lco and user.has_images else ROLE_IDENTITY))]
-        if lco:  # the voice slot is there even when empty
-            seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>")]
-            seg += [block(reference_audio)] if reference_audio is not None else []
-            seg += [tok("<|audio_end|>"), *role]
-        elif reference_audio is not None:
-            seg = [tok(f"<|im_start|>system\n{VOICE_PREFIX}\n<|audio_start|>"), block(reference_audio)]
-            seg += [tok("<|audio_end|>\n"), *role]
-        else:
-            seg = [tok(f"<|im_start|>system\n{NO_VOICE}\n"), *role]
-        seg.append(tok("<|im_end|>\n"))
-        if lco and not cli:  # its turn-based server writes the first user header twice (docs/fidelity.md)
-            seg.append(tok("<|im_start|>user\n"))
-    for who, content in history:  # earlier turns, then the user turn opens
-        if isinstance(content, EncodedAudio):
-            content = EncodedMessage((("audio", content.embeddings),))
-        elif isinstance(content, str):
-            content = EncodedMessage((("text", content),))
-        seg += [tok(f"<|im_start|>{who}\n"), *body(content), tok("<|im_end|>\n")]
-    seg.append(tok("<|im_start|>user\n"))
-    seg += body(user)
-    if tts_template:
-        seg.append(tok(ASSISTANT_SPEECH_PREFIX))
-    else:  # llama.cpp-omni's server opens a plain assistant turn, without the empty thinking block
-        seg.append(tok(ASSISTANT_PLAIN_PREFIX if lco and not cli else ASSISTANT_TEXT_PREFIX))
+    An image is an :class:`~llama_omni_py.modules.vpm.EncodedImage` (overview and slices, laid out as
+    `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
+    layout has them); a frame one (n, n_embd) block (<image>..</image>, no id)."""
+    _check_arguments(user, system_prompt, history, style)
+    layout = image_layout or style
+    image_numbers = itertools.count() if image_ids else None  # <image_id>s count the prompt's images
+    seg = system_turn(model, system_prompt, reference_audio, style, user.has_images)
+    seg += history_turns(model, history, style, layout, image_numbers)
+    seg += [_tokens(model, "<|im_start|>user\n"), *message_body(model, user, style, layout, image_numbers)]
+    seg.append(assistant_opening(model, tts_template, style))
     return Prompt(seg)
-
-
-__getattr__, _ = lazy(__name__, {}, old={"simplex_speech_prompt": (__name__, "turn_based_prompt")})
