@@ -7,7 +7,6 @@ import argparse
 import itertools
 import sys
 
-from ..deprecation import warn_renamed
 from ..errors import ConfigError
 from ..modelset.hub_cli import add_model_arguments, resolve_model_args
 from . import prompts, summary
@@ -20,9 +19,19 @@ def _int_list(text: str) -> list[int | None]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BenchOptions()
+    _add_target_arguments(p, d)
+    _add_compared_arguments(p, d)
+    _add_round_arguments(p, d)
+    _add_output_arguments(p, d)
+    _add_duplex_arguments(p)
+    _add_load_arguments(p)
+
+
+def _add_target_arguments(p: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """The mode, and the model set and device it runs on."""
     p.add_argument(
         "--mode",
-        choices=("turn_based", "duplex", "load", "simplex"),  # simplex: turn_based's old name
+        choices=("turn_based", "duplex", "load"),
         default="turn_based",
         help="turn_based: the prompt set through OmniSession.stream; duplex: a full-duplex session fed one unit a "
         "second; load: N sessions at once, an engine of N slots against N single-slot workers",
@@ -31,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p, "default: the real-dimension random set, generated into the user cache on first use: 6.4 GB, about a minute"
     )
     p.add_argument("--device", default=d.device)
+
+
+def _add_compared_arguments(p: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """The comma lists turn_based compares (each combination is one configuration), and the prompts."""
     p.add_argument(
         "--t2w-threads",
         default="env",
@@ -50,8 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of auto,graph,native: which Token2Mel computes on the CPU (graph: ggml graphs; native: our "
         "CPU code)",
     )
-    p.add_argument("--t2w-engine", dest="token2mel", action=_OldName, new="--token2mel", help=argparse.SUPPRESS)
     p.add_argument("--prompts", default=",".join(d.prompts), help=f"comma list from {','.join(prompts.PROMPTS)}")
+
+
+def _add_round_arguments(p: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """How many rounds, and what each generates."""
     p.add_argument(
         "--repeats",
         type=int,
@@ -78,6 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"sampling seed (turn_based {d.seed}, duplex 42, load 0: session i: seed+i)",
     )
+
+
+def _add_output_arguments(p: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """Where the records go, what they hold, and which failed gates still exit 0."""
     p.add_argument("--out-dir", default=d.out_dir, help="one JSON file per configuration is written here")
     p.add_argument("--full-hash", action="store_true", help="sha256 of whole model files (default: size + first MiB)")
     p.add_argument("--tag", default="", help="prefix of the run labels and file names")
@@ -86,6 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 0 when only the realtime gate (Token2Wav queue wait) fails, e.g. on a small CPU host",
     )
+
+
+def _add_duplex_arguments(p: argparse.ArgumentParser) -> None:
     dx = p.add_argument_group("duplex (--mode duplex; --units, --interval, --force-listen-count also --mode load)")
     dx.add_argument("--units", type=int, default=None, help="1 s units pushed (duplex 36, as perf-duplex; load 4)")
     dx.add_argument(
@@ -95,12 +118,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dx.add_argument("--no-frames", action="store_true", help="audio only (no image with each unit)")
     dx.add_argument("--force-listen-count", type=int, default=None, help="units that listen first (duplex 4, load 0)")
     dx.add_argument("--warmup-units", type=int, default=2, help="units of a warm-up session, recorded apart")
+
+
+def _add_load_arguments(p: argparse.ArgumentParser) -> None:
     ld = p.add_argument_group("load (--mode load)")
     ld.add_argument("--slots", default="1,2,4", help="comma list of session counts: an engine of N slots vs N workers")
     ld.add_argument("--kinds", default="text,audio,duplex", help="comma list of session kinds: text,audio,duplex")
     ld.add_argument("--competitor", action="store_true", help="a busy process spins on one of the CPUs throughout")
     ld.add_argument("--cpus", help="CPU list every process of the run is pinned to (default: this process's mask)")
-    ld.add_argument("--batch-invariant", action="store_true", help="SessionConfig(batch_invariant=True) everywhere")
+    ld.add_argument("--batch-invariant", action="store_true", help="EngineConfig(batch_invariant=True) everywhere")
 
 
 def options_from_args(a: argparse.Namespace) -> BenchOptions:
@@ -131,18 +157,6 @@ def options_from_args(a: argparse.Namespace) -> BenchOptions:
         a.allow_realtime_miss,
         a.tag,
     )
-
-
-class _OldName(argparse.Action):
-    """A flag's old spelling: stored as the new one, with a DeprecationWarning."""
-
-    def __init__(self, *args, new: str, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.new = new
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        warn_renamed(f"llama-omni bench {option_string}", self.new)
-        setattr(namespace, self.dest, values)
 
 
 def _refuse_turn_based_options(a: argparse.Namespace, codes_per_chunk: bool) -> None:
@@ -250,16 +264,7 @@ def duplex_main(a: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def bench_mode(mode: str) -> str:
-    """The mode asked for, its old name ``simplex`` as ``turn_based`` (with a DeprecationWarning)."""
-    if mode == "simplex":
-        warn_renamed("llama-omni bench --mode simplex", "--mode turn_based")
-        return "turn_based"
-    return mode
-
-
 def main_from_args(a: argparse.Namespace) -> int:
-    a.mode = bench_mode(a.mode)
     if a.mode == "duplex":
         return duplex_main(a)
     if a.mode == "load":
