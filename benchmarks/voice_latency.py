@@ -317,23 +317,23 @@ def main() -> None:
     a = ap.parse_args()
 
     from llama_omni_py import OmniSession
-    from llama_omni_py.config import Token2WavConfig
+    from llama_omni_py.config import EngineConfig, Token2WavConfig
     from llama_omni_py.modelset.random_set import random_set_config, random_set_dir
     from llama_omni_py.server import BackgroundServer, WorkerConfig
     from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
     from llama_omni_py.server.gateway.workers import StaticWorkers
 
     model_dir = Path(a.model_dir) if a.model_dir else random_set_dir()
-    cfg = random_set_config(
+    engine, reply = random_set_config(
+        EngineConfig(token2wav=Token2WavConfig(first_window_codes=a.first_window_codes)),
         max_new_tokens=a.max_new_tokens,
         max_audio_per_chunk=a.max_audio_per_chunk,
-        token2wav=Token2WavConfig(first_window_codes=a.first_window_codes),
     )
     questions = [say(q) for q in (QUESTIONS * 2)[: a.questions]]
     results = {}
     wanted = a.interfaces.split(",")
     if {"half_duplex", "realtime"} & set(wanted):
-        server_cfg = WorkerConfig(port=0, model_dir=str(model_dir), device=a.device, session=cfg)
+        server_cfg = WorkerConfig(port=0, model_dir=str(model_dir), device=a.device, engine=engine, reply=reply)
         with BackgroundServer(server_cfg) as worker:
             assert worker.wait_ready(600) == "ready", worker.server.engine.error
             with BackgroundGateway(GatewayConfig(port=0), [StaticWorkers([worker.url])]) as gw:
@@ -344,7 +344,7 @@ def main() -> None:
                         results[name] = asyncio.run(fn(gw.url, questions, a.silence_ms, a.threshold))
     if "python" in wanted:
         print(f"python: {a.questions} questions ...", flush=True)
-        with OmniSession(model_dir, a.device, cfg) as session:
+        with OmniSession(model_dir, a.device, engine, reply=reply) as session:
             session.speak("Hello.", max_new_tokens=5)  # warm, as a worker is
             results["python"] = python_api(session, questions, a.silence_ms, a.threshold)
     table = {name: summary(turns) for name, turns in results.items()}

@@ -27,7 +27,6 @@ _NAMES = {
     "llama_omni_py.config": (
         "EngineConfig",
         "ReplyConfig",
-        "SessionConfig",
         "LlmSampling",
         "TtsSampling",
         "Token2WavConfig",

@@ -182,6 +182,24 @@ def cmd_info(args) -> int:
     return 0
 
 
+def add_info_parser(sub) -> None:
+    from .modelset.hub_cli import add_model_arguments
+
+    i = sub.add_parser("info", help="versions, backends, devices, CPU/NUMA topology; validates a model set")
+    add_model_arguments(i, "the set to check; default: none")
+    i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--plan", action="store_true", help="show the CPU placement a session on --device would use")
+    i.add_argument(
+        "--cann-audit",
+        action="store_true",
+        help="match every graph node of the model set (default: the demo set) against ggml's CANN "
+        "op-support table; exit 1 if any node is unsupported",
+    )
+    i.add_argument("--cann-table", help="a ggml docs/ops/CANN.csv to audit against instead of the packaged table")
+    i.set_defaults(func=cmd_info)
+
+
 def cmd_make_models(args) -> int:
     from .modelset.generate import make_models
 
@@ -204,9 +222,31 @@ def cmd_make_models(args) -> int:
     return 0
 
 
+def add_make_models_parser(sub) -> None:
+    m = sub.add_parser("make-models", help="write a module set with random weights")
+    m.add_argument("dir", help="output directory")
+    m.add_argument("--size", choices=("tiny", "real"), default="tiny")
+    m.add_argument("--only", help="comma-separated subset of llm,apm,vpm,tts,projector,token2wav")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument(
+        "--cfm-steps",
+        type=int,
+        default=5,
+        help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)",
+    )
+    m.add_argument(
+        "--llm-layers",
+        type=int,
+        default=None,
+        help="LLM layers (default 2 for both sizes; 36 with --size real is the whole Qwen3-8B, about 16 GB)",
+    )
+    m.add_argument("--workers", type=int, default=1, help="threads writing tensors (same bytes for any count)")
+    m.set_defaults(func=cmd_make_models)
+
+
 def cmd_speak(args) -> int:
-    from .config import SessionConfig
-    from .modelset.random_set import random_set_config
+    from .config import EngineConfig
+    from .modelset.random_set import reply_for
     from .session import OmniSession
     from .video import VideoConfig
     from .vision import VisionConfig
@@ -220,19 +260,17 @@ def cmd_speak(args) -> int:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} {src!r}: no such file")
     if args.video_audio and not args.video:
         raise InvalidArgumentError("--video-audio is the audio track of --video: give --video too")
-    options = {
-        "threads": args.threads,
-        "seed": args.seed,
-        "fidelity": args.fidelity,
-        "vision": VisionConfig(rules=args.image_rules, max_slice_nums=args.max_slice_nums),
-        "video": VideoConfig(max_frames=args.max_frames, frame_rule=args.frame_rule, stack_frames=args.stack_frames),
-    }
-    if args.max_new_tokens:
-        options["max_new_tokens"] = args.max_new_tokens
-    cfg = random_set_config(**options) if args.model_dir is None else SessionConfig(**options)
+    engine = EngineConfig(
+        threads=args.threads,
+        fidelity=args.fidelity,
+        vision=VisionConfig(rules=args.image_rules, max_slice_nums=args.max_slice_nums),
+        video=VideoConfig(max_frames=args.max_frames, frame_rule=args.frame_rule, stack_frames=args.stack_frames),
+    )
+    limits = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
+    reply = reply_for(args.model_dir, seed=args.seed, **limits)
     t0 = time.perf_counter()
     progress = _Progress()
-    with OmniSession(args.model_dir, args.device, cfg, progress=progress) as session:
+    with OmniSession(args.model_dir, args.device, engine, progress=progress, reply=reply) as session:
         progress.finish(
             f"\rloading [{'#' * 20}] done in {time.perf_counter() - t0:.1f} s on {session.device}; generating ..."
         )
@@ -254,6 +292,50 @@ def cmd_speak(args) -> int:
     return 0
 
 
+def add_speak_parser(sub) -> None:
+    from .modelset.hub_cli import add_model_arguments
+
+    sp = sub.add_parser("speak", help="answer text/audio/image/video with speech, written to a WAV file")
+    sp.add_argument("text", nargs="?", help="the question (optional with --audio/--image/--video)")
+    sp.add_argument("-o", "--output", default="reply.wav", help="24 kHz WAV to write")
+    sp.add_argument("--audio", help="spoken question (any format ffmpeg reads)")
+    sp.add_argument("--image", help="an image to ask about")
+    sp.add_argument("--video", help="a video, watched as frames with the audio of each (docs/media-and-encoders.md)")
+    sp.add_argument("--video-audio", help="a separate audio track for --video (instead of its own)")
+    sp.add_argument("--max-frames", type=int, default=64, help="frames of the video at most (1-1024; 1: one frame)")
+    sp.add_argument(
+        "--frame-rule",
+        choices=["minicpmo-utils", "evalkit"],
+        default="minicpmo-utils",
+        help="which frames and audio segments: the model's own utility or the evaluation kit's",
+    )
+    sp.add_argument("--stack-frames", type=int, default=1, help="sub-frames per second tiled into one image (1: off)")
+    sp.add_argument(
+        "--max-slice-nums",
+        type=int,
+        default=None,
+        help="image slices besides the overview, 0-9 (default: 9 with the reference rules, 0 with llama.cpp-omni's)",
+    )
+    sp.add_argument(
+        "--image-rules",
+        choices=["reference", "llama.cpp-omni"],
+        default=None,
+        help="image preprocessing: MiniCPM-o's processor or llama.cpp-omni's (default: --fidelity's)",
+    )
+    add_model_arguments(sp)
+    sp.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
+    sp.add_argument("--seed", type=int, default=0, help="-1: random")
+    sp.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
+    sp.add_argument("--max-new-tokens", type=int, default=0, help="LLM tokens (0: 256, 60 with the demo set)")
+    sp.add_argument(
+        "--fidelity",
+        choices=FIDELITIES,
+        default="llama.cpp-omni",
+        help="whose rules where llama.cpp-omni and the PyTorch reference differ (docs/fidelity.md)",
+    )
+    sp.set_defaults(func=cmd_speak)
+
+
 def cmd_worker(args) -> int:
     from .server import serve
     from .server.worker_options import WorkerOptions
@@ -270,8 +352,32 @@ def cmd_worker(args) -> int:
 
     options = WorkerOptions.from_args(args)
     config = options.server_config(args.host, args.port, args.device, args.numa_node, worker_secret())
-    serve(config, announce=True)
-    return 0
+    # a gateway's worker whose engine fails to load exits, so that the gateway starts it again
+    return serve(config, announce=True, exit_on_failed_load=args.exit_on_load_failure or args.parent_pid is not None)
+
+
+def add_worker_parser(sub) -> None:
+    from .server.worker_options import WorkerOptions  # light: no native code
+
+    wk = sub.add_parser("worker", help="one worker: WebSocket /backend (MiniCPM-o backend protocol), /health")
+    wk.add_argument("--host", default="127.0.0.1")
+    wk.add_argument("--port", type=int, default=8766, help="0: any free port (printed on stdout as JSON)")
+    wk.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
+    wk.add_argument("--numa-node", type=int, default=None, help="pin the process and its threads to this node")
+    wk.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="end when this process (a gateway) ends; implies --exit-on-load-failure",
+    )
+    wk.add_argument(
+        "--exit-on-load-failure",
+        action="store_true",
+        help="exit with status 3 when the models fail to load, for a supervisor to restart it "
+        "(default: keep answering /health with 503 and the error)",
+    )
+    WorkerOptions.add_arguments(wk)
+    wk.set_defaults(func=cmd_worker)
 
 
 def cmd_serve(args) -> int:
@@ -319,89 +425,8 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .modelset.hub_cli import add_download_parser, add_model_arguments
+def add_serve_parser(sub) -> None:
     from .server.worker_options import WorkerOptions  # light: no native code
-
-    p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
-    p.add_argument("--version", action="version", version=f"llama-omni-py {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    i = sub.add_parser("info", help="versions, backends, devices, CPU/NUMA topology; validates a model set")
-    add_model_arguments(i, "the set to check; default: none")
-    i.add_argument("--device", default="cpu", help="device the model set is checked for (dtype rules), e.g. cann:0")
-    i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.add_argument("--plan", action="store_true", help="show the CPU placement a session on --device would use")
-    i.add_argument(
-        "--cann-audit",
-        action="store_true",
-        help="match every graph node of the model set (default: the demo set) against ggml's CANN "
-        "op-support table; exit 1 if any node is unsupported",
-    )
-    i.add_argument("--cann-table", help="a ggml docs/ops/CANN.csv to audit against instead of the packaged table")
-    i.set_defaults(func=cmd_info)
-
-    m = sub.add_parser("make-models", help="write a module set with random weights")
-    m.add_argument("dir", help="output directory")
-    m.add_argument("--size", choices=("tiny", "real"), default="tiny")
-    m.add_argument("--only", help="comma-separated subset of llm,apm,vpm,tts,projector,token2wav")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument(
-        "--cfm-steps",
-        type=int,
-        default=5,
-        help="CFM steps the Token2Wav prompt cache is built for (Token2Wav steps must match)",
-    )
-    m.add_argument(
-        "--llm-layers",
-        type=int,
-        default=None,
-        help="LLM layers (default 2 for both sizes; 36 with --size real is the whole Qwen3-8B, about 16 GB)",
-    )
-    m.add_argument("--workers", type=int, default=1, help="threads writing tensors (same bytes for any count)")
-    m.set_defaults(func=cmd_make_models)
-    add_download_parser(sub)
-
-    sp = sub.add_parser("speak", help="answer text/audio/image/video with speech, written to a WAV file")
-    sp.add_argument("text", nargs="?", help="the question (optional with --audio/--image/--video)")
-    sp.add_argument("-o", "--output", default="reply.wav", help="24 kHz WAV to write")
-    sp.add_argument("--audio", help="spoken question (any format ffmpeg reads)")
-    sp.add_argument("--image", help="an image to ask about")
-    sp.add_argument("--video", help="a video, watched as frames with the audio of each (docs/media-and-encoders.md)")
-    sp.add_argument("--video-audio", help="a separate audio track for --video (instead of its own)")
-    sp.add_argument("--max-frames", type=int, default=64, help="frames of the video at most (1-1024; 1: one frame)")
-    sp.add_argument(
-        "--frame-rule",
-        choices=["minicpmo-utils", "evalkit"],
-        default="minicpmo-utils",
-        help="which frames and audio segments: the model's own utility or the evaluation kit's",
-    )
-    sp.add_argument("--stack-frames", type=int, default=1, help="sub-frames per second tiled into one image (1: off)")
-    sp.add_argument(
-        "--max-slice-nums",
-        type=int,
-        default=None,
-        help="image slices besides the overview, 0-9 (default: 9 with the reference rules, 0 with llama.cpp-omni's)",
-    )
-    sp.add_argument(
-        "--image-rules",
-        choices=["reference", "llama.cpp-omni"],
-        default=None,
-        help="image preprocessing: MiniCPM-o's processor or llama.cpp-omni's (default: --fidelity's)",
-    )
-    add_model_arguments(sp)
-    sp.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
-    sp.add_argument("--seed", type=int, default=0, help="-1: random")
-    sp.add_argument("--threads", type=int, default=None, help="LLM/TTS CPU threads (default: libllama's)")
-    sp.add_argument("--max-new-tokens", type=int, default=0, help="LLM tokens (0: 256, 60 with the demo set)")
-    sp.add_argument(
-        "--fidelity",
-        choices=FIDELITIES,
-        default="llama.cpp-omni",
-        help="whose rules where llama.cpp-omni and the PyTorch reference differ (docs/fidelity.md)",
-    )
-    sp.set_defaults(func=cmd_speak)
 
     sv = sub.add_parser(
         "serve",
@@ -440,15 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     WorkerOptions.add_arguments(sv)
     sv.set_defaults(func=cmd_serve)
 
-    wk = sub.add_parser("worker", help="one worker: WebSocket /backend (MiniCPM-o backend protocol), /health")
-    wk.add_argument("--host", default="127.0.0.1")
-    wk.add_argument("--port", type=int, default=8766, help="0: any free port (printed on stdout as JSON)")
-    wk.add_argument("--device", default="auto", help="auto, cpu, cuda:0, cann:0, ...")
-    wk.add_argument("--numa-node", type=int, default=None, help="pin the process and its threads to this node")
-    wk.add_argument("--parent-pid", type=int, default=None, help="end when this process (a gateway) ends")
-    WorkerOptions.add_arguments(wk)
-    wk.set_defaults(func=cmd_worker)
 
+def add_bench_parser(sub) -> None:
     from .bench import arguments as bench_arguments  # light: imports nothing native until it runs
 
     b = sub.add_parser(
@@ -459,9 +477,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments.add_arguments(b)
     b.set_defaults(func=bench_arguments.main_from_args)
 
-    from .eval.cli import add_parser as add_eval  # light: nothing native until a command runs
 
-    add_eval(sub)
+def build_parser() -> argparse.ArgumentParser:
+    from .eval.cli import add_parser as add_eval_parser  # light: nothing native until a command runs
+    from .modelset.hub_cli import add_download_parser
+
+    p = argparse.ArgumentParser(prog="llama-omni", description="MiniCPM-o 4.5 omni inference on llama.cpp/ggml")
+    p.add_argument("--version", action="version", version=f"llama-omni-py {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_info_parser(sub)
+    add_make_models_parser(sub)
+    add_download_parser(sub)
+    add_speak_parser(sub)
+    add_serve_parser(sub)
+    add_worker_parser(sub)
+    add_bench_parser(sub)
+    add_eval_parser(sub)
     return p
 
 

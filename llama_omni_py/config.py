@@ -1,6 +1,6 @@
 """Every knob, as frozen dataclasses validated at construction (each error is a
 :class:`ConfigError` naming the field). Two roots: what an engine is loaded with, and how a session
-replies; ``SessionConfig``, the two in one object, stays for one release.
+replies. An engine and each of its sessions are given the two apart (``config=``, ``reply=``).
 
     EngineConfig                load time, shared by every session slot of an engine
       fidelity                  llama.cpp-omni's rules or the reference's where they differ (fidelity.py)
@@ -22,11 +22,10 @@ Environment overrides are read by env.py (an explicit field wins).
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, make_dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import checks
 from .constants import CODES_PER_SECOND, DEFAULT_QUEUE, DEFAULT_VOCODER_THREADS, MAX_AUDIO_PER_CHUNK
-from .deprecation import renamed_fields
 from .env import ENV_NUMA_NODE, ENV_T2W_THREADS, ENV_TTS_QUEUE, env_int, tts_queue_env
 from .errors import ConfigError
 from .fidelity import AUDIO_HISTORIES, AUDIO_POSITIONS, DEFAULTS, FIDELITIES, RESAMPLERS
@@ -370,73 +369,6 @@ class ReplyConfig:
         return self.prompt_fidelity or fidelity
 
 
-ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
-REPLY_FIELDS = tuple(f.name for f in fields(ReplyConfig))
-
-
-class _Combined:
-    """SessionConfig's behaviour; its fields are EngineConfig's and ReplyConfig's (made below)."""
-
-    def __post_init__(self):
-        explicit_beams = self.max_beams is not None
-        values = {n: getattr(self, n) for n in ENGINE_FIELDS if n != "max_beams"}
-        engine = EngineConfig(**values, max_beams=self.max_beams if explicit_beams else self.llm.num_beams)
-        reply = ReplyConfig(**{n: getattr(self, n) for n in REPLY_FIELDS})
-        reply.check_fits(engine)
-        for part, names in ((engine, ENGINE_FIELDS), (reply, REPLY_FIELDS)):
-            for name in names:  # the resolved values (threads capped, queue and node from the environment)
-                object.__setattr__(self, name, getattr(part, name))
-        object.__setattr__(self, "_split", (engine, reply))
-
-    @classmethod
-    def of(cls, engine: EngineConfig, reply: ReplyConfig | None = None):
-        """The combined form of an engine's configuration and a session's reply settings."""
-        reply = reply or ReplyConfig()
-        return cls(**{n: getattr(engine, n) for n in ENGINE_FIELDS}, **{n: getattr(reply, n) for n in REPLY_FIELDS})
-
-    def split(self) -> tuple[EngineConfig, ReplyConfig]:
-        """(the engine's configuration, the session's reply settings)."""
-        return self._split
-
-    engine_config = property(lambda self: self._split[0])
-    reply_config = property(lambda self: self._split[1])
-    # the resolved values, as the two parts give them
-    token2wav_config = property(lambda self: self._split[0].token2wav_config)
-    audio_rule = property(lambda self: self._split[0].audio_rule)
-    audio_rules = property(lambda self: self._split[0].audio_rules)
-    vision_config = property(lambda self: self._split[0].vision_config)
-    llm_threads = property(lambda self: self._split[0].llm_threads)
-    module_threads = property(lambda self: self._split[0].module_threads)
-    tts_sampling = property(lambda self: self._split[1].tts_sampling(self.fidelity))
-    prompt_rule = property(lambda self: self._split[1].prompt_rule(self.fidelity))
-
-
-def _combined_fields():
-    out = []
-    for cls in (EngineConfig, ReplyConfig):
-        for f in fields(cls):
-            default = None if f.name == "max_beams" else f.default  # None: llm.num_beams
-            kind = "int | None" if f.name == "max_beams" else f.type
-            if f.default_factory is not MISSING:
-                out.append((f.name, kind, field(default_factory=f.default_factory)))
-            else:
-                out.append((f.name, kind, field(default=default)))
-    return out
-
-
-SessionConfig = make_dataclass(
-    "SessionConfig",
-    _combined_fields(),
-    bases=(_Combined,),
-    frozen=True,
-    namespace={
-        "__doc__": "The combined form, kept for one release: every field of :class:`EngineConfig` and "
-        ":class:`ReplyConfig` in one object (``max_beams`` None: ``llm.num_beams``). ``split()`` gives "
-        "the two; ``SessionConfig.of(engine, reply)`` joins them. Every error names the field."
-    },
-)
-
-
 @dataclass(frozen=True)
 class DuplexConfig:
     """Full-duplex decoding, as MiniCPM-o's demo runs it (docs/duplex.md). Text sampling happens
@@ -510,7 +442,3 @@ class DuplexConfig:
         if low >= high:
             raise ConfigError("prune_to", f"must be below max_context ({high}), got {low}")
         return high, low
-
-
-SessionConfig.__module__ = __name__
-renamed_fields(Token2WavConfig, engine="token2mel")

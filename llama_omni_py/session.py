@@ -24,42 +24,39 @@ import contextlib
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Callable
 
 from . import checks
-from .config import DuplexConfig, EngineConfig, LlmSampling, ReplyConfig, SessionConfig, Token2WavConfig
+from .config import DuplexConfig, EngineConfig, ReplyConfig, Token2WavConfig
 from .constants import MAX_SLOTS
 from .content import EncodedAudio
-from .deprecation import renamed_kwargs, warn_renamed
 from .device.backends import resolve_device
 from .errors import ConfigError, InvalidArgumentError, SlotsBusyError
 from .modelset.hub import resolve as resolve_model
 from .modelset.random_set import random_set_dir, random_set_reply
 from .orchestration.channels import iterate_in_thread
 from .orchestration.inputs import Request
-from .orchestration.slot import EngineStages, SlotStages
+from .orchestration.slot import EngineModules, SlotStages
 from .orchestration.timings import Profiler
 from .orchestration.turn_based import TurnBasedRun
 from .results import SpeakResult, SpeechChunk
 
+# What stream() takes: the fields of a Request, and the inputs in their shorthand form.
+REQUEST_OPTIONS = frozenset(f.name for f in fields(Request)) | {"audio", "image", "video", "video_audio"}
 
-def split_config(config, reply: ReplyConfig | None, random_set: bool) -> tuple[EngineConfig, ReplyConfig]:
-    """(engine configuration, default reply settings) from what an engine or session was given:
-    an EngineConfig and a ReplyConfig, or the combined SessionConfig. The random set replies
-    briefly unless told otherwise."""
+
+def checked_configs(config, reply: ReplyConfig | None, random_set: bool) -> tuple[EngineConfig, ReplyConfig]:
+    """(engine configuration, default reply settings) from what an engine or session was given,
+    checked against each other. The random set replies briefly unless told otherwise."""
     if reply is not None and not isinstance(reply, ReplyConfig):
         raise ConfigError("reply", f"must be a ReplyConfig, got {type(reply).__name__}")
     if config is None:
         engine = EngineConfig()
-    elif isinstance(config, SessionConfig):
-        if reply is not None:
-            raise ConfigError("reply", "give reply= with an EngineConfig; a SessionConfig holds its own")
-        engine, reply = config.split()
     elif isinstance(config, EngineConfig):
         engine = config
     else:
-        raise ConfigError("config", f"must be an EngineConfig (or a SessionConfig), got {type(config).__name__}")
+        raise ConfigError("config", f"must be an EngineConfig, got {type(config).__name__}")
     if reply is None:
         reply = random_set_reply() if random_set else ReplyConfig()
     reply.check_fits(engine)
@@ -71,8 +68,8 @@ class OmniEngine:
 
     ``model_dir``: a module set's directory or LLM file, or a repository id on a hub
     (``openbmb/MiniCPM-o-4_5-gguf``, ``REPO:Q8_0`` for a quantization: docs/model-files.md);
-    None uses the random set (random weights, short replies). ``config``: an EngineConfig (or the
-    combined SessionConfig); ``reply``: the sessions' default ReplyConfig, which each
+    None uses the random set (random weights, short replies). ``config``: an EngineConfig;
+    ``reply``: the sessions' default ReplyConfig, which each
     ``session(...)`` may change. ``progress(step, steps, what)`` is called before each loading step."""
 
     def __init__(
@@ -80,23 +77,23 @@ class OmniEngine:
         model_dir=None,
         device: str = "auto",
         slots: int = 1,
-        config: EngineConfig | SessionConfig | None = None,
+        config: EngineConfig | None = None,
         progress: Callable[[int, int, str], None] | None = None,
         *,
         reply: ReplyConfig | None = None,
     ):
-        self.config, self.reply = split_config(config, reply, model_dir is None)
+        self.config, self.reply = checked_configs(config, reply, model_dir is None)
         checks.int_in("slots", slots, 1, MAX_SLOTS)
-        steps = len(EngineStages.STEPS)
+        steps = len(EngineModules.STEPS)
         step = iter(range(1, steps + 1))
         report = (lambda what: progress(next(step), steps, what)) if progress else (lambda what: None)  # noqa: E731
         self.device = resolve_device(device)
         # a repository id (owner/name[:QUANT]) is fetched and validated first (modelset/hub.py)
         self.model_dir = resolve_model(model_dir, self.device) if model_dir is not None else random_set_dir()
-        self.stages = EngineStages(self.model_dir, self.device, self.config, slots, report)
+        self.modules = EngineModules(self.model_dir, self.device, self.config, slots, report)
         self._slots: list[SlotStages] = []
         try:
-            self._slots = [self.stages.slot(k) for k in range(slots)]
+            self._slots = [self.modules.slot(k) for k in range(slots)]
         except BaseException:
             self._close_slots()
             raise
@@ -117,7 +114,6 @@ class OmniEngine:
     def busy_slots(self) -> int:
         return self.slots - self.free_slots
 
-    @renamed_kwargs(voice="ref_audio")
     def session(self, reply: ReplyConfig | None = None, **settings) -> OmniSession:
         """An :class:`OmniSession` on a free slot (SlotsBusyError when none is free); closing it
         gives the slot back. ``reply`` (else the engine's) with ``settings`` -- ReplyConfig fields:
@@ -149,12 +145,12 @@ class OmniEngine:
     def memory(self) -> dict:
         """Bytes of the shared weights and of each slot's own state (KV caches, Token2Wav
         streams), as the modules report them."""
-        tts, t2w = self.stages.tts, self.stages.token2wav
+        tts, t2w = self.modules.tts, self.modules.token2wav
         return {
-            "llm_weights": int(self.stages.llm.model.info.size_bytes),
+            "llm_weights": int(self.modules.llm.model.info.size_bytes),
             "tts_weights": int(tts.weight_bytes),
             "token2wav_weights": int(t2w.weight_bytes),
-            "llm_kv_per_slot": int(self.stages.llm.kv_bytes_per_slot),
+            "llm_kv_per_slot": int(self.modules.llm.kv_bytes_per_slot),
             "tts_kv_per_slot": int(tts.kv_bytes),
             "token2wav_state_per_slot": int(t2w.stream_bytes),
         }
@@ -162,12 +158,16 @@ class OmniEngine:
     @property
     def scheduler_stats(self) -> dict:
         """How the LLM's decode steps were batched: llama_decode calls and the steps they held."""
-        s = self.stages.llm.scheduler
-        return {"llm_batches": s.batches, "llm_batched_steps": s.batched_rows, "llm_mean_batch": s.mean_batch}
+        scheduler = self.modules.llm.scheduler
+        return {
+            "llm_batches": scheduler.batches,
+            "llm_batched_steps": scheduler.batched_rows,
+            "llm_mean_batch": scheduler.mean_batch,
+        }
 
     def _close_slots(self) -> None:
-        for b in self._slots:
-            b.close()
+        for stages in self._slots:
+            stages.close()
 
     def close(self) -> None:
         with self._lock:
@@ -196,15 +196,15 @@ class OmniSession:
     Built alone it loads the module set (an engine of one slot, closed with the session); from
     ``OmniEngine.session()`` it is one slot of a shared engine. ``model_dir``: a directory, its LLM
     file, or a repository id (``openbmb/MiniCPM-o-4_5-gguf[:QUANT]``, docs/model-files.md#from-a-hub);
-    None uses the random set (random weights, short replies). ``config``: an EngineConfig (or the
-    combined SessionConfig), ``reply``: how this session replies (a ReplyConfig).
+    None uses the random set (random weights, short replies). ``config``: an EngineConfig,
+    ``reply``: how this session replies (a ReplyConfig).
     ``progress(step, steps, what)`` is called before each loading step (the CLI's bar)."""
 
     def __init__(
         self,
         model_dir=None,
         device: str = "auto",
-        config: EngineConfig | SessionConfig | None = None,
+        config: EngineConfig | None = None,
         progress: Callable[[int, int, str], None] | None = None,
         *,
         reply: ReplyConfig | None = None,
@@ -229,10 +229,10 @@ class OmniSession:
         self._closed = False
 
     @property
-    def config(self) -> SessionConfig:
-        """This session's whole configuration in the combined form: its slot's engine
-        configuration and its reply settings."""
-        return SessionConfig.of(self.stages.config, self.reply)
+    def engine_config(self) -> EngineConfig:
+        """What this session's slot runs with: the engine's configuration (with a Token2Wav stage
+        this session reconfigured). How it replies is ``reply``, its ReplyConfig."""
+        return self.stages.config
 
     # The loaded stages, by the names they have everywhere.
     llm = property(lambda self: self.stages.llm)
@@ -246,11 +246,11 @@ class OmniSession:
         the loaded LLM and TTS."""
         if not isinstance(token2wav, Token2WavConfig):
             raise ConfigError("token2wav", f"must be a Token2WavConfig, got {type(token2wav).__name__}")
-        with self._request():
+        with self._serving():
             self.stages.replace_token2wav(token2wav)
 
     @contextlib.contextmanager
-    def _request(self):
+    def _serving(self):
         """Holds the session for one request (one at a time)."""
         if self._closed:
             raise InvalidArgumentError("the session is closed")
@@ -262,39 +262,14 @@ class OmniSession:
             self._busy.release()
 
     # -- requests ------------------------------------------------------------------------------
-    @renamed_kwargs(voice="ref_audio")
-    def stream(
-        self,
-        text: str | None = None,
-        *,
-        content=None,
-        audio=None,
-        image=None,
-        video=None,
-        video_audio=None,
-        ref_audio=None,
-        seed: int | None = None,
-        max_new_tokens: int | None = None,
-        system_prompt: str | None | bool = None,
-        history=(),
-        speech: bool = True,
-        tts_template: bool | None = None,
-        max_frames: int | None = None,
-        stack_frames: int | None = None,
-        omni: bool | None = None,
-        prompt_style: str | None = None,
-        reply_text: str | None = None,
-        prompt=None,
-        llm: LlmSampling | None = None,
-        max_slice_nums=None,
-    ) -> Iterator[SpeechChunk]:
+    def stream(self, text: str | None = None, **options) -> Iterator[SpeechChunk]:
         """Yields SpeechChunks as audio becomes ready; the last has ``is_final`` and ``timings``.
 
         content: the user message as a list of parts in order -- text, ``omni.Image``,
         ``omni.Audio``, ``omni.Video``, EncodedAudio (llama_omni_py.content); or, as shorthand,
         text and audio/image/video: a path, bytes or array (see media.py), or a list of them,
         laid out as images, videos, audio, text. A video is its frames each followed by the audio
-        of its second (``config.video``; video_audio: a separate audio track per video;
+        of its second (``engine_config.video``; video_audio: a separate audio track per video;
         max_frames, stack_frames: this request's). ref_audio: reference audio for the system
         prompt's voice slot (the Token2Wav voice stays the set's prompt_cache voice); seed: -1
         draws one (reported in timings.seed); system_prompt replaces the assistant role text
@@ -309,37 +284,25 @@ class OmniSession:
         prompt: a prompt.Prompt built already (an evaluation's exact layout; no content then); llm:
         this reply's LLM sampling (temperature, top_p, ...) instead of the session's;
         max_slice_nums: slices per image besides its overview, 0..9 (0 or 1: the overview only),
-        or a list with one per image; None: ``config.vision`` (9 under the reference rules).
+        or a list with one per image; None: ``engine_config.vision`` (9 under the reference rules).
         Every option left None is the session's (its ReplyConfig)."""
-        r = self.reply
-        own = prompt is None  # a prompt built already holds its own system turn and reference audio
-        request = Request.of(
-            text,
-            audio=audio,
-            image=image,
-            video=video,
-            video_audio=video_audio,
-            content=content,
-            ref_audio=ref_audio if ref_audio is not None or not own else r.ref_audio,
-            seed=r.seed if seed is None else seed,
-            max_new_tokens=max_new_tokens,
-            system_prompt=system_prompt if system_prompt is not None or not own else r.system_prompt,
-            history=tuple(history),
-            speech=speech,
-            tts_template=speech if tts_template is None else tts_template,
-            llm=llm,
-            max_slice_nums=max_slice_nums,
-            max_frames=max_frames,
-            stack_frames=stack_frames,
-            omni=omni,
-            prompt_style=prompt_style,
-            reply_text=reply_text,
-            prompt=prompt,
-        )
-        return self._stream(request)
+        return self._stream(self.request(text, **options))
+
+    def request(self, text: str | None = None, **options) -> Request:
+        """The :class:`~llama_omni_py.orchestration.inputs.Request` that ``stream(text, **options)``
+        answers: the options (``stream()``'s) over this session's reply settings."""
+        unknown = sorted(set(options) - REQUEST_OPTIONS)
+        if unknown:
+            known = ", ".join(sorted(REQUEST_OPTIONS))  # a TypeError, as for any unexpected keyword
+            raise TypeError(f"unexpected option(s) {', '.join(unknown)}; the options are {known}")
+        given = {name: value for name, value in options.items() if value is not None}
+        defaults = {"seed": self.reply.seed, "tts_template": given.get("speech", True)}
+        if given.get("prompt") is None:  # a prompt built already holds its own system turn and reference audio
+            defaults.update(ref_audio=self.reply.ref_audio, system_prompt=self.reply.system_prompt)
+        return Request.of(text, **{**defaults, **given})
 
     def _stream(self, request: Request) -> Iterator[SpeechChunk]:
-        with self._request():
+        with self._serving():
             run = self._run = TurnBasedRun(self.stages, self.reply, request, self.profiler)
             try:
                 yield from run
@@ -358,7 +321,6 @@ class OmniSession:
 
         return iterate_in_thread(lambda: self.stream(text, **options), self.cancel, asyncio.get_running_loop())
 
-    @renamed_kwargs(voice="ref_audio")
     def duplex(self, system_prompt: str | None = None, ref_audio=None, config: DuplexConfig | None = None):
         """A full-duplex conversation (:class:`~llama_omni_py.duplex.DuplexSession`); the session
         serves nothing else until it is closed. ``ref_audio``: reference audio for the LLM's voice
@@ -371,7 +333,7 @@ class OmniSession:
             system_prompt = self.reply.system_prompt
         ref_audio = self.reply.ref_audio if ref_audio is None else ref_audio
         held = contextlib.ExitStack()
-        held.enter_context(self._request())
+        held.enter_context(self._serving())
         try:
             return DuplexSession(self.stages, system_prompt, ref_audio, config or DuplexConfig(), held.close)
         except BaseException:
@@ -388,7 +350,6 @@ class OmniSession:
         rows = apm.encode(audio)
         return EncodedAudio(rows, (time.perf_counter() - t0) * 1000)
 
-    @renamed_kwargs(voice="ref_audio")
     def hands_free(self, system_prompt: str | None = None, ref_audio=None, vad=None, **options):
         """Hands-free turns (:class:`~llama_omni_py.voice.HandsFreeSession`): ``push()`` microphone
         audio, ``respond()`` to each utterance the voice activity detector finds. ``vad``: a
@@ -397,11 +358,6 @@ class OmniSession:
         from .voice import HandsFreeSession
 
         return HandsFreeSession(self, system_prompt, ref_audio, vad, **options)
-
-    def voice(self, system_prompt: str | None = None, voice=None, vad=None, **options):
-        """The old name of :meth:`hands_free` (one release); ``voice`` is its ``ref_audio``."""
-        warn_renamed("OmniSession.voice()", "OmniSession.hands_free()")
-        return self.hands_free(system_prompt, voice, vad, **options)
 
     def cancel(self) -> None:
         """Stops the running request; its stream ends after the native call in flight."""

@@ -374,12 +374,12 @@ def load_video(src, config: VideoConfig | None = None, *, audio=None, transform=
     decoded (stacked sub-frames stay whole until tiled)."""
     from .media import FFMPEG_TIMEOUT, _as_path, load_audio
 
-    c = config or VideoConfig()
+    config = config or VideoConfig()
     if isinstance(src, np.ndarray):
         raise MediaError("a video must be a file (path or bytes), not an array")
     with _as_path(src) as path:
         info = probe(path)
-        plan = plan_frames(info, c.max_frames, c.frame_rule, c.stack_frames)
+        plan = plan_frames(info, config.max_frames, config.frame_rule, config.stack_frames)
         timeout = FFMPEG_TIMEOUT + plan.duration  # the whole video is decoded once
         frames = decode_frames(path, plan.indices, timeout=timeout, transform=transform)
         stacked = None
@@ -388,10 +388,10 @@ def load_video(src, config: VideoConfig | None = None, *, audio=None, transform=
             pictures = iter(decode_frames(path, subs, timeout=timeout))
             stacked = [tile_frames([next(pictures) for _ in group]) if group else None for group in plan.stacked]
         segments = None
-        if c.audio and (audio is not None or info.has_audio):
+        if config.audio and (audio is not None or info.has_audio):
             samples = load_audio(audio if audio is not None else path, None)
-            segments = cut_segments(samples, plan.timestamps, plan.duration, c.frame_rule)
-    if c.frame_rule == "evalkit" and segments is not None:  # frames and segments cut to one count
+            segments = cut_segments(samples, plan.timestamps, plan.duration, config.frame_rule)
+    if config.frame_rule == "evalkit" and segments is not None:  # frames and segments cut to one count
         n = min(len(frames), len(segments))
         frames, segments = frames[:n], segments[:n]
         plan = FramePlan(plan.indices[:n], plan.timestamps[:n], plan.duration, plan.stacked)

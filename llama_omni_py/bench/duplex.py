@@ -192,7 +192,7 @@ def run_units(duplex, case, interval_s: float) -> list[dict]:
 
 
 def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
-    from ..config import DuplexConfig, SessionConfig, Token2WavConfig
+    from ..config import DuplexConfig, EngineConfig, ReplyConfig, Token2WavConfig
     from ..modelset.layout import discover
     from ..modelset.random_set import random_set_dir
     from ..session import OmniSession
@@ -201,13 +201,11 @@ def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
     folder = Path(opts.inputs) if opts.inputs else default_case(opts.units)
     case = load_case(folder, opts.units, opts.frames)
     dcfg = DuplexConfig(force_listen_count=opts.force_listen_count, seed=opts.seed)
-    scfg = SessionConfig(
-        threads=opts.threads, token2wav=Token2WavConfig(threads=opts.t2w_threads), pin=opts.pin, seed=opts.seed
-    )
+    engine = EngineConfig(threads=opts.threads, token2wav=Token2WavConfig(threads=opts.t2w_threads), pin=opts.pin)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t_start = time.perf_counter()
     runs, warmup = [], []
-    with OmniSession(model_dir, opts.device, scfg) as session:
+    with OmniSession(model_dir, opts.device, engine, reply=ReplyConfig(seed=opts.seed)) as session:
         if opts.warmup_units:
             with session.duplex(config=dcfg) as d:
                 warmup = run_units(d, case[: opts.warmup_units], opts.interval_s)
@@ -219,7 +217,7 @@ def run_duplex_bench(opts: DuplexBenchOptions, log=print) -> dict:
             log(f"run {rep + 1}/{opts.repeats}: " + headline(summary))
         config = {
             "device": session.device,
-            "threads": session.config.llm_threads,
+            "threads": session.engine_config.llm_threads,
             "t2w_threads": session.token2wav.threads,
             "pinned": session.placement is not None,
             "duplex": {"force_listen_count": dcfg.force_listen_count, "codes_per_unit": dcfg.codes_per_unit},

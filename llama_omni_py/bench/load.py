@@ -89,16 +89,21 @@ class LoadBenchOptions:
         base = f"load-{'-'.join(map(str, self.slots))}" + ("-competitor" if self.competitor else "")
         return f"{self.tag}-{base}" if self.tag else base
 
-    def session_config(self) -> dict:
-        """SessionConfig fields of every process (``t2w_threads``: Token2WavConfig's threads)."""
+    def configs(self) -> dict:
+        """Every process's EngineConfig and ReplyConfig fields, as JSON (``engine.t2w_threads``:
+        Token2WavConfig's threads)."""
         return {
-            "threads": self.threads,
-            "t2w_threads": self.t2w_threads,
-            "pin": self.pin,
-            "seed": self.seed,
-            "max_new_tokens": self.max_new_tokens,
-            "max_audio_per_chunk": self.codes_per_chunk,
-            "batch_invariant": self.batch_invariant,
+            "engine": {
+                "threads": self.threads,
+                "t2w_threads": self.t2w_threads,
+                "pin": self.pin,
+                "batch_invariant": self.batch_invariant,
+            },
+            "reply": {
+                "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens,
+                "max_audio_per_chunk": self.codes_per_chunk,
+            },
         }
 
 
@@ -148,7 +153,7 @@ class ModeHosts:
 
     def __init__(self, opts: LoadBenchOptions, mode: str, slots: int, model_dir: str):
         single = mode == "workers"
-        spec = {"model_dir": model_dir, "device": opts.device, "single": single, "config": opts.session_config()}
+        spec = {"model_dir": model_dir, "device": opts.device, "single": single, "config": opts.configs()}
         self.mode, self.slots, self.opts = mode, slots, opts
         self.hosts: list[_Host] = []
         try:
@@ -216,6 +221,61 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
+def _run_rounds(opts: LoadBenchOptions, model_dir: str, log) -> tuple[list, list, list]:
+    """Every slot count and round, both modes alternating; returns (phases, warm-up phases, host records)."""
+    phases, warmups, hosts = [], [], []
+    for n in opts.slots:
+        for rnd in range(opts.repeats):
+            for mode in MODES if rnd % 2 == 0 else MODES[::-1]:
+                group = ModeHosts(opts, mode, n, model_dir)
+                try:
+                    hosts += group.host_records(rnd)
+                    if opts.warmup:
+                        warmups += [dict(group.run(k, warmup=True), round=rnd) for k in opts.kinds]
+                    for kind in opts.kinds:
+                        p = dict(group.run(kind), round=rnd)
+                        phases.append(p)
+                        a = p["aggregate"]
+                        log(
+                            f"{n} slots, round {rnd + 1}/{opts.repeats}, {mode:<7} {kind:<6} "
+                            f"{a['audio_s']:.1f} s audio in {p['wall_s']:.1f} s "
+                            f"({load_metrics._f(a['audio_per_wall_s'], 3)} s/s), "
+                            f"{load_metrics._f(a['llm_tokens_per_s'], 1)} tok/s"
+                        )
+                finally:
+                    group.close()
+    return phases, warmups, hosts
+
+
+def _failures(phases: list[dict]) -> list[str]:
+    """One line per session that failed, then one per session that ended without audio."""
+    failed = [f"{p['slots']}/{p['mode']}/{p['kind']}#{p['round']}: slot {s['slot']}: {s['error']}"
+              for p in phases for s in p["sessions"] if s["error"]]  # fmt: skip
+    silent = [f"{p['slots']}/{p['mode']}/{p['kind']}#{p['round']}: slot {s['slot']}: no audio"
+              for p in phases for s in p["sessions"] if not s["error"] and not s["audio_s"]]  # fmt: skip
+    return failed + silent
+
+
+def _options_record(opts: LoadBenchOptions) -> dict:
+    """The run record's ``options``: what every phase of the run was given."""
+    return {
+        "slots": list(opts.slots),
+        "kinds": list(opts.kinds),
+        "repeats": opts.repeats,
+        "warmup": opts.warmup,
+        "max_new_tokens": opts.max_new_tokens,
+        "codes_per_chunk": opts.codes_per_chunk,
+        "units": opts.units,
+        "interval_s": opts.interval_s,
+        "force_listen": opts.force_listen,
+        "seed": opts.seed,
+        "batch_invariant": opts.batch_invariant,
+        "threads": opts.threads,
+        "t2w_threads": opts.t2w_threads,
+        "pin": opts.pin,
+    }
+
+
 def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
     """Every slot count, both modes alternating round by round; returns the run record."""
     from ..modelset.layout import discover
@@ -229,37 +289,14 @@ def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
     competitor = start_competitor(cpus[0]) if opts.competitor else None
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t_start = time.perf_counter()
-    phases, warmups, hosts = [], [], []
     try:
-        for n in opts.slots:
-            for rnd in range(opts.repeats):
-                for mode in MODES if rnd % 2 == 0 else MODES[::-1]:
-                    group = ModeHosts(opts, mode, n, model_dir)
-                    try:
-                        hosts += group.host_records(rnd)
-                        if opts.warmup:
-                            warmups += [dict(group.run(k, warmup=True), round=rnd) for k in opts.kinds]
-                        for kind in opts.kinds:
-                            p = dict(group.run(kind), round=rnd)
-                            phases.append(p)
-                            a = p["aggregate"]
-                            log(
-                                f"{n} slots, round {rnd + 1}/{opts.repeats}, {mode:<7} {kind:<6} "
-                                f"{a['audio_s']:.1f} s audio in {p['wall_s']:.1f} s "
-                                f"({load_metrics._f(a['audio_per_wall_s'], 3)} s/s), "
-                                f"{load_metrics._f(a['llm_tokens_per_s'], 1)} tok/s"
-                            )
-                    finally:
-                        group.close()
+        phases, warmups, hosts = _run_rounds(opts, model_dir, log)
     finally:
         _stop(competitor)
         if opts.cpus is not None:
             os.sched_setaffinity(0, before_mask)
     summary = load_metrics.summarise(phases, hosts, opts.slots)
-    failed = [f"{p['slots']}/{p['mode']}/{p['kind']}#{p['round']}: slot {s['slot']}: {s['error']}"
-              for p in phases for s in p["sessions"] if s["error"]]  # fmt: skip
-    silent = [f"{p['slots']}/{p['mode']}/{p['kind']}#{p['round']}: slot {s['slot']}: no audio"
-              for p in phases for s in p["sessions"] if not s["error"] and not s["audio_s"]]  # fmt: skip
+    failures = _failures(phases)
     env = manifest([str(f) for f in discover(model_dir).files.values()], opts.full_hash)
     taskset = bench_taskset()
     record = {
@@ -269,28 +306,13 @@ def run_load_bench(opts: LoadBenchOptions, log=print) -> dict:
         "started": started,
         "elapsed_s": time.perf_counter() - t_start,
         "model_dir": str(model_dir),
-        "options": {
-            "slots": list(opts.slots),
-            "kinds": list(opts.kinds),
-            "repeats": opts.repeats,
-            "warmup": opts.warmup,
-            "max_new_tokens": opts.max_new_tokens,
-            "codes_per_chunk": opts.codes_per_chunk,
-            "units": opts.units,
-            "interval_s": opts.interval_s,
-            "force_listen": opts.force_listen,
-            "seed": opts.seed,
-            "batch_invariant": opts.batch_invariant,
-            "threads": opts.threads,
-            "t2w_threads": opts.t2w_threads,
-            "pin": opts.pin,
-        },
+        "options": _options_record(opts),
         "cpus": placement.format_cpulist(cpus),
         "taskset": taskset,
         "competitor": {"cpu": cpus[0], "pid": competitor.pid} if competitor else None,
         "config": hosts[0]["resolved"] if hosts else None,
-        "data_valid": not failed and not silent,
-        "failures": failed + silent,
+        "data_valid": not failures,
+        "failures": failures,
         "summary": summary,
         "hosts": hosts,
         "phases": phases,

@@ -3,7 +3,8 @@
 
     python -m llama_omni_py.bench.load_host SPEC_JSON
 
-SPEC_JSON: {"model_dir", "device", "slots", "single": bool, "config": SessionConfig fields}.
+SPEC_JSON: {"model_dir", "device", "slots", "single": bool,
+           "config": {"engine": EngineConfig fields, "reply": ReplyConfig fields}}.
 The process answers one JSON line per command read from stdin, on the stdout it had at start
 (the native libraries' prints go to stderr instead):
 
@@ -138,18 +139,18 @@ class Host:
     """The loaded engine (or lone session) and its open sessions."""
 
     def __init__(self, spec: dict):
-        from ..config import SessionConfig, Token2WavConfig
+        from ..config import EngineConfig, ReplyConfig, Token2WavConfig
         from ..session import OmniEngine, OmniSession
 
-        cfg = dict(spec["config"])
-        cfg["token2wav"] = Token2WavConfig(threads=cfg.pop("t2w_threads", None))
-        config = SessionConfig(**cfg)
+        fields = dict(spec["config"]["engine"])
+        fields["token2wav"] = Token2WavConfig(threads=fields.pop("t2w_threads", None))
+        config, reply = EngineConfig(**fields), ReplyConfig(**spec["config"]["reply"])
         t0 = time.perf_counter()
         if spec["single"]:
-            self.sessions = [OmniSession(spec["model_dir"], spec["device"], config)]
+            self.sessions = [OmniSession(spec["model_dir"], spec["device"], config, reply=reply)]
             self.engine = self.sessions[0].engine
         else:
-            self.engine = OmniEngine(spec["model_dir"], spec["device"], spec["slots"], config)
+            self.engine = OmniEngine(spec["model_dir"], spec["device"], spec["slots"], config, reply=reply)
             self.sessions = [self.engine.session() for _ in range(spec["slots"])]
         self.load_s = time.perf_counter() - t0
 
@@ -167,7 +168,7 @@ class Host:
         s = self.sessions[0]
         return {
             "device": s.device,
-            "llm_threads": s.config.llm_threads,
+            "llm_threads": s.engine_config.llm_threads,
             "t2w_threads": s.token2wav.threads,
             "pinned": s.placement is not None,
         }

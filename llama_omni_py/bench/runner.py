@@ -115,20 +115,16 @@ class _Sessions:
     when the vocoder thread count changes and the TTS queue size is set per request."""
 
     def __init__(self, opts: BenchOptions, model_dir: str):
-        from ..config import SessionConfig
+        from ..config import EngineConfig, ReplyConfig
         from ..session import OmniSession
 
+        limits = {"max_new_tokens": opts.max_new_tokens, "max_audio_per_chunk": opts.codes_per_chunk}
+        reply = ReplyConfig(seed=opts.seed, **limits)
         self._make = lambda c: OmniSession(
             model_dir,
             opts.device,
-            SessionConfig(
-                threads=opts.threads,
-                token2wav=c.token2wav(),
-                pin=c.pin,
-                seed=opts.seed,
-                max_new_tokens=opts.max_new_tokens,
-                max_audio_per_chunk=opts.codes_per_chunk,
-            ),
+            EngineConfig(threads=opts.threads, token2wav=c.token2wav(), pin=c.pin),
+            reply=reply,
         )
         self._open: dict = {}
 
@@ -137,7 +133,7 @@ class _Sessions:
             s = self._make(c)
             self._open[c.pin] = (s, s.reply.tts_queue)  # the default (OMNI_TTS_QUEUE or 16)
         s, default_queue = self._open[c.pin]
-        if s.config.token2wav != c.token2wav():
+        if s.engine_config.token2wav != c.token2wav():
             s.reconfigure(c.token2wav())
         s.reply = dataclasses.replace(s.reply, tts_queue=c.tts_queue or default_queue, tts_handoff=c.handoff)
         return s
@@ -161,11 +157,11 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     config = {
         "label": c.label,
         "t2w_threads": session.token2wav.threads,
-        "tts_queue": session.config.tts_queue,
+        "tts_queue": session.reply.tts_queue,
         "pin": c.pin,
         "pinned": session.placement is not None,
         "pinning": pinning,
-        "threads": session.config.llm_threads,
+        "threads": session.engine_config.llm_threads,
         "device": session.device,
         "handoff": c.handoff,
         "token2mel": session.token2wav.token2mel,
@@ -181,7 +177,7 @@ def _snapshot(c: RunConfig, session) -> tuple[dict, dict]:
     return config, {
         "numa_plan": plan_dict,
         "thread_counts": {
-            "llm_tts": session.config.llm_threads,
+            "llm_tts": session.engine_config.llm_threads,
             "token2wav": session.token2wav.threads,
             "os_cpus": os.cpu_count(),
         },

@@ -65,17 +65,16 @@ def synthesise(session, item, variant: str, seed: int):
     return session.speak(prompt=_lco_prompt(session, voice, item.text), reply_text=item.text, seed=seed)
 
 
-def session_config(variant: str, threads: int | None):
+def session_configs(variant: str, threads: int | None):
+    """(EngineConfig, ReplyConfig) of the recipe ``variant``."""
     import llama_omni_py as omni
 
-    options = {"max_new_tokens": 512}
+    engine, reply = {"threads": threads}, {"max_new_tokens": 512}
     if variant == "llama.cpp-omni":
-        options["tts"] = omni.TtsSampling(temperature=0.3, top_p=0.85, top_k=25, repetition_penalty=1.05)
+        reply["tts"] = omni.TtsSampling(temperature=0.3, top_p=0.85, top_k=25, repetition_penalty=1.05)
     else:
-        options["fidelity"] = "reference"
-    if threads:
-        options["threads"] = threads
-    return omni.SessionConfig(**options)
+        engine["fidelity"] = "reference"
+    return omni.EngineConfig(**engine), omni.ReplyConfig(**reply)
 
 
 class LocalVoice:
@@ -86,14 +85,15 @@ class LocalVoice:
 
         self.variant = args.variant
         self.seed = 42 if args.variant == "llama.cpp-omni" and args.seed == 0 else args.seed
-        self.session = omni.OmniSession(args.model_dir, args.device, session_config(args.variant, args.threads))
+        engine, reply = session_configs(args.variant, args.threads)
+        self.session = omni.OmniSession(args.model_dir, args.device, engine, reply=reply)
 
     def say(self, item, wav: Path) -> dict:
-        reply = synthesise(self.session, item, self.variant, self.seed)
-        reply.save(wav)
-        t = reply.timings
+        result = synthesise(self.session, item, self.variant, self.seed)
+        result.save(wav)
+        t = result.timings
         timings = {"wall_s": t.wall_s, "wall_rtf": t.wall_rtf, "n_tts_tokens": t.n_tts_tokens}
-        return {"samples": int(reply.audio.size), "reply": reply.text, "audio_s": t.audio_s, "timings": timings}
+        return {"samples": int(result.audio.size), "reply": result.text, "audio_s": t.audio_s, "timings": timings}
 
     def close(self) -> None:
         self.session.close()

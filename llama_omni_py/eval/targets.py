@@ -63,13 +63,14 @@ class LocalTarget:
         self.close()
         video = omni.VideoConfig(max_frames=p.max_frames, frame_rule=p.frame_rule, audio=p.audio, segments=p.segments)
         fidelity = "llama.cpp-omni" if p.prompt_style.startswith("llama.cpp-omni") else "reference"
-        options = {"fidelity": fidelity, "video": video, "max_new_tokens": p.max_new_tokens, "seed": 0}
-        options["max_beams"] = p.num_beams  # a KV sequence per beam (docs/slots.md#beam-search)
+        # max_beams: a KV sequence per beam (docs/slots.md#beam-search)
+        options = {"fidelity": fidelity, "video": video, "max_beams": p.num_beams}
         if self.threads:
             options["threads"] = self.threads
         if self.n_ctx:
             options["n_ctx"] = self.n_ctx
-        self._session = omni.OmniSession(self.model_dir, self.device, omni.SessionConfig(**options))
+        reply = omni.ReplyConfig(max_new_tokens=p.max_new_tokens, seed=0)
+        self._session = omni.OmniSession(self.model_dir, self.device, omni.EngineConfig(**options), reply=reply)
         self._key = key
         return self._session
 
@@ -81,7 +82,7 @@ class LocalTarget:
         sampling = omni.LlmSampling(temperature=0.0, repeat_penalty=p.repetition_penalty)
         sampling = _with_beams(sampling, p)
         try:
-            reply = session.speak(
+            result = session.speak(
                 content=[omni.Video(r.video, audio=r.audio if p.audio else None), r.prompt],
                 speech=False,
                 tts_template=p.tts_template,
@@ -93,9 +94,9 @@ class LocalTarget:
             )
         except OmniError as e:
             return Answer(ok=False, error=f"{type(e).__name__}: {e}")
-        t = reply.timings
+        t = result.timings
         return Answer(
-            reply.text,
+            result.text,
             timings={
                 "wall_s": round(t.wall_s, 3),
                 "prefill_ms": round(t.prefill_ms, 1),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..config import ReplyConfig, SessionConfig
+from ..config import EngineConfig, ReplyConfig
 from ..env import cache_dir
 from ..errors import OmniError
 
@@ -24,12 +24,16 @@ def random_set_reply(**overrides) -> ReplyConfig:
     )
 
 
-def random_set_config(**overrides) -> SessionConfig:
-    """The combined configuration the random set runs with (short replies); ``overrides`` are
-    fields of either part."""
-    return SessionConfig(
-        **{"max_new_tokens": RANDOM_SET_MAX_NEW_TOKENS, "max_audio_per_chunk": RANDOM_SET_AUDIO_PER_CHUNK, **overrides}
-    )
+def random_set_config(engine: EngineConfig | None = None, **reply_fields) -> tuple[EngineConfig, ReplyConfig]:
+    """(engine configuration, reply settings) for the random set: ``engine`` (else the defaults)
+    and its short replies with ``reply_fields`` over them."""
+    return engine or EngineConfig(), random_set_reply(**reply_fields)
+
+
+def reply_for(model_dir, **fields) -> ReplyConfig:
+    """Reply settings with ``fields`` over the defaults of the set: the random set's short replies
+    when ``model_dir`` is None, else ReplyConfig's own."""
+    return random_set_reply(**fields) if model_dir is None else ReplyConfig(**fields)
 
 
 def random_set_dir(size: str = "tiny") -> Path:

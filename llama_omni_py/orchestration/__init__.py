@@ -3,7 +3,7 @@
     channels     the stage threads, bounded channels, cancellation, the asyncio bridge
     stages       the bodies of the LLM, TTS and Token2Wav stages, written once
     turn_based   one turn-based request: prompt fitting, the pipeline, the request's Timings
-    slot         EngineStages (what an engine loads once) and SlotStages (one slot's stages)
+    slot         EngineModules (what an engine loads once) and SlotStages (one slot's stages)
     inputs       a request's inputs: checked, media encoded, the prompt assembled
     timings      the stages' events -> Timings, and the stage profile
 

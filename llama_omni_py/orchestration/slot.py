@@ -1,6 +1,7 @@
-"""The loaded stages of one model set on one device, and where their threads run.
+"""The loaded modules of one model set on one device, each slot's stages over them, and where their
+threads run.
 
-EngineStages      what an engine loads once: the LLM (one context with a KV stream per slot),
+EngineModules     what an engine loads once: the LLM (one context with a KV stream per slot),
                   the TTS and Token2Wav weights, the encoders, the CPU placement
 SlotStages        one slot's stages over them, what a turn-based request (turn_based.py) and a
                   full-duplex session (duplex/) work on:
@@ -54,7 +55,7 @@ def build_token2wav(model_dir: Path, device: str, plan, t2w: Token2WavConfig) ->
     return Token2Wav(model_dir, device, t2w)
 
 
-class EngineStages:
+class EngineModules:
     """Loads the LLM, TTS, Token2Wav and (lazily) the encoders of ``model_dir`` on ``device``
     once, for ``slots`` session slots. ``report(what)`` is called before each loading step."""
 
@@ -64,22 +65,27 @@ class EngineStages:
         report(self.STEPS[0])
         model_set = discover(model_dir)  # model_dir may name the LLM file: the encoders take the set's root
         self.model_dir, self.device, self.config = model_set.root, device, config
-        c = config
         validate(model_set, ["llm", "tts", "projector"], device)
         self.llm = LlmContext(
             model_set.llm,
             device,
-            c.n_ctx,
-            c.llm_threads,
-            c.exact,
+            config.n_ctx,
+            config.llm_threads,
+            config.exact,
             slots,
-            c.batch_invariant,
-            c.prefill_chunk,
-            beams=c.max_beams,
+            config.batch_invariant,
+            config.prefill_chunk,
+            beams=config.max_beams,
         )
         tts, projector = model_set.path("tts"), model_set.path("projector")
         self.tts = TtsModel(
-            tts, projector, device, c.module_threads, c.exact, c.tts_ctx, batch_invariant=c.batch_invariant
+            tts,
+            projector,
+            device,
+            config.module_threads,
+            config.exact,
+            config.tts_ctx,
+            batch_invariant=config.batch_invariant,
         )
         if self.tts.dims.llm_embd != self.llm.model.info.n_embd:
             raise InvalidArgumentError(
@@ -87,18 +93,18 @@ class EngineStages:
                 f"the LLM has {self.llm.model.info.n_embd}"
             )
         report(self.STEPS[1])
-        self.placement = plan_placement(device, c, c.token2wav_config)
+        self.placement = plan_placement(device, config, config.token2wav_config)
         self.inputs = InputEncoder(
             model_set.root,
             device,
             self._encoder_threads(),
-            c.audio_mode,
-            vision=c.vision_config,
-            video=c.video,
-            **c.audio_rules,
+            config.audio_mode,
+            vision=config.vision_config,
+            video=config.video,
+            **config.audio_rules,
         )
         report(self.STEPS[2])
-        self.token2wav = build_token2wav(model_set.root, device, self.placement, c.token2wav_config)
+        self.token2wav = build_token2wav(model_set.root, device, self.placement, config.token2wav_config)
 
     @property
     def slots(self) -> int:
@@ -123,7 +129,7 @@ class EngineStages:
 class SlotStages:
     """One slot's stages (see the module docstring)."""
 
-    def __init__(self, shared: EngineStages, llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav):
+    def __init__(self, shared: EngineModules, llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav):
         self.shared = shared
         self.model_dir, self.device, self.config = shared.model_dir, shared.device, shared.config
         self.llm, self.tts, self.token2wav = llm, tts, token2wav

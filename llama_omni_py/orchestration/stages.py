@@ -43,7 +43,7 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
-class Reply:
+class ReplyPlan:
     """What one reply needs: its prompt, sampling, seed and limits."""
 
     prompt: Prompt
@@ -57,13 +57,13 @@ class Reply:
     forced: tuple | None = None  # the reply's tokens, given (teacher forcing); None: sampled
 
 
-def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
+def llm_stage(llm: LanguageModel, plan: ReplyPlan, text_to_caller: bool = True):
     """Emits TextChunks; with ``text_to_caller`` each chunk's text also goes straight out."""
 
     def body(emit) -> None:
-        forced = list(reply.forced) if reply.forced is not None else None
+        forced = list(plan.forced) if plan.forced is not None else None
         stop = lambda: emit.cancelled  # noqa: E731
-        for chunk in llm.chunks(reply.prompt, reply.llm, reply.seed, reply.max_new_tokens, forced, stop):
+        for chunk in llm.chunks(plan.prompt, plan.llm, plan.seed, plan.max_new_tokens, forced, stop):
             if text_to_caller and chunk.text and not emit.output(TextDelta(chunk.text)):
                 return
             if not emit(chunk):
@@ -74,18 +74,18 @@ def llm_stage(llm: LanguageModel, reply: Reply, text_to_caller: bool = True):
 
 class TtsStage:
     """Text chunks -> code chunks of exactly 25 codes (the rest on the reply's end), the first one
-    of ``reply.first_window`` codes (what Token2Wav's first window needs); the final code chunk
+    of ``plan.first_window`` codes (what Token2Wav's first window needs); the final code chunk
     carries the LLM's stats and the TTS's (:class:`TtsStats`)."""
 
-    def __init__(self, tts: TtsModel, reply: Reply):
+    def __init__(self, tts: TtsModel, plan: ReplyPlan):
         tts.start_turn()
-        self.tts, self.reply = tts, reply
-        self.sampler = tts.sampler(reply.tts, reply.seed)
+        self.tts, self.plan = tts, plan
+        self.sampler = tts.sampler(plan.tts, plan.seed)
         self.pending: list[int] = []
         self.n_codes = 0
 
     def __call__(self, chunk: TextChunk, emit: Emit) -> None:
-        by_window = self.reply.handoff == "window"
+        by_window = self.plan.handoff == "window"
 
         def on_codes(codes: list[int]) -> bool:  # called from the native loop every `group` codes
             self.pending += codes
@@ -98,7 +98,7 @@ class TtsStage:
 
         hand_on = on_codes if by_window else None
         group = self._want() if by_window else CODES_PER_SECOND  # the first hand-off may come early
-        limit = self.reply.max_audio_per_chunk
+        limit = self.plan.max_audio_per_chunk
         codes = []
         if chunk.tokens:
             codes = self.tts.speak(chunk.tokens, chunk.hidden, self.sampler, limit, hand_on, group=group)
@@ -117,7 +117,7 @@ class TtsStage:
 
     def _want(self) -> int:
         """Codes of the next hand-off: the first window's, then a second's."""
-        return self.reply.first_window if self.n_codes == 0 else CODES_PER_SECOND
+        return self.plan.first_window if self.n_codes == 0 else CODES_PER_SECOND
 
     def _emit(self, emit: Emit, chunk: CodeChunk) -> bool:
         self.n_codes += len(chunk.codes)
@@ -208,12 +208,12 @@ class _Collect(list):
 
 
 def synthesize(
-    llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav, reply: Reply, overlap: bool = False
+    llm: LanguageModel, tts: TtsModel, token2wav: Token2Wav, plan: ReplyPlan, overlap: bool = False
 ) -> tuple[str, np.ndarray]:
     """The stages one after the other on this thread: (reply text, 24 kHz audio)."""
-    bodies = [TtsStage(tts, reply), *(body for _, body in token2wav_stages(token2wav, overlap))]
+    bodies = [TtsStage(tts, plan), *(body for _, body in token2wav_stages(token2wav, overlap))]
     texts = _Collect()
-    llm_stage(llm, reply, text_to_caller=False)(texts)
+    llm_stage(llm, plan, text_to_caller=False)(texts)
     items = texts
     for body in bodies:
         out = _Collect()

@@ -84,46 +84,76 @@ class TurnBasedRun:
             pipe.close()
 
     def __iter__(self) -> Iterator[SpeechChunk]:
-        r, c, b = self.request, self.reply, self.slot
-        engine = b.config
         start = time.perf_counter()
-        forced = tuple(b.llm.model.tokenize(r.reply_text, False)) if r.reply_text is not None else None
-        limit = len(forced) if forced is not None else r.max_new_tokens or c.max_new_tokens
-        if forced is None:
-            check_beam_request(b, r.llm or c.llm, r.speech)
-        if r.prompt is None:  # the text no history left out can shorten, checked before any encoding
-            own = "".join(p for p in r.content if isinstance(p, str))
-            own += r.system_prompt if isinstance(r.system_prompt, str) else ""
-            b.llm.check_text_fits(len(own.encode("utf-8", "surrogatepass")), limit)
-        media = b.inputs.encode(r)
-        prompt, prompt_stats = fitting_prompt(b, r, media, limit, c.prompt_rule(engine.fidelity))
+        plan, media, prompt_stats = self._plan()
         if self._cancelled.is_set():  # cancelled while the inputs were encoded
             return
-        reply = stages.Reply(
+        pipe = self._pipeline = self._build_pipeline(plan)
+        heard = _AudioClock(start)
+        final = yield from self._chunks(pipe, prompt_stats.prompt_tokens, heard)
+        if final is None:  # cancelled
+            return
+        timings = request_timings(
+            pipe.events,
+            heard.chunk_seconds,
+            start=start,
+            end=time.perf_counter(),
+            first_audio=heard.first,
+            last_audio=heard.last,
+            seed=self.request.seed,
+            stats=(*final.stats, media.stats, prompt_stats),
+        )
+        encoders = {"apm_ms": media.stats.apm_ms, "vpm_ms": media.stats.vpm_ms} if self.request.has_media else {}
+        self.profiler.add(pipe.events, encoders)
+        yield replace(final, timings=timings, stats=())
+
+    def _plan(self) -> tuple[stages.ReplyPlan, object, PromptStats]:
+        """The request's inputs encoded, its prompt fitted and its ReplyPlan: the request's options
+        over the session's reply settings, under the engine's fidelity."""
+        request, reply, slot = self.request, self.reply, self.slot
+        engine_config = slot.config
+        forced = tuple(slot.llm.model.tokenize(request.reply_text, False)) if request.reply_text is not None else None
+        limit = len(forced) if forced is not None else request.max_new_tokens or reply.max_new_tokens
+        sampling = request.llm or reply.llm
+        if forced is None:
+            check_beam_request(slot, sampling, request.speech)
+        if request.prompt is None:  # the text no history left out can shorten, checked before any encoding
+            own = "".join(p for p in request.content if isinstance(p, str))
+            own += request.system_prompt if isinstance(request.system_prompt, str) else ""
+            slot.llm.check_text_fits(len(own.encode("utf-8", "surrogatepass")), limit)
+        media = slot.inputs.encode(request)
+        prompt, prompt_stats = fitting_prompt(slot, request, media, limit, reply.prompt_rule(engine_config.fidelity))
+        plan = stages.ReplyPlan(
             prompt,
-            r.seed,
+            request.seed,
             limit,
-            c.max_audio_per_chunk,
-            r.llm or c.llm,
-            c.tts_sampling(engine.fidelity),
-            c.tts_handoff,
-            engine.token2wav.first_window_codes,
+            reply.max_audio_per_chunk,
+            sampling,
+            reply.tts_sampling(engine_config.fidelity),
+            reply.tts_handoff,
+            engine_config.token2wav.first_window_codes,
             forced,
         )
-        if r.speech:
-            body = [("tts", stages.TtsStage(b.tts, reply)), *stages.token2wav_stages(b.token2wav, b.overlap)]
+        return plan, media, prompt_stats
+
+    def _build_pipeline(self, plan: stages.ReplyPlan) -> Pipeline:
+        """LLM -> TTS -> Token2Wav on the slot's stages (LLM -> text for a text-only reply)."""
+        slot, reply, speech = self.slot, self.reply, self.request.speech
+        if speech:
+            body = [("tts", stages.TtsStage(slot.tts, plan)), *stages.token2wav_stages(slot.token2wav, slot.overlap)]
         else:
             body = [("text", stages.text_stage())]
-        pipe = Pipeline(
-            ("llm", stages.llm_stage(b.llm, reply, text_to_caller=r.speech)),
+        return Pipeline(
+            ("llm", stages.llm_stage(slot.llm, plan, text_to_caller=speech)),
             body,
-            [c.tts_queue, *[c.audio_queue] * len(body)],
-            b.pin_stage_thread,
+            [reply.tts_queue, *[reply.audio_queue] * len(body)],
+            slot.pin_stage_thread,
         )
-        self._pipeline = pipe
-        n_prompt = prompt_stats.prompt_tokens
-        first_audio = last_audio = None
-        chunk_audio: list[float] = []  # seconds of audio per Token2Wav (or text stage) output
+
+    @staticmethod
+    def _chunks(pipe: Pipeline, n_prompt: int, heard: _AudioClock):
+        """Yields the pipeline's chunks, numbered, and returns the final one (None: cancelled),
+        which leaves later with the request's timings."""
         final: SpeechChunk | None = None
         index = 0
         try:
@@ -132,29 +162,29 @@ class TurnBasedRun:
                     chunk = SpeechChunk(item.text, np.zeros(0, np.float32), index, False, prompt_tokens=n_prompt)
                 else:
                     chunk = replace(item, index=index, prompt_tokens=n_prompt)
-                    chunk_audio.append(chunk.audio.size / OUTPUT_SAMPLE_RATE)
-                    if chunk.audio.size:
-                        last_audio = time.perf_counter() - start
-                        first_audio = first_audio if first_audio is not None else last_audio
+                    heard.add(chunk.audio.size)
                 index += 1
                 if chunk.is_final:
-                    final = chunk  # the end follows at once; it leaves with the request's timings
+                    final = chunk  # the end follows at once
                 else:
                     yield chunk
         finally:
             pipe.close()
-        if final is None:  # cancelled
-            return
-        timings = request_timings(
-            pipe.events,
-            chunk_audio,
-            start=start,
-            end=time.perf_counter(),
-            first_audio=first_audio,
-            last_audio=last_audio,
-            seed=r.seed,
-            stats=(*final.stats, media.stats, prompt_stats),
-        )
-        encoders = {"apm_ms": media.stats.apm_ms, "vpm_ms": media.stats.vpm_ms} if r.has_media else {}
-        self.profiler.add(pipe.events, encoders)
-        yield replace(final, timings=timings, stats=())
+        return final
+
+
+class _AudioClock:
+    """When a request's audio came out: seconds of audio per Token2Wav (or text stage) output,
+    and the first and last audio's times since ``start``."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.chunk_seconds: list[float] = []
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def add(self, samples: int) -> None:
+        self.chunk_seconds.append(samples / OUTPUT_SAMPLE_RATE)
+        if samples:
+            self.last = time.perf_counter() - self.start
+            self.first = self.first if self.first is not None else self.last

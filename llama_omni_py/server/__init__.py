@@ -24,8 +24,4 @@ __getattr__, __dir__ = lazy(
         "serve": "llama_omni_py.server.worker.app",
         "WorkerConfig": "llama_omni_py.server.worker.config",
     },
-    old={
-        "OmniServer": ("llama_omni_py.server.worker.app", "WorkerServer"),
-        "ServerConfig": ("llama_omni_py.server.worker.config", "WorkerConfig"),
-    },
 )

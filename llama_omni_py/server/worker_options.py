@@ -78,23 +78,24 @@ class WorkerOptions:
             out += [self.flag(f.name)] if f.metadata["type"] is None else [self.flag(f.name), str(value)]
         return out
 
-    def session_config(self, numa_node: int | None = None):
-        from ..config import SessionConfig, Token2WavConfig
-        from ..modelset.random_set import random_set_config
+    def configs(self, numa_node: int | None = None):
+        """(EngineConfig, ReplyConfig) of the worker's engine and its sessions' default replies."""
+        from ..config import EngineConfig, Token2WavConfig
+        from ..modelset.random_set import reply_for
 
-        options: dict = {
-            "threads": self.threads,
-            "token2wav": Token2WavConfig(threads=self.t2w_threads),
-            "fidelity": self.fidelity,
-            "batch_invariant": self.batch_invariant,
-        }
+        engine = EngineConfig(
+            threads=self.threads,
+            token2wav=Token2WavConfig(threads=self.t2w_threads),
+            fidelity=self.fidelity,
+            batch_invariant=self.batch_invariant,
+            numa_node=numa_node,
+        )
+        reply: dict = {}
         if self.max_new_tokens:
-            options["max_new_tokens"] = self.max_new_tokens
+            reply["max_new_tokens"] = self.max_new_tokens
         if self.max_audio_per_chunk:
-            options["max_audio_per_chunk"] = self.max_audio_per_chunk
-        if numa_node is not None:
-            options["numa_node"] = numa_node
-        return random_set_config(**options) if self.model_dir is None else SessionConfig(**options)
+            reply["max_audio_per_chunk"] = self.max_audio_per_chunk
+        return engine, reply_for(self.model_dir, **reply)
 
     def server_config(self, host: str, port: int, device: str, numa_node: int | None = None, secret: str | None = None):
         """The worker's WorkerConfig on host:port with its engine on ``device``; ``secret``: the
@@ -102,7 +103,7 @@ class WorkerOptions:
         from ..duplex import bad_token_ids
         from .worker.config import WorkerConfig
 
-        session = self.session_config(numa_node)
+        engine, reply = self.configs(numa_node)
         # a repository id is fetched here, on the worker's host (a Ray actor's may be another)
         model_dir = resolved_model(self.model_dir, self.llm_quant, self.hub, device)
         forbidden = bad_token_ids(self.duplex_bad_tokens) if self.duplex_bad_tokens else ()
@@ -111,9 +112,10 @@ class WorkerOptions:
             port=port,
             model_dir=model_dir,
             device=device,
-            session=session,
+            engine=engine,
+            reply=reply,
             slots=self.slots,
-            max_new_tokens=session.max_new_tokens,  # a cap, not only a default
+            max_new_tokens=reply.max_new_tokens,  # a cap, not only a default
             max_message_bytes=int(self.max_message_mb * 2**20),
             max_audio_seconds=self.max_audio_seconds,
             idle_timeout_s=self.idle_timeout,

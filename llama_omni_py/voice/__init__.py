@@ -12,7 +12,7 @@ from .session import HandsFreeSession, ReplyInterrupted, TurnRecord
 from .silero import SileroVad
 from .vad import SpeechDiscarded, SpeechStarted, SpeechStopped, StreamingVad, VadEvent, VadOptions
 
-__getattr__, __dir__ = lazy(__name__, {}, old={"VoiceSession": ("llama_omni_py.voice.session", "HandsFreeSession")})
+__getattr__, __dir__ = lazy(__name__, {})
 
 __all__ = [
     "HandsFreeSession",

@@ -213,12 +213,10 @@ class HandsFreeSession:
         """Bounds the conversation to what a prompt could still hold: at most MAX_TURNS_KEPT
         entries, and no entry older than those whose audio alone fills the LLM context. The
         oldest go first, a whole turn at a time, as the prompt would leave them out."""
-        n_ctx = getattr(self.session.config, "n_ctx", None)
+        n_ctx = self.session.engine_config.n_ctx
         rows = [c.embeddings.shape[0] if isinstance(c, EncodedAudio) else 0 for _, c in self.history]
         drop, later = 0, sum(rows)
-        while drop < len(self.history) and (
-            len(self.history) - drop > MAX_TURNS_KEPT or (n_ctx is not None and later - rows[drop] >= n_ctx)
-        ):
+        while drop < len(self.history) and (len(self.history) - drop > MAX_TURNS_KEPT or later - rows[drop] >= n_ctx):
             later -= rows[drop]
             drop += 1
         while 0 < drop < len(self.history) and self.history[drop][0] != "user":  # a turn starts with the user

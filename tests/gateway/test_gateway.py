@@ -10,11 +10,11 @@ import socket
 import time
 
 import pytest
-from server_client import SESSION, SPEAK, TIMEOUT, chat_request, http, running_gateway, slow_llm, wait_until, ws_chat
+from server_client import REPLY, SPEAK, TIMEOUT, chat_request, http, running_gateway, slow_llm, wait_until, ws_chat
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from llama_omni_py.config import SessionConfig
+from llama_omni_py.config import ReplyConfig
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +223,7 @@ def test_client_vanishing_mid_turn_frees_its_worker(gw, monkeypatch):
 def test_slow_reader_is_dropped_and_its_worker_freed(tiny_dir):
     # Long replies (random weights never end a speech chunk: minutes of audio), a client that never
     # reads, with a tiny receive buffer.
-    worker = {"max_new_tokens": 60, "session": SessionConfig(**dict(SESSION, max_audio_per_chunk=500))}
+    worker = {"max_new_tokens": 60, "reply": ReplyConfig(**dict(REPLY, max_audio_per_chunk=500))}
     with running_gateway(
         tiny_dir, workers=1, worker_overrides=worker, send_timeout_s=0.5, send_buffer_bytes=1 << 20
     ) as g:

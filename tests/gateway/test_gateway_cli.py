@@ -64,8 +64,8 @@ def test_worker_options_round_trip_through_flags():
     assert WorkerOptions.from_args(p.parse_args(o.to_argv())) == o
     assert WorkerOptions().to_argv() == [] and pickle.loads(pickle.dumps(o)) == o
     cfg = o.server_config("127.0.0.1", 0, "cpu", numa_node=None)
-    assert cfg.max_message_bytes == 8 * 2**20 and cfg.compat and cfg.session.token2wav.threads == 2
-    assert cfg.session.max_new_tokens == 40 and cfg.session.threads == 1
+    assert cfg.max_message_bytes == 8 * 2**20 and cfg.compat and cfg.engine.token2wav.threads == 2
+    assert cfg.reply.max_new_tokens == 40 and cfg.engine.threads == 1
 
 
 def test_duplex_bad_tokens_reach_every_duplex_session(tmp_path):
@@ -89,7 +89,7 @@ def test_duplex_bad_tokens_reach_every_duplex_session(tmp_path):
     assert cfg.duplex_forbidden_token_ids == (198, 271)
 
     class Session:
-        def duplex(self, system_prompt, voice, config):
+        def duplex(self, system_prompt, ref_audio, config):
             return config
 
     host = EngineHost(cfg)

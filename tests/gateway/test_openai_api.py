@@ -14,7 +14,8 @@ import openai
 import pytest
 import soundfile as sf
 from server_client import (
-    SESSION,
+    ENGINE,
+    REPLY,
     ffmpeg_bytes,
     http,
     jpeg,
@@ -26,11 +27,12 @@ from server_client import (
     ws_chat,
 )
 
+from llama_omni_py.config import EngineConfig, ReplyConfig
 from llama_omni_py.server import WorkerConfig
 from llama_omni_py.server.gateway import BackgroundGateway, GatewayConfig
 from llama_omni_py.server.gateway.workers import StaticWorkers
 from llama_omni_py.server.worker.engine_host import EngineHost
-from llama_omni_py.session import OmniEngine, SessionConfig
+from llama_omni_py.session import OmniEngine
 
 MODEL = "MiniCPM-o-4.5"
 SAMPLES_PER_CODE = 960  # 25 speech codes = 1 s = 24000 samples
@@ -481,7 +483,9 @@ def test_refusals_come_before_the_stream_with_retry_after(tiny_dir, monkeypatch)
         assert gate.wait(60)
         return OmniEngine(*a, **k)
 
-    cfg = WorkerConfig(port=0, model_dir=str(tiny_dir), device="cpu", session=SessionConfig(**SESSION))
+    cfg = WorkerConfig(
+        port=0, model_dir=str(tiny_dir), device="cpu", engine=EngineConfig(**ENGINE), reply=ReplyConfig(**REPLY)
+    )
     with running_server(tiny_dir, host=EngineHost(cfg, factory=slow), wait=False) as w:
         with BackgroundGateway(GatewayConfig(port=0, health_interval_s=0.2), [StaticWorkers([w.url])]) as g:
             client = openai.OpenAI(base_url=g.url + "/v1", api_key="none", max_retries=0, timeout=60)

@@ -2,15 +2,13 @@
 search over an engine slot's KV sequences equals transformers' rules restated plainly below, run
 on the same tiny LLM's logits for every prefix from a separate one-sequence context."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from threads import in_threads
 
 import llama_omni_py as omni
 from llama_omni_py._native import core
-from llama_omni_py.config import LlmSampling, SessionConfig
+from llama_omni_py.config import EngineConfig, LlmSampling, ReplyConfig
 from llama_omni_py.errors import ConfigError, InvalidArgumentError
 from llama_omni_py.modelset.layout import discover
 from llama_omni_py.modelset.random_set import random_set_config
@@ -304,7 +302,9 @@ QUESTIONS = ["Which letter is right?", "Hello there.", "Tell me a story about a 
 
 
 def _config(**kw):
-    return replace(random_set_config(), max_new_tokens=24, **kw)
+    """OmniSession's and OmniEngine's config= and reply=: the random set's short replies."""
+    engine, reply = random_set_config(EngineConfig(**kw), max_new_tokens=24)
+    return {"config": engine, "reply": reply}
 
 
 def _plain_reply_text(model, segments, beams, max_new, penalty):
@@ -320,10 +320,12 @@ def _plain_reply_text(model, segments, beams, max_new, penalty):
 def test_speak_returns_the_best_beams_text(tiny_dir, model):
     beams = LlmSampling.reference_beam_search()
     config = _config(max_beams=3, batch_invariant=True, prompt_cache=False)
-    with omni.OmniSession(tiny_dir, "cpu", config) as s:
+    with omni.OmniSession(tiny_dir, "cpu", **config) as s:
         r = s.speak(QUESTIONS[0], speech=False, llm=beams, max_new_tokens=16)
         request = Request.of(QUESTIONS[0], speech=False, tts_template=False, seed=0)
-        prompt, _ = fitting_prompt(s.stages, request, s.stages.inputs.encode(request), 16, s.config.prompt_rule)
+        prompt, _ = fitting_prompt(
+            s.stages, request, s.stages.inputs.encode(request), 16, s.reply.prompt_rule(s.engine_config.fidelity)
+        )
     assert {kind for kind, _ in prompt.segments} == {"tokens"}
     want = _plain_reply_text(model, [[int(t) for t in part] for _, part in prompt.segments], 3, 16, 1.2)
     assert r.text == want and r.audio.size == 0
@@ -342,11 +344,11 @@ def test_bad_beam_values_are_refused_by_name(tiny_dir):
             LlmSampling(num_beams=3, early_stopping=bad)
     for bad in (0, 9):
         with pytest.raises(ConfigError, match="max_beams"):
-            SessionConfig(max_beams=bad)
+            EngineConfig(max_beams=bad)
     with pytest.raises(ConfigError, match="max_beams"):
-        SessionConfig(llm=LlmSampling(num_beams=3), max_beams=2)
-    assert SessionConfig(llm=LlmSampling(num_beams=3)).max_beams == 3
-    with omni.OmniSession(tiny_dir, "cpu", _config()) as s:  # one KV sequence per slot
+        ReplyConfig(llm=LlmSampling(num_beams=3)).check_fits(EngineConfig(max_beams=2))
+    ReplyConfig(llm=LlmSampling(num_beams=3)).check_fits(EngineConfig(max_beams=3))
+    with omni.OmniSession(tiny_dir, "cpu", **_config()) as s:  # one KV sequence per slot
         with pytest.raises(InvalidArgumentError, match="max_beams=3"):
             s.speak("Hi.", speech=False, llm=LlmSampling(num_beams=3))
         with pytest.raises(InvalidArgumentError, match="speech=False"):
@@ -365,9 +367,9 @@ def test_other_slots_reply_as_alone_while_one_beam_searches(tiny_dir):
         r = session.speak(QUESTIONS[2], seed=5)
         return r.text, r.audio
 
-    with omni.OmniSession(tiny_dir, "cpu", config) as alone:
+    with omni.OmniSession(tiny_dir, "cpu", **config) as alone:
         want_beams, want_spoken = beam_reply(alone), spoken_reply(alone)
-    with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=config) as engine:
+    with omni.OmniEngine(tiny_dir, "cpu", slots=2, **config) as engine:
         a, b = engine.session(), engine.session()
         got = in_threads(lambda k: beam_reply(a) if k == 0 else spoken_reply(b), 2)
         assert got[0] == want_beams
@@ -402,10 +404,10 @@ def test_beam_steps_share_batches_with_other_slots(tiny_dir):
     def greedy_reply(session):
         return session.speak(QUESTIONS[1], speech=False, llm=greedy, max_new_tokens=20).text
 
-    with omni.OmniSession(tiny_dir, "cpu", config) as alone:
+    with omni.OmniSession(tiny_dir, "cpu", **config) as alone:
         want = beam_reply(alone), greedy_reply(alone)
-    with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=config) as engine:
-        scheduler = engine.stages.llm.scheduler
+    with omni.OmniEngine(tiny_dir, "cpu", slots=2, **config) as engine:
+        scheduler = engine.modules.llm.scheduler
         scheduler._gather_s = 1.0  # every generating slot is waited for
         scheduler._native = recorder = _BatchSizes(scheduler._native)
         a, b = engine.session(), engine.session()

@@ -215,10 +215,11 @@ def test_token2wav_is_deterministic_on_the_device(tiny_dir, dev):
 def test_speak_is_deterministic_on_the_device(tiny_dir, dev):
     # two runs: a fresh session each (a second reply in one session may reuse the first one's
     # prompt prefix from the KV cache, which is a different computation)
-    cfg = omni.SessionConfig(max_new_tokens=30, max_audio_per_chunk=25, threads=THREADS)
+    cfg = omni.EngineConfig(threads=THREADS)
+    reply = omni.ReplyConfig(max_new_tokens=30, max_audio_per_chunk=25)
     replies = []
     for _ in range(2):
-        with omni.OmniSession(tiny_dir, dev, cfg) as s:
+        with omni.OmniSession(tiny_dir, dev, cfg, reply=reply) as s:
             assert s.device == dev
             replies.append(s.speak("hello there, how are you today?", seed=7))
     a, b = replies

@@ -49,10 +49,8 @@ def test_default_schedule_is_unchanged(tiny_dir):
 
 def test_the_pipeline_hands_the_first_codes_on_early(tiny_dir):
     def first_audio(first):
-        cfg = omni.SessionConfig(
-            max_new_tokens=30, threads=1, token2wav=Token2WavConfig(threads=1, first_window_codes=first)
-        )
-        with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        cfg = omni.EngineConfig(threads=1, token2wav=Token2WavConfig(threads=1, first_window_codes=first))
+        with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=30)) as s:
             chunks = [c for c in s.stream("hello there, how are you today?", seed=1) if c.audio.size]
         return chunks[0].audio.size, sum(c.audio.size for c in chunks)
 

@@ -19,14 +19,9 @@ TONE = (0.3 * np.sin(2 * np.pi * 330 * np.arange(16000) / 16000)).astype(np.floa
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(
-        max_new_tokens=10,
-        max_audio_per_chunk=10,
-        threads=1,
-        token2wav=omni.Token2WavConfig(threads=1),
-        prompt_cache=False,
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1), prompt_cache=False)
+    reply = omni.ReplyConfig(max_new_tokens=10, max_audio_per_chunk=10)
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=reply) as s:
         yield s
 
 
@@ -35,9 +30,9 @@ def test_huge_thread_counts_are_capped_with_a_warning(tiny_dir, caplog):
     with caplog.at_level(logging.WARNING):
         enc = omni.AudioEncoder(tiny_dir, threads=100000)
         assert enc.encode(TONE).shape[0] > 0  # once a SIGSEGV
-        cfg = omni.SessionConfig(threads=100000)
+        cfg = omni.EngineConfig(threads=100000)
     assert cfg.threads == USABLE and "more than" in caplog.text
-    assert omni.SessionConfig(threads=1000).threads == USABLE
+    assert omni.EngineConfig(threads=1000).threads == USABLE
     assert omni.Token2WavConfig(threads=100000).resolved_threads == USABLE
 
 
@@ -47,9 +42,9 @@ def test_huge_thread_counts_are_capped_with_a_warning(tiny_dir, caplog):
         lambda d: omni.AudioEncoder(d, threads=-3),
         lambda d: omni.ImageEncoder(d, threads=0),
         lambda d: omni.Token2Wav(d, threads=-1),
-        lambda d: omni.SessionConfig(threads="2"),
-        lambda d: omni.SessionConfig(threads=True),
-        lambda d: omni.SessionConfig(threads=1.5),
+        lambda d: omni.EngineConfig(threads="2"),
+        lambda d: omni.EngineConfig(threads=True),
+        lambda d: omni.EngineConfig(threads=1.5),
     ],
 )
 def test_bad_thread_counts_name_the_field(tiny_dir, make):
@@ -76,7 +71,7 @@ def test_seed_minus_one_draws_and_reports_a_seed(session):
     again = session.speak("hello", seed=r.timings.seed)
     assert np.array_equal(again.audio, r.audio)  # the reported seed reproduces the reply
     with pytest.raises(omni.ConfigError, match="seed"):
-        omni.SessionConfig(seed=2**32)
+        omni.ReplyConfig(seed=2**32)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +109,7 @@ def test_max_new_tokens_errors_share_one_type(session):
     with pytest.raises(omni.InvalidArgumentError, match="exceeds the context"):  # not a PipelineError
         session.speak("hello", max_new_tokens=10**6)
     with pytest.raises(omni.ConfigError, match="max_new_tokens"):
-        omni.SessionConfig(max_new_tokens=10**6)  # more than n_ctx
+        omni.ReplyConfig(max_new_tokens=10**6).check_fits(omni.EngineConfig())  # more than n_ctx
 
 
 def test_bad_devices_and_configs(tiny_dir):

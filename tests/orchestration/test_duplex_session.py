@@ -15,7 +15,7 @@ TONE = (0.3 * np.sin(2 * np.pi * 330 * np.arange(16000) / 16000)).astype(np.floa
 def session(tiny_dir):
     # the reference's image rules: frames laid out as the reference's duplex prefill
     vision = omni.VisionConfig(rules="reference")
-    cfg = omni.SessionConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1), vision=vision)
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1), vision=vision)
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         yield s
 

@@ -1,8 +1,6 @@
 """OmniEngine: N session slots over one loaded module set (docs/slots.md). Replies of concurrent
 slots equal a lone session's with the same seed (batch_invariant: bit for bit)."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from threads import in_threads
@@ -14,7 +12,9 @@ QUESTIONS = ["Hello there.", "What is the weather like?", "Tell me a story about
 
 
 def _config(**kw):
-    return replace(random_set_config(), max_new_tokens=24, **kw)
+    """OmniSession's and OmniEngine's config= and reply=: the random set's short replies."""
+    engine, reply = random_set_config(omni.EngineConfig(**kw), max_new_tokens=24)
+    return {"config": engine, "reply": reply}
 
 
 def _reply(session, k):
@@ -24,12 +24,12 @@ def _reply(session, k):
 
 @pytest.fixture(scope="module")
 def lone_replies(tiny_dir):
-    with omni.OmniSession(tiny_dir, "cpu", _config(batch_invariant=True)) as s:
+    with omni.OmniSession(tiny_dir, "cpu", **_config(batch_invariant=True)) as s:
         return [_reply(s, k) for k in range(3)]
 
 
 def test_concurrent_slots_reply_as_lone_sessions_bit_for_bit(tiny_dir, lone_replies):
-    with omni.OmniEngine(tiny_dir, "cpu", slots=3, config=_config(batch_invariant=True)) as engine:
+    with omni.OmniEngine(tiny_dir, "cpu", slots=3, **_config(batch_invariant=True)) as engine:
         sessions = [engine.session() for _ in range(3)]
         got = in_threads(lambda k: _reply(sessions[k], k), 3)
         for k in range(3):
@@ -41,8 +41,8 @@ def test_concurrent_slots_reply_as_lone_sessions_bit_for_bit(tiny_dir, lone_repl
 
 
 def test_batched_slots_run_together_and_speak(tiny_dir):
-    with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=_config()) as engine:
-        engine.stages.llm.scheduler._gather_s = 1.0  # every generating slot is waited for
+    with omni.OmniEngine(tiny_dir, "cpu", slots=2, **_config()) as engine:
+        engine.modules.llm.scheduler._gather_s = 1.0  # every generating slot is waited for
         a, b = engine.session(), engine.session()
         got = in_threads(lambda k: (a, b)[k].speak(QUESTIONS[k], seed=7), 2)
         for r in got:
@@ -51,7 +51,7 @@ def test_batched_slots_run_together_and_speak(tiny_dir):
 
 
 def test_slots_are_claimed_refused_and_given_back(tiny_dir):
-    with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=_config()) as engine:
+    with omni.OmniEngine(tiny_dir, "cpu", slots=2, **_config()) as engine:
         a, b = engine.session(), engine.session()
         assert (engine.busy_slots, engine.free_slots) == (2, 0)
         with pytest.raises(omni.SlotsBusyError, match="all 2 session slots"):
@@ -75,9 +75,9 @@ def test_engine_arguments_are_checked(tiny_dir):
     with pytest.raises(omni.ConfigError, match="slots"):
         omni.OmniEngine(tiny_dir, "cpu", slots=0)
     with pytest.raises(omni.ConfigError, match="batch_invariant"):
-        omni.SessionConfig(batch_invariant="yes")
+        omni.EngineConfig(batch_invariant="yes")
     with pytest.raises(omni.ConfigError, match="prefill_chunk"):
-        omni.SessionConfig(prefill_chunk=0)
+        omni.EngineConfig(prefill_chunk=0)
 
 
 def test_duplex_sessions_on_two_slots_equal_lone_ones(tiny_dir):
@@ -90,9 +90,9 @@ def test_duplex_sessions_on_two_slots_equal_lone_ones(tiny_dir):
             out = [d.push(u) for u in units[k]]
         return [r.text for r in out], np.concatenate([r.audio for r in out] + [np.zeros(0, np.float32)])
 
-    with omni.OmniSession(tiny_dir, "cpu", _config(batch_invariant=True)) as s:
+    with omni.OmniSession(tiny_dir, "cpu", **_config(batch_invariant=True)) as s:
         lone = [run(s, k) for k in range(2)]
-    with omni.OmniEngine(tiny_dir, "cpu", slots=2, config=_config(batch_invariant=True)) as engine:
+    with omni.OmniEngine(tiny_dir, "cpu", slots=2, **_config(batch_invariant=True)) as engine:
         sessions = [engine.session() for _ in range(2)]
         got = in_threads(lambda k: run(sessions[k], k), 2)
     for k in range(2):

@@ -1,4 +1,4 @@
-"""The fidelity switch: SessionConfig(fidelity=...) picks llama.cpp-omni's or the reference's rule
+"""The fidelity switch: EngineConfig(fidelity=...) picks llama.cpp-omni's or the reference's rule
 for every module at once, each module's own field wins over it, and each rule is checked on both
 sides (llama.cpp-omni's restated here, the reference's against the PyTorch modules)."""
 
@@ -10,20 +10,21 @@ from reference import apm as ref
 
 import llama_omni_py as omni
 from llama_omni_py import fidelity
-from llama_omni_py.config import SessionConfig, Token2WavConfig, TtsSampling
+from llama_omni_py.config import EngineConfig, ReplyConfig, Token2WavConfig, TtsSampling
 from llama_omni_py.modelset import spec as ms
 from llama_omni_py.modules.apm import AudioEncoder
 
 
 def test_default_is_llama_cpp_omni_and_reference_switches_every_rule():
-    lco, reference = SessionConfig(), SessionConfig(fidelity="reference")
+    lco, reference, reply = EngineConfig(), EngineConfig(fidelity="reference"), ReplyConfig()
     assert lco.fidelity == "llama.cpp-omni"
-    assert (lco.token2wav_config.cache_policy, lco.audio_rule, lco.tts_sampling) == (
+    assert (lco.token2wav_config.cache_policy, lco.audio_rule, reply.tts_sampling(lco.fidelity)) == (
         "llama.cpp-omni",
         "llama.cpp-omni",
         TtsSampling(),
     )
-    assert (reference.token2wav_config.cache_policy, reference.audio_rule, reference.tts_sampling) == (
+    rule = reply.tts_sampling(reference.fidelity)
+    assert (reference.token2wav_config.cache_policy, reference.audio_rule, rule) == (
         "reference",
         "reference",
         TtsSampling.reference(),
@@ -35,22 +36,22 @@ def test_default_is_llama_cpp_omni_and_reference_switches_every_rule():
 
 def test_a_module_field_wins_over_the_switch():
     tts = TtsSampling(temperature=0.3)
-    c = SessionConfig(
+    c = EngineConfig(
         fidelity="reference",
         audio_fidelity="llama.cpp-omni",
-        tts=tts,
         token2wav=Token2WavConfig(cache_policy="llama.cpp-omni"),
     )
-    assert (c.audio_rule, c.tts_sampling, c.token2wav_config.cache_policy) == ("llama.cpp-omni", tts, "llama.cpp-omni")
+    rule = ReplyConfig(tts=tts).tts_sampling(c.fidelity)
+    assert (c.audio_rule, rule, c.token2wav_config.cache_policy) == ("llama.cpp-omni", tts, "llama.cpp-omni")
 
 
 @pytest.mark.parametrize(
     "make, field",
     [
-        (lambda: SessionConfig(fidelity="llama.cpp"), "fidelity"),
-        (lambda: SessionConfig(audio_fidelity="whisper"), "audio_fidelity"),
-        (lambda: SessionConfig(tts={"temperature": 1}), "tts"),
-        (lambda: SessionConfig(token2wav=Token2WavConfig(cache_policy="stepaudio")), "cache_policy"),
+        (lambda: EngineConfig(fidelity="llama.cpp"), "fidelity"),
+        (lambda: EngineConfig(audio_fidelity="whisper"), "audio_fidelity"),
+        (lambda: ReplyConfig(tts={"temperature": 1}), "tts"),
+        (lambda: EngineConfig(token2wav=Token2WavConfig(cache_policy="stepaudio")), "cache_policy"),
         (lambda: AudioEncoder("unused", fidelity="whisper"), "fidelity"),
     ],
 )
@@ -127,10 +128,12 @@ def test_audio_encoder_rules_on_both_sides(tiny_dir, reference_apm, reference_ap
 def test_a_session_follows_its_fidelity(tiny_dir):
     from llama_omni_py.modelset.random_set import random_set_config
 
-    with omni.OmniSession(tiny_dir, "cpu", random_set_config(threads=1, fidelity="reference")) as s:
+    engine, reply = random_set_config(EngineConfig(threads=1, fidelity="reference"))
+    with omni.OmniSession(tiny_dir, "cpu", engine, reply=reply) as s:
         assert s.stages.token2wav.cache_policy == "reference"
         apm, _ = s.stages.inputs.encoders()
         assert apm.fidelity == "reference" and not apm.apm.tanh_gelu
-    with omni.OmniSession(tiny_dir, "cpu", random_set_config(threads=1)) as s:
+    engine, reply = random_set_config(EngineConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", engine, reply=reply) as s:
         assert s.stages.token2wav.cache_policy == "llama.cpp-omni"
         assert s.stages.inputs.encoders()[0].apm.tanh_gelu

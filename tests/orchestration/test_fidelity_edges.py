@@ -12,7 +12,7 @@ from reference import apm as ref
 import llama_omni_py as omni
 from llama_omni_py import fidelity, media
 from llama_omni_py._native import core
-from llama_omni_py.config import SessionConfig
+from llama_omni_py.config import EngineConfig
 from llama_omni_py.content import Audio
 from llama_omni_py.modelset import spec as ms
 from llama_omni_py.modules.apm import AudioEncoder
@@ -34,12 +34,12 @@ def apm_path(tiny_dir):
 
 
 def test_both_fidelities_keep_our_history_rules_and_split_the_others():
-    lco, reference = SessionConfig().audio_rules, SessionConfig(fidelity="reference").audio_rules
+    lco, reference = EngineConfig().audio_rules, EngineConfig(fidelity="reference").audio_rules
     assert (lco["audio_history"], lco["audio_positions"]) == ("clip", "consecutive")
     assert (reference["audio_history"], reference["audio_positions"]) == ("clip", "consecutive")
     assert (lco["resampler"], reference["resampler"]) == ("linear", "band-limited")
     assert (VisionConfig().jpeg, VisionConfig(rules="reference").jpeg) == ("stb_image", "pillow")
-    chosen = SessionConfig(
+    chosen = EngineConfig(
         fidelity="reference", audio_history="carried", audio_positions="chunk-count", audio_resampler="linear"
     ).audio_rules
     assert chosen == {
@@ -54,9 +54,9 @@ def test_both_fidelities_keep_our_history_rules_and_split_the_others():
 @pytest.mark.parametrize(
     "make, field",
     [
-        (lambda: SessionConfig(audio_history="kept"), "audio_history"),
-        (lambda: SessionConfig(audio_positions="first"), "audio_positions"),
-        (lambda: SessionConfig(audio_resampler="sinc"), "audio_resampler"),
+        (lambda: EngineConfig(audio_history="kept"), "audio_history"),
+        (lambda: EngineConfig(audio_positions="first"), "audio_positions"),
+        (lambda: EngineConfig(audio_resampler="sinc"), "audio_resampler"),
         (lambda: VisionConfig(jpeg_decoder="libjpeg"), "jpeg_decoder"),
         (lambda: AudioEncoder("unused", stream_positions="first"), "stream_positions"),
         (lambda: AudioEncoder("unused", resampler="sinc"), "resampler"),

@@ -8,7 +8,7 @@ from reference.image_processor import ReferenceSlicer
 
 from llama_omni_py._native import core
 from llama_omni_py.modelset import spec as ms
-from llama_omni_py.modules.llm.prompt import turn_based_prompt
+from llama_omni_py.modules.llm.prompt import EncodedMessage, turn_based_prompt
 from llama_omni_py.modules.vpm import EncodedImage
 from llama_omni_py.vision import plan_slices
 
@@ -49,7 +49,8 @@ def _expected(model, text: str, fills: list) -> list:
 @pytest.mark.parametrize("sizes", [[(1344, 1008)], [(448, 448), (4000, 300)], [(300, 4000), (960, 540), (1, 1)]])
 def test_images_are_the_processors_placeholders(model, sizes):
     images = [_image(model, s, i) for i, s in enumerate(sizes)]
-    prompt = turn_based_prompt(model, "What does the page say?", user_images=images, style="reference")
+    question = EncodedMessage((*(("image", im) for im in images), ("text", "What does the page say?")))
+    prompt = turn_based_prompt(model, user=question, style="reference")
     ref = ReferenceSlicer(use_image_id=True)
     # the reference's chat joins a message's parts (here the images, then the text) by newlines
     text = "\n".join(ref.placeholder(s, i) for i, s in enumerate(sizes))
@@ -66,10 +67,11 @@ def test_images_are_the_processors_placeholders(model, sizes):
 
 def test_without_image_ids_and_in_llama_cpp_omni_layout(model):
     image = _image(model, (960, 540), 0)  # grid (2, 1)
-    plain = _flat(turn_based_prompt(model, "q", user_images=[image], image_ids=False))
+    plain = _flat(turn_based_prompt(model, user=EncodedMessage((("image", image), ("text", "q"))), image_ids=False))
     want = _expected(model, "<image>" + UNK + "</image>" + ("<slice>" + UNK + "</slice>") * 2, [0, 1, 2])
     assert any(plain[i : i + len(want)] == want for i in range(len(plain)))
-    lco = _flat(turn_based_prompt(model, "q", user_images=[image], image_layout="llama.cpp-omni"))
+    question = EncodedMessage((("image", image), ("text", "q")))
+    lco = _flat(turn_based_prompt(model, user=question, image_layout="llama.cpp-omni"))
     want = _expected(model, "<image>" + UNK + "</image>" + ("<slice>" + UNK + "</slice>") * 2 + "\n", [0, 1, 2])
     assert any(lco[i : i + len(want)] == want for i in range(len(lco)))
     assert model.find_token("<image_id>") not in lco
@@ -77,7 +79,8 @@ def test_without_image_ids_and_in_llama_cpp_omni_layout(model):
 
 def test_video_frames_are_plain_blocks_without_ids(model):
     frame = np.full((64, model.info.n_embd_inp), 7, np.float32)
-    got = _flat(turn_based_prompt(model, "q", user_images=[_image(model, (20, 20), 0), frame], style="reference"))
+    question = EncodedMessage((("image", _image(model, (20, 20), 0)), ("frame", frame), ("text", "q")))
+    got = _flat(turn_based_prompt(model, user=question, style="reference"))
     assert got.count(model.find_token("<image_id>")) == 1  # the image, not the frame
     want = _expected(model, "<image>" + UNK + "</image>", [7.0])
     assert any(got[i : i + len(want)] == want for i in range(len(got)))

@@ -40,13 +40,19 @@ def _built(prompt) -> list:
     return out
 
 
+def _text(text: str) -> p.EncodedMessage:
+    return p.EncodedMessage((("text", text),))
+
+
 def _blocks(model, *rows):
     return [np.full((n, model.info.n_embd_inp), 0.01 * (i + 1), np.float32) for i, n in enumerate(rows)]
 
 
 def test_llama_cpp_omni_layout_of_a_first_turn(model):
     voice, audio = _blocks(model, 7, 5)
-    built = p.turn_based_prompt(model, "what is this", user_audio=[audio], reference_audio=voice)
+    built = p.turn_based_prompt(
+        model, reference_audio=voice, user=p.EncodedMessage((("audio", audio), ("text", "what is this")))
+    )
     expected = [
         f"<|im_start|>system\n{VOICE}\n<|audio_start|>",
         voice,
@@ -59,7 +65,7 @@ def test_llama_cpp_omni_layout_of_a_first_turn(model):
 
 def test_llama_cpp_omni_keeps_an_empty_voice_slot_and_drops_the_identity_with_images(model):
     image, audio = _blocks(model, 4, 3)
-    built = p.turn_based_prompt(model, "", user_images=[image], user_audio=[audio])
+    built = p.turn_based_prompt(model, user=p.EncodedMessage((("frame", image), ("audio", audio))))
     expected = [
         f"<|im_start|>system\n{VOICE}\n<|audio_start|><|audio_end|>{ROLE}<|im_end|>\n"
         "<|im_start|>user\n<|im_start|>user\n<image>",
@@ -70,7 +76,7 @@ def test_llama_cpp_omni_keeps_an_empty_voice_slot_and_drops_the_identity_with_im
     ]
     assert _built(built) == _flatten(model, expected)
     # without the TTS template llama.cpp-omni opens a plain assistant turn
-    plain = p.turn_based_prompt(model, "hi", tts_template=False)
+    plain = p.turn_based_prompt(model, user=_text("hi"), tts_template=False)
     assert _built(plain)[-len(model.tokenize(p.ASSISTANT_PLAIN_PREFIX, True)) :] == model.tokenize(
         p.ASSISTANT_PLAIN_PREFIX, True
     )
@@ -79,7 +85,10 @@ def test_llama_cpp_omni_keeps_an_empty_voice_slot_and_drops_the_identity_with_im
 def test_reference_layout_joins_parts_with_newlines(model):
     voice, image, audio = _blocks(model, 6, 4, 3)
     built = p.turn_based_prompt(
-        model, "describe", user_images=[image], user_audio=[audio], reference_audio=voice, style="reference"
+        model,
+        reference_audio=voice,
+        user=p.EncodedMessage((("frame", image), ("audio", audio), ("text", "describe"))),
+        style="reference",
     )
     expected = [
         f"<|im_start|>system\n{VOICE}\n<|audio_start|>",
@@ -91,7 +100,7 @@ def test_reference_layout_joins_parts_with_newlines(model):
         "<|audio_end|>\ndescribe" + SPEECH_TAIL,
     ]
     assert _built(built) == _flatten(model, expected)
-    no_voice = p.turn_based_prompt(model, "hi", style="reference")
+    no_voice = p.turn_based_prompt(model, user=_text("hi"), style="reference")
     assert _built(no_voice) == _flatten(
         model, [f"<|im_start|>system\nUse the <reserved_53> voice.\n{ROLE}{IDENTITY}<|im_end|>\n<|im_start|>user\nhi"]
     ) + model.tokenize(SPEECH_TAIL, True)
@@ -103,30 +112,33 @@ def test_a_turn_with_history_extends_the_first_turn(model):
     header = model.tokenize("<|im_start|>user\n", True)
     assistant = model.tokenize("<|im_start|>assistant\n", True)
     for style, headers in (("llama.cpp-omni", 3), ("reference", 2)):
-        first = _built(p.turn_based_prompt(model, "first", style=style))
+        first = _built(p.turn_based_prompt(model, user=_text("first"), style=style))
         cut = next(i for i in range(len(first)) if first[i : i + len(assistant)] == assistant) + len(assistant)
         history = [("user", "first"), ("assistant", "second")]
-        toks = _built(p.turn_based_prompt(model, "third", history=history, style=style))
+        toks = _built(p.turn_based_prompt(model, user=_text("third"), history=history, style=style))
         assert toks[:cut] == first[:cut], style
         assert sum(toks[i : i + len(header)] == header for i in range(len(toks))) == headers, style
 
 
 def test_prompt_rule_follows_the_switch_and_is_validated():
-    assert omni.SessionConfig().prompt_rule == "llama.cpp-omni"
-    assert omni.SessionConfig(fidelity="reference").prompt_rule == "reference"
-    assert omni.SessionConfig(fidelity="reference", prompt_fidelity="llama.cpp-omni").prompt_rule == "llama.cpp-omni"
+    lco, reference = omni.EngineConfig(), omni.EngineConfig(fidelity="reference")
+    assert omni.ReplyConfig().prompt_rule(lco.fidelity) == "llama.cpp-omni"
+    assert omni.ReplyConfig().prompt_rule(reference.fidelity) == "reference"
+    assert omni.ReplyConfig(prompt_fidelity="llama.cpp-omni").prompt_rule(reference.fidelity) == "llama.cpp-omni"
     with pytest.raises(omni.ConfigError, match="prompt_fidelity"):
-        omni.SessionConfig(prompt_fidelity="mine")
+        omni.ReplyConfig(prompt_fidelity="mine")
     with pytest.raises(omni.InvalidArgumentError, match="style"):
-        p.turn_based_prompt(None, "x", style="mine")
+        p.turn_based_prompt(None, user=_text("x"), style="mine")
 
 
 def test_a_session_runs_the_layout_of_its_fidelity(tiny_dir, model):
     lengths = {}
     for fid in p.PROMPT_STYLES:
-        cfg = omni.SessionConfig(fidelity=fid, max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1))
-        with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+        cfg = omni.EngineConfig(fidelity=fid, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+        with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=4)) as s:
             lengths[fid] = s.speak("hello", seed=1, speech=False).timings.prompt_tokens
     for fid in p.PROMPT_STYLES:
-        assert lengths[fid] == p.turn_based_prompt(model, "hello", tts_template=False, style=fid).token_count()
+        assert (
+            lengths[fid] == p.turn_based_prompt(model, user=_text("hello"), tts_template=False, style=fid).token_count()
+        )
     assert lengths["llama.cpp-omni"] != lengths["reference"]

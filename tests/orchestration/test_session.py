@@ -29,16 +29,16 @@ def _sequential(session, text, seed):
 
 
 def _reply(session, text, seed):
-    c = session.config
+    c, tts = session.reply, session.reply.tts_sampling(session.engine_config.fidelity)
     prompt = build_prompt(session.llm.model, Request(text, seed=seed), session.inputs.encode(Request(text)))
-    return stages.Reply(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, c.tts_sampling, c.tts_handoff)
+    return stages.ReplyPlan(prompt, seed, c.max_new_tokens, c.max_audio_per_chunk, c.llm, tts, c.tts_handoff)
 
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
     # prompt_cache off: these tests compare replies to the same request bit for bit
-    cfg = omni.SessionConfig(max_new_tokens=40, threads=1, token2wav=_t2w(), prompt_cache=False)
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=_t2w(), prompt_cache=False)
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=40)) as s:
         yield s
 
 
@@ -64,7 +64,10 @@ def test_stream_overlaps_the_llm(tiny_dir, monkeypatch):
     import time
 
     session = omni.OmniSession(
-        tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=25, threads=1, token2wav=_t2w())
+        tiny_dir,
+        "cpu",
+        omni.EngineConfig(threads=1, token2wav=_t2w()),
+        reply=omni.ReplyConfig(max_new_tokens=40, max_audio_per_chunk=25),
     )
     real = session.llm.chunks
 
@@ -131,29 +134,29 @@ def test_sliced_image_counts_and_max_slice_nums(session):
 
 def test_bad_requests_and_config():
     with pytest.raises(omni.ConfigError, match="tts_queue"):
-        omni.SessionConfig(tts_queue=0)
+        omni.ReplyConfig(tts_queue=0)
     with pytest.raises(omni.ConfigError, match="audio_mode"):
-        omni.SessionConfig(audio_mode="all")
+        omni.EngineConfig(audio_mode="all")
     with pytest.raises(omni.ConfigError, match="vision"):
-        omni.SessionConfig(vision="reference")
+        omni.EngineConfig(vision="reference")
     with pytest.raises(omni.ConfigError, match="max_slice_nums"):
-        omni.SessionConfig(vision=omni.VisionConfig(max_slice_nums=12))
+        omni.EngineConfig(vision=omni.VisionConfig(max_slice_nums=12))
     with pytest.raises(omni.ConfigError) as err:
-        omni.SessionConfig(token2wav=omni.Token2WavConfig(cache_policy="pytorch"))
+        omni.EngineConfig(token2wav=omni.Token2WavConfig(cache_policy="pytorch"))
     assert err.value.field == "cache_policy"
 
 
 def test_token2wav_cache_policy_reaches_token2wav(session, tiny_dir):
     assert session.token2wav.cache_policy == "llama.cpp-omni"
-    cfg = omni.SessionConfig(
-        max_new_tokens=10, pin=False, token2wav=omni.Token2WavConfig(threads=1, cache_policy="reference")
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(pin=False, token2wav=omni.Token2WavConfig(threads=1, cache_policy="reference"))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=10)) as s:
         assert s.token2wav.cache_policy == "reference"
 
 
 def test_empty_request_and_close(tiny_dir):
-    s = omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=10, token2wav=_t2w()))
+    s = omni.OmniSession(
+        tiny_dir, "cpu", omni.EngineConfig(token2wav=_t2w()), reply=omni.ReplyConfig(max_new_tokens=10)
+    )
     with pytest.raises(omni.InvalidArgumentError):
         s.speak("   ")
     s.close()
@@ -171,7 +174,10 @@ def test_stage_threads_and_vocoder_follow_the_plan(tiny_dir, monkeypatch):
     if len(mask) < placement.MIN_CPUS_TO_PIN:  # emulate a roomier node inside our own mask
         monkeypatch.setattr(placement, "MIN_CPUS_TO_PIN", 2 if len(mask) >= 2 else 1)
     s = omni.OmniSession(
-        tiny_dir, "cpu", omni.SessionConfig(max_new_tokens=20, max_audio_per_chunk=25, token2wav=_t2w())
+        tiny_dir,
+        "cpu",
+        omni.EngineConfig(token2wav=_t2w()),
+        reply=omni.ReplyConfig(max_new_tokens=20, max_audio_per_chunk=25),
     )
     plan = s.placement
     assert plan is not None and s.token2wav.threads == len(plan.vocoder_cpus) == 1
@@ -247,10 +253,8 @@ def test_voice_and_per_request_token_limit(session):
 def test_two_stage_token2wav_gives_the_same_audio(tiny_dir, session):
     # Token2Mel and the vocoder as two pipeline stages (overlap): the same reply, bit for bit,
     # as the one-stage pipeline and the sequential path; the timings still count Token2Wav.
-    cfg = omni.SessionConfig(
-        max_new_tokens=40, threads=1, token2wav=omni.Token2WavConfig(threads=1, overlap=True), prompt_cache=False
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as two:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1, overlap=True), prompt_cache=False)
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=40)) as two:
         assert two.stages.overlap and not session.stages.overlap  # the default on the CPU is one stage
         r = two.speak(TEXT, seed=5)
         names = {name for name, _, _ in r.timings.events}
@@ -263,12 +267,12 @@ def test_two_stage_token2wav_gives_the_same_audio(tiny_dir, session):
 
 def test_encoders_default_to_the_stage_cpus(tiny_dir):
     # APM/VPM run between LLM calls on its thread: all the CPUs the stages may use, unless
-    # SessionConfig.threads says otherwise.
+    # EngineConfig.threads says otherwise.
     cpus = len(os.sched_getaffinity(0))
-    with omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(token2wav=_t2w(), pin=False)) as s:
+    with omni.OmniSession(tiny_dir, "cpu", omni.EngineConfig(token2wav=_t2w(), pin=False)) as s:
         assert s.inputs.threads == min(cpus, 16)
         assert s.speak(image=np.full((32, 48, 3), 90, np.uint8), seed=3).timings.vpm_ms > 0
-    with omni.OmniSession(tiny_dir, "cpu", omni.SessionConfig(threads=1, token2wav=_t2w())) as s:
+    with omni.OmniSession(tiny_dir, "cpu", omni.EngineConfig(threads=1, token2wav=_t2w())) as s:
         assert s.inputs.threads == 1
 
 
@@ -277,7 +281,8 @@ def test_session_profile_at_close(tiny_dir, monkeypatch, capsys):
     s = omni.OmniSession(
         tiny_dir,
         "cpu",
-        omni.SessionConfig(max_new_tokens=40, max_audio_per_chunk=30, token2wav=omni.Token2WavConfig(threads=1)),
+        omni.EngineConfig(token2wav=omni.Token2WavConfig(threads=1)),
+        reply=omni.ReplyConfig(max_new_tokens=40, max_audio_per_chunk=30),
     )
     r = s.speak("hello there, how are you today?", seed=0)
     t = r.timings

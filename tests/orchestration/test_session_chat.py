@@ -5,17 +5,22 @@ import numpy as np
 import pytest
 
 import llama_omni_py as omni
-from llama_omni_py.modules.llm.prompt import ASSISTANT_PLAIN_PREFIX, ASSISTANT_SPEECH_PREFIX, turn_based_prompt
+from llama_omni_py.modules.llm.prompt import (
+    ASSISTANT_PLAIN_PREFIX,
+    ASSISTANT_SPEECH_PREFIX,
+    EncodedMessage,
+    turn_based_prompt,
+)
 
 TEXT = "hello there, how are you today?"
+QUESTION = EncodedMessage((("text", TEXT),))
 
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(
-        max_new_tokens=30, max_audio_per_chunk=25, threads=1, token2wav=omni.Token2WavConfig(threads=1)
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    reply = omni.ReplyConfig(max_new_tokens=30, max_audio_per_chunk=25)
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=reply) as s:
         yield s
 
 
@@ -25,10 +30,10 @@ def _tokens(prompt):
 
 def test_prompt_history_system_and_template(session):
     m = session.llm.model
-    base = turn_based_prompt(m, TEXT)
-    chat = turn_based_prompt(m, TEXT, history=[("user", "first question"), ("assistant", "first answer")])
-    plain = turn_based_prompt(m, TEXT, tts_template=False)
-    own = turn_based_prompt(m, TEXT, system_prompt="You are terse.")
+    base = turn_based_prompt(m, user=QUESTION)
+    chat = turn_based_prompt(m, user=QUESTION, history=[("user", "first question"), ("assistant", "first answer")])
+    plain = turn_based_prompt(m, user=QUESTION, tts_template=False)
+    own = turn_based_prompt(m, user=QUESTION, system_prompt="You are terse.")
     b, c = _tokens(base), _tokens(chat)
     answer = m.tokenize("first answer", False)
     assert len(c) > len(b) and any(c[i : i + len(answer)] == answer for i in range(len(c)))
@@ -36,10 +41,10 @@ def test_prompt_history_system_and_template(session):
     assert b[-len(m.tokenize(ASSISTANT_SPEECH_PREFIX, True)) :] == m.tokenize(ASSISTANT_SPEECH_PREFIX, True)
     assert _tokens(own) != b
     # client text never becomes control tokens
-    sneaky = _tokens(turn_based_prompt(m, TEXT, system_prompt="<|im_end|>"))
+    sneaky = _tokens(turn_based_prompt(m, user=QUESTION, system_prompt="<|im_end|>"))
     assert sneaky.count(m.find_token("<|im_end|>")) == b.count(m.find_token("<|im_end|>"))
     with pytest.raises(omni.InvalidArgumentError, match="history"):
-        turn_based_prompt(m, TEXT, history=[("system", "x")])
+        turn_based_prompt(m, user=QUESTION, history=[("system", "x")])
 
 
 def test_text_only_reply_has_the_speech_reply_text(session):
@@ -90,11 +95,10 @@ def test_cancel_while_inputs_encode(session, monkeypatch):
 def test_twenty_turn_chat_on_a_small_context(tiny_dir):
     # n_ctx 256: after a few turns the history no longer fits; the oldest whole turns are left
     # out (the system prompt stays) and every turn still completes.
-    cfg = omni.SessionConfig(
-        n_ctx=256, max_new_tokens=24, max_audio_per_chunk=10, threads=1, token2wav=omni.Token2WavConfig(threads=1)
-    )
+    cfg = omni.EngineConfig(n_ctx=256, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    reply = omni.ReplyConfig(max_new_tokens=24, max_audio_per_chunk=10)
     history, dropped = [], []
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=reply) as s:
         for turn in range(20):
             question = f"question number {turn}: tell me about the weather and the sea today"
             r = s.speak(question, history=history, seed=turn, system_prompt="Be brief.")
@@ -107,10 +111,9 @@ def test_twenty_turn_chat_on_a_small_context(tiny_dir):
 
 
 def test_prompt_cache_keeps_the_shared_prefix(tiny_dir):
-    cfg = omni.SessionConfig(
-        max_new_tokens=12, max_audio_per_chunk=10, threads=1, token2wav=omni.Token2WavConfig(threads=1)
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    reply = omni.ReplyConfig(max_new_tokens=12, max_audio_per_chunk=10)
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=reply) as s:
         first = s.speak("what is the weather today?", seed=1).timings
         second = s.speak("what is the sea like today?", seed=1).timings
         chat = s.speak(
@@ -121,13 +124,7 @@ def test_prompt_cache_keeps_the_shared_prefix(tiny_dir):
     # the system prompt and the user-turn opening are shared; the question is not
     assert 0 < second.prompt_cached < second.prompt_tokens and chat.prompt_cached > 0
     assert other.prompt_cached < second.prompt_cached  # another system prompt shares less
-    off = omni.SessionConfig(
-        max_new_tokens=12,
-        max_audio_per_chunk=10,
-        threads=1,
-        prompt_cache=False,
-        token2wav=omni.Token2WavConfig(threads=1),
-    )
-    with omni.OmniSession(tiny_dir, "cpu", off) as s:
+    off = omni.EngineConfig(threads=1, prompt_cache=False, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", off, reply=reply) as s:
         s.speak("what is the weather today?", seed=1)
         assert s.speak("what is the sea like today?", seed=1).timings.prompt_cached == 0

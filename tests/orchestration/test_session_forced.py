@@ -10,8 +10,8 @@ from llama_omni_py.orchestration.inputs import Request, build_prompt
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(max_new_tokens=12, threads=1, token2wav=omni.Token2WavConfig(threads=1))
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=12)) as s:
         yield s
 
 
@@ -29,7 +29,9 @@ def test_a_forced_reply_is_the_given_text_spoken(session):
 def test_a_prebuilt_prompt_is_used_as_it_is(session):
     greedy = omni.LlmSampling(temperature=0.0)
     r = Request.of("What is a tone?", speech=False, tts_template=False)
-    prompt = build_prompt(session.llm.model, r, session.inputs.encode(r), style=session.config.prompt_rule)
+    prompt = build_prompt(
+        session.llm.model, r, session.inputs.encode(r), style=session.reply.prompt_rule(session.engine_config.fidelity)
+    )
     direct = session.speak("What is a tone?", speech=False, tts_template=False, llm=greedy)
     built = session.speak(prompt=prompt, speech=False, tts_template=False, llm=greedy)
     assert built.text == direct.text and built.timings.prompt_tokens == prompt.token_count()

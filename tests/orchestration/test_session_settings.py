@@ -1,6 +1,5 @@
 """Each session of an engine replies its own way (its ReplyConfig: system prompt, reference audio,
-sampling, limits) over one loaded module set, and the old names of the session API still work
-for one release, each with a DeprecationWarning."""
+sampling, limits) over one loaded module set."""
 
 import numpy as np
 import pytest
@@ -8,7 +7,6 @@ import pytest
 import llama_omni_py as omni
 from llama_omni_py.errors import ConfigError, InvalidArgumentError
 from llama_omni_py.orchestration.inputs import Request, build_prompt
-from llama_omni_py.voice import HandsFreeSession
 
 ENGINE = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1), prompt_cache=False)
 REPLY = omni.ReplyConfig(max_new_tokens=8, max_audio_per_chunk=25)
@@ -22,7 +20,9 @@ def engine(tiny_dir):
 
 def _prompt_tokens(session, text="hi"):
     r = Request.of(text, system_prompt=session.reply.system_prompt, ref_audio=session.reply.ref_audio)
-    prompt = build_prompt(session.llm.model, r, session.inputs.encode(r), style=session.config.prompt_rule)
+    prompt = build_prompt(
+        session.llm.model, r, session.inputs.encode(r), style=session.reply.prompt_rule(session.engine_config.fidelity)
+    )
     return [t for kind, part in prompt.segments if kind == "tokens" for t in part]
 
 
@@ -31,7 +31,7 @@ def test_two_sessions_of_one_engine_reply_their_own_way(engine):
     terse = engine.session(system_prompt="Answer in one word.", max_new_tokens=3, llm=omni.LlmSampling(temperature=0))
     try:
         assert plain.reply == REPLY and terse.reply.max_new_tokens == 3 and terse.reply.llm.temperature == 0
-        assert terse.config.n_ctx == plain.config.n_ctx == ENGINE.n_ctx  # the engine's, shared
+        assert terse.engine_config.n_ctx == plain.engine_config.n_ctx == ENGINE.n_ctx  # the engine's, shared
         assert _prompt_tokens(terse) != _prompt_tokens(plain)
         text = plain.llm.model.tokenize("Answer in one word.", False)
         assert all(t in _prompt_tokens(terse) for t in text)
@@ -65,37 +65,12 @@ def test_settings_the_engine_cannot_hold_are_refused(engine):
     assert engine.free_slots == 2  # nothing was taken
 
 
-def test_old_names_on_a_session_warn_and_work(engine):
-    voice = (0.3 * np.sin(np.linspace(0, 2000, 16000))).astype(np.float32)
-    with engine.session() as s:
-        with pytest.warns(DeprecationWarning, match="ref_audio="):
-            old = s.speak("hi", voice=voice, speech=False, seed=3)
-        new = s.speak("hi", ref_audio=voice, speech=False, seed=3)
-        assert old.text == new.text
-        with pytest.warns(DeprecationWarning, match="hands_free"):
-            turns = s.voice(voice=voice)
-        assert isinstance(turns, HandsFreeSession) and turns.ref_audio is voice
-        turns.close()
-        with pytest.warns(DeprecationWarning, match="ref_audio="), s.duplex(voice=voice) as d:
-            assert d is not None
-    with pytest.warns(DeprecationWarning, match="ref_audio="):
-        with engine.session(voice=voice) as s:
-            assert s.reply.ref_audio is voice
-
-
-def test_token2wav_engine_is_token2mel(tiny_dir):
-    with pytest.warns(DeprecationWarning, match="token2mel"):
-        t2w = omni.Token2Wav(tiny_dir, threads=1, engine="graph")
-    with t2w:
-        assert t2w.token2mel == "graph"
-        with pytest.warns(DeprecationWarning, match=r"Token2Wav\.token2mel"):
-            assert t2w.engine == "graph"
-
-
-def test_the_combined_form_still_configures_a_session(tiny_dir):
-    config = omni.SessionConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1), max_new_tokens=4, seed=9)
-    with omni.OmniSession(tiny_dir, "cpu", config) as s:
-        assert s.config == config and s.reply.seed == 9 and s.engine.config.threads == 1
+def test_a_session_alone_takes_an_engine_config_and_a_reply_config(tiny_dir):
+    config = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    reply = omni.ReplyConfig(max_new_tokens=4, seed=9)
+    with omni.OmniSession(tiny_dir, "cpu", config, reply=reply) as s:
+        assert s.engine_config == config and s.reply == reply and s.reply.seed == 9 and s.engine_config.threads == 1
         assert s.speak("hi", speech=False).timings.seed == 9
-    with pytest.raises(ConfigError, match="reply"):
-        omni.OmniSession(tiny_dir, "cpu", config, reply=omni.ReplyConfig())
+    with pytest.raises(ConfigError) as e:  # a reply's settings are not an engine's
+        omni.OmniSession(tiny_dir, "cpu", omni.ReplyConfig())
+    assert e.value.field == "config"

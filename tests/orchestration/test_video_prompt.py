@@ -28,11 +28,14 @@ def silent(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["reference", "llama.cpp-omni"])
 def session(request, tiny_dir):
-    cfg = omni.SessionConfig(
-        fidelity=request.param, max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1)
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(fidelity=request.param, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=4)) as s:
         yield s
+
+
+def _rule(session) -> str:
+    """The session's prompt layout."""
+    return session.reply.prompt_rule(session.engine_config.fidelity)
 
 
 def _flat(prompt) -> list:
@@ -45,7 +48,7 @@ def _flat(prompt) -> list:
 
 def _prompt(session, **kw):
     r = Request.of(system_prompt=False, **kw)
-    return build_prompt(session.llm.model, r, session.inputs.encode(r), style=session.config.prompt_rule)
+    return build_prompt(session.llm.model, r, session.inputs.encode(r), style=_rule(session))
 
 
 def _restated(model, pieces: list, join: str, suffix: str) -> list:
@@ -74,7 +77,7 @@ def test_video_is_frames_interleaved_with_their_audio(session, clip):
     segments = [16000, 16000, 16000, 8000]
     markers = [m for n in segments for m in (("image", 64), ("audio", audio_rows(n)))]
     # the reference's omni mode joins with ""; llama.cpp-omni's evaluation CLI writes "\n" after each part
-    join = "" if session.config.prompt_rule == "reference" else "\n"
+    join = "" if _rule(session) == "reference" else "\n"
     want = _restated(model, [*markers, ("text", QUESTION)], join, ASSISTANT_SPEECH_PREFIX)
     assert got == want
 
@@ -92,11 +95,11 @@ def test_content_order_is_kept(session, clip):
     frame = np.full((48, 64, 3), 120, np.uint8)
     content = ["First listen:", omni.Audio(tone), "then look:", omni.Image(frame), "and answer."]
     got = _flat(_prompt(session, content=content, speech=False, tts_template=False))
-    join = "\n" if session.config.prompt_rule == "reference" else ""
-    lco = session.config.prompt_rule == "llama.cpp-omni"
+    join = "\n" if _rule(session) == "reference" else ""
+    lco = _rule(session) == "llama.cpp-omni"
     suffix = "<|im_end|>\n<|im_start|>assistant\n" if lco else ASSISTANT_TEXT_PREFIX
     # an image (not a video frame) carries its id under the reference's layout
-    image = "image0" if session.config.prompt_rule == "reference" else "image"
+    image = "image0" if _rule(session) == "reference" else "image"
     pieces = [("text", "First listen:"), ("audio", 10), ("text", "then look:"), (image, 64), ("text", "and answer.")]
     assert got == _restated(model, pieces, join, suffix)
 
@@ -114,7 +117,7 @@ def test_history_turns_take_parts(session, clip):
     tone = (0.2 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 300)).astype(np.float32)
     hist = [("user", ["Hear this", omni.Audio(tone)]), ("assistant", "A tone.")]
     got = _flat(_prompt(session, text="And now?", history=hist))
-    join = "\n" if session.config.prompt_rule == "reference" else ""
+    join = "\n" if _rule(session) == "reference" else ""
     turn = list(model.tokenize("<|im_start|>user\n", True)) + list(model.tokenize("Hear this", False))
     turn += list(model.tokenize(join, False)) if join else []
     turn += list(model.tokenize("<|audio_start|>", True)) + [-1] * 10 + list(model.tokenize("<|audio_end|>", True))
@@ -155,8 +158,8 @@ def test_bad_video_input_is_a_typed_error(session, clip, silent, tmp_path):
 
 
 def test_a_prompt_past_the_context_names_both_numbers(tiny_dir, clip):
-    cfg = omni.SessionConfig(n_ctx=512, max_new_tokens=16, threads=1, token2wav=omni.Token2WavConfig(threads=1))
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(n_ctx=512, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=16)) as s:
         with pytest.raises(omni.InvalidArgumentError, match=r"prompt \(\d+ tokens\).*context \(512 tokens\)"):
             s.speak(QUESTION, video=clip)
         assert s.speak("hi", seed=1).text is not None  # the session goes on
@@ -165,9 +168,9 @@ def test_a_prompt_past_the_context_names_both_numbers(tiny_dir, clip):
 @pytest.mark.slow
 def test_a_200_second_video_is_64_frames_and_64_segments_in_the_default_context(tiny_dir, tmp_path):
     path = video(tmp_path / "long.mp4", 200, size="64x48", fps=5, tone=300)
-    cfg = omni.SessionConfig(max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
     assert cfg.n_ctx == 8192
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=4)) as s:
         t = s.speak(QUESTION, video=path, speech=False, seed=1).timings
     assert (t.video_frames, t.audio_segments) == (64, 64)
     assert 1990 <= t.audio_tokens <= 2000  # 10 rows a second of all 200 s: no segment clamped at 29.9 s
@@ -179,12 +182,12 @@ def test_every_slot_holds_its_encoders_output(tiny_dir, clip):
     # frame, each segment's rows the audio encoder's (merged, as the reference encodes them)
     from llama_omni_py import video as V
 
-    cfg = omni.SessionConfig(fidelity="reference", threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    cfg = omni.EngineConfig(fidelity="reference", threads=1, token2wav=omni.Token2WavConfig(threads=1))
     with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
         r = Request.of(QUESTION, video=clip, system_prompt=False)
         prompt = build_prompt(s.llm.model, r, s.inputs.encode(r), style="reference")
         apm, vpm = s.inputs.encoders()
-        parts = V.load_video(clip, s.config.video)
+        parts = V.load_video(clip, s.engine_config.video)
         frames = vpm.encode_overviews([vpm.overview(f) for f in parts.frames])
         audio = apm.encode_as_reference(parts.segments, True, 1.0)
     slots = [x for kind, x in prompt.segments if kind == "embeddings"]

@@ -15,8 +15,8 @@ from llama_omni_py.voice import HandsFreeSession, ReplyInterrupted, SpeechStarte
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(max_new_tokens=30, threads=1, token2wav=omni.Token2WavConfig(threads=1))
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=30)) as s:
         yield s
 
 
@@ -132,7 +132,7 @@ def test_the_conversation_stays_bounded(session):
         voice.add("assistant", f"answer {i}")
     assert len(voice.history) == MAX_TURNS_KEPT and voice.history[0] == ("user", "question 68")
     width = session.encode_audio(np.zeros(SR, np.float32)).embeddings.shape[1]
-    rows = np.zeros((session.config.n_ctx * 3 // 8, width), np.float32)  # 3/8 of the context each
+    rows = np.zeros((session.engine_config.n_ctx * 3 // 8, width), np.float32)  # 3/8 of the context each
     for i in range(6):
         voice.add("user", EncodedAudio(rows))
         voice.add("assistant", f"heard {i}")

@@ -15,21 +15,22 @@ import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from llama_omni_py.config import SessionConfig, Token2WavConfig
+from llama_omni_py.config import EngineConfig, ReplyConfig, Token2WavConfig
 
 TIMEOUT = 60.0
-# prompt_cache off: the tests compare replies to the same request bit for bit
-SESSION = dict(
-    max_new_tokens=20, max_audio_per_chunk=25, threads=1, token2wav=Token2WavConfig(threads=1), prompt_cache=False
-)
+# the workers' EngineConfig and ReplyConfig fields; prompt_cache off: the tests compare replies to
+# the same request bit for bit
+ENGINE = dict(threads=1, token2wav=Token2WavConfig(threads=1), prompt_cache=False)
+REPLY = dict(max_new_tokens=20, max_audio_per_chunk=25)
 
 
 @contextlib.contextmanager
 def running_server(model_dir, host=None, wait=True, **overrides):
     from llama_omni_py.server import BackgroundServer, WorkerConfig  # the worker: the compiled core
 
-    session = overrides.pop("session", SessionConfig(**SESSION))
-    cfg = WorkerConfig(port=0, model_dir=str(model_dir), device="cpu", session=session, **overrides)
+    engine = overrides.pop("engine", EngineConfig(**ENGINE))
+    reply = overrides.pop("reply", ReplyConfig(**REPLY))
+    cfg = WorkerConfig(port=0, model_dir=str(model_dir), device="cpu", engine=engine, reply=reply, **overrides)
     with BackgroundServer(cfg, host) as s:
         if wait:
             assert s.wait_ready() == "ready", s.server.host.error

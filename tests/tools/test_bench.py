@@ -173,8 +173,8 @@ def test_page_prompt_is_sliced_and_recorded(tiny_dir, bench_runs):
     import llama_omni_py as omni
     from llama_omni_py.bench.runner import measure
 
-    cfg = omni.SessionConfig(threads=1, max_new_tokens=12, token2wav=omni.Token2WavConfig(threads=1))
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=12)) as s:
         rec = measure(s, prompts.PROMPTS["page"], seed=0)
         plain = measure(s, prompts.PROMPTS["image"], seed=0)
     assert rec["vision"] == {"slices": 7, "tokens": 7 * 64} and plain["vision"] == {"slices": 1, "tokens": 64}

@@ -40,7 +40,8 @@ def one_error_line(capsys) -> str:
 
 
 def test_a_session_by_repo_id_replies(fake_hub, tmp_path):
-    with omni.OmniSession(REPO, device="cpu", config=random_set_config(max_new_tokens=12)) as session:
+    config, short = random_set_config(max_new_tokens=12)
+    with omni.OmniSession(REPO, device="cpu", config=config, reply=short) as session:
         reply = session.speak("hello there", seed=0)
     assert reply.text and reply.audio.size > 0
     # the CPU default: the first published of Q4_K_M, Q8_0, F16
@@ -194,7 +195,8 @@ def test_engine_and_worker_options_take_a_repo_id(fake_hub, tmp_path):
     from llama_omni_py.modelset.hub_cli import resolve_model_args
     from llama_omni_py.server.worker_options import WorkerOptions
 
-    with omni.OmniEngine(f"{REPO}:F16", device="cpu", slots=2, config=random_set_config()) as engine:
+    engine_config, short = random_set_config()
+    with omni.OmniEngine(f"{REPO}:F16", device="cpu", slots=2, config=engine_config, reply=short) as engine:
         assert engine.model_dir.name == hub.llm_file("F16") and engine.free_slots == 2
     options = WorkerOptions(model_dir=REPO, llm_quant="F16")
     assert options.to_argv()[:4] == ["--model-dir", REPO, "--llm-quant", "F16"]

@@ -34,7 +34,8 @@ def error_line(capsys) -> str:
 
 
 def test_a_session_by_repo_id_from_modelscope_replies(fake_ms, tmp_path):
-    with omni.OmniSession(REPO, device="cpu", config=random_set_config(max_new_tokens=12)) as session:
+    config, short = random_set_config(max_new_tokens=12)
+    with omni.OmniSession(REPO, device="cpu", config=config, reply=short) as session:
         reply = session.speak("hello there", seed=0)
     assert reply.text and reply.audio.size > 0
     assert session.model_dir.name == hub.llm_file("Q4_K_M")

@@ -201,8 +201,8 @@ def test_vision_config_checks_and_defaults():
     assert VisionConfig().rule == "llama.cpp-omni" and VisionConfig().slices == 0
     assert VisionConfig(max_slice_nums=2).resolved("reference") == VisionConfig(rules="reference", max_slice_nums=2)
     assert lco.resolved("reference") is lco
-    assert omni.SessionConfig(fidelity="reference").vision_config.slices == 9
-    assert omni.SessionConfig().vision_config.rule == "llama.cpp-omni"
+    assert omni.EngineConfig(fidelity="reference").vision_config.slices == 9
+    assert omni.EngineConfig().vision_config.rule == "llama.cpp-omni"
     assert VisionConfig(max_slice_nums=1).slices == 1
     for bad in ({"rules": "pil"}, {"max_slice_nums": 10}, {"max_slice_nums": -1}, {"max_slice_nums": True}):
         with pytest.raises(omni.ConfigError) as e:

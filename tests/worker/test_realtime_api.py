@@ -11,19 +11,22 @@ import time
 import numpy as np
 import pytest
 from openai import AsyncOpenAI
-from server_client import SESSION, http, running_gateway, wait_until
+from server_client import ENGINE, REPLY, http, running_gateway, wait_until
 from speech import conversation, pcm16_24k, say
 
-from llama_omni_py.config import SessionConfig
+from llama_omni_py.config import EngineConfig, ReplyConfig
 
 KEY = "sk-realtime-test-key-0123456789"
 CHUNK = 2400  # 100 ms of 24 kHz PCM16 samples
-LONG = SessionConfig(**{**SESSION, "max_new_tokens": 400, "prompt_cache": True})
+LONG = {
+    "engine": EngineConfig(**{**ENGINE, "prompt_cache": True}),
+    "reply": ReplyConfig(**{**REPLY, "max_new_tokens": 400}),
+}
 
 
 @pytest.fixture(scope="module")
 def gw(tiny_dir):
-    with running_gateway(tiny_dir, workers=1, api_keys=(KEY,), worker_overrides={"session": LONG}) as g:
+    with running_gateway(tiny_dir, workers=1, api_keys=(KEY,), worker_overrides=LONG) as g:
         yield g
 
 
@@ -327,7 +330,7 @@ def test_an_empty_conversation_answers_and_max_output_tokens_is_clamped(gw):
     assert greeting.response.status == "completed" and greeting.response.usage.output_tokens > 0
     # 4096 is in the API's range but over this server's cap (the worker's 400): clamped, not refused
     assert longest.response.status == "completed", longest.response.status_details
-    assert 0 < longest.response.usage.output_tokens <= LONG.max_new_tokens
+    assert 0 < longest.response.usage.output_tokens <= LONG["reply"].max_new_tokens
     assert longest.response.usage.input_token_details.cached_tokens > 0  # the greeting is in the conversation
     wait_until(lambda: idle(gw))
 
@@ -415,7 +418,7 @@ def test_continuous_speech_without_responses_is_refused_past_the_audio_limit(gw)
 
 def test_the_workers_max_new_tokens_caps_every_response(tiny_dir):
     # --max-new-tokens 20 on the worker: "inf" and 100 both give at most 20 tokens
-    with running_gateway(tiny_dir, workers=1, worker_overrides={"session": LONG, "max_new_tokens": 20}) as capped:
+    with running_gateway(tiny_dir, workers=1, worker_overrides={**LONG, "max_new_tokens": 20}) as capped:
 
         async def go():
             async with AsyncOpenAI(base_url=capped.url + "/v1", api_key="none").realtime.connect(model="m") as conn:

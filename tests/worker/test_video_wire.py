@@ -27,10 +27,8 @@ def clip(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def session(tiny_dir):
-    cfg = omni.SessionConfig(
-        fidelity="reference", max_new_tokens=4, threads=1, token2wav=omni.Token2WavConfig(threads=1)
-    )
-    with omni.OmniSession(tiny_dir, "cpu", cfg) as s:
+    cfg = omni.EngineConfig(fidelity="reference", threads=1, token2wav=omni.Token2WavConfig(threads=1))
+    with omni.OmniSession(tiny_dir, "cpu", cfg, reply=omni.ReplyConfig(max_new_tokens=4)) as s:
         yield s
 
 
@@ -64,7 +62,14 @@ def _flat(prompt) -> list:
 
 
 def _prompt(session, r: Request):
-    return _flat(build_prompt(session.llm.model, r, session.inputs.encode(r), style=session.config.prompt_rule))
+    return _flat(
+        build_prompt(
+            session.llm.model,
+            r,
+            session.inputs.encode(r),
+            style=session.reply.prompt_rule(session.engine_config.fidelity),
+        )
+    )
 
 
 def _backend_turn(inp: dict) -> P.Turn:

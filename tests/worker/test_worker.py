@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 from server_client import (
-    SESSION,
+    ENGINE,
+    REPLY,
     Client,
     b64,
     ffmpeg_bytes,
@@ -27,9 +28,10 @@ from server_client import (
     user,
 )
 
+from llama_omni_py.config import EngineConfig, ReplyConfig
 from llama_omni_py.server import WorkerConfig
 from llama_omni_py.server.worker.engine_host import EngineHost
-from llama_omni_py.session import OmniEngine, SessionConfig
+from llama_omni_py.session import OmniEngine
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +274,9 @@ def test_health_is_honest_about_loading_and_failure(tiny_dir):
 
     with running_server(tiny_dir, host=None, wait=False) as s:  # warm-up included: ready means ready
         assert s.wait_ready() == "ready" and s.server.host.warmup_s is not None
-    cfg = WorkerConfig(port=0, model_dir=str(tiny_dir), device="cpu", session=SessionConfig(**SESSION))
+    cfg = WorkerConfig(
+        port=0, model_dir=str(tiny_dir), device="cpu", engine=EngineConfig(**ENGINE), reply=ReplyConfig(**REPLY)
+    )
     with running_server(tiny_dir, host=EngineHost(cfg, factory=slow), wait=False) as s:
         assert http(s.url + "/health") == (503, {"status": "loading"})
         assert http(s.url + "/v1/health")[0] == 503

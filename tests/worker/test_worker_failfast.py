@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from server_client import SESSION, Client, b64, http, one_turn, push, running_server, slow_llm, tone, user
+from server_client import REPLY, Client, b64, http, one_turn, push, running_server, slow_llm, tone, user
 from websockets.exceptions import ConnectionClosed
 
-from llama_omni_py.config import SessionConfig
+from llama_omni_py.config import ReplyConfig
 from llama_omni_py.server.worker.backend import connection
 
 TURN = push([user(text="hello")])
@@ -313,8 +313,8 @@ def test_refused_sessions_are_logged_once_per_interval(server, caplog):
 
 def test_client_that_stops_reading_is_dropped_and_frees_the_engine(tiny_dir):
     # Replies of minutes of audio (random weights never end a speech chunk); the client reads nothing.
-    session = SessionConfig(**dict(SESSION, max_audio_per_chunk=500))
-    with running_server(tiny_dir, session=session, send_timeout_s=0.5, max_new_tokens=60) as s:
+    reply = ReplyConfig(**dict(REPLY, max_audio_per_chunk=500))
+    with running_server(tiny_dir, reply=reply, send_timeout_s=0.5, max_new_tokens=60) as s:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(("127.0.0.1", s.server.port))

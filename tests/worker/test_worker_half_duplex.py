@@ -10,14 +10,18 @@ import time
 
 import numpy as np
 import pytest
-from server_client import SESSION, TIMEOUT, http, pcm, running_gateway, running_server, wait_until
+from server_client import ENGINE, REPLY, TIMEOUT, http, pcm, running_gateway, running_server, wait_until
 from speech import SR, conversation
 from websockets.asyncio.client import connect
 
-from llama_omni_py.config import SessionConfig
+from llama_omni_py.config import EngineConfig, ReplyConfig
 
 # the prompt cache on, as deployed: it is what keeps the conversation across turns
-VOICE_SESSION = SessionConfig(**{**SESSION, "max_new_tokens": 24, "prompt_cache": True})
+# the worker of the voice tests: prompt cache on, short replies
+VOICE_WORKER = {
+    "engine": EngineConfig(**{**ENGINE, "prompt_cache": True}),
+    "reply": ReplyConfig(**{**REPLY, "max_new_tokens": 24}),
+}
 FAST_VAD = {"min_silence_duration_ms": 500}
 
 
@@ -36,7 +40,7 @@ def talk():
 
 @pytest.fixture(scope="module")
 def server(tiny_dir):
-    with running_server(tiny_dir, session=VOICE_SESSION) as s:
+    with running_server(tiny_dir, **VOICE_WORKER) as s:
         yield s
 
 
@@ -143,8 +147,8 @@ def test_cold_start_guard_drops_the_first_half_second(server, talk):
 
 def test_barge_in_and_http_stop_cut_a_reply(tiny_dir, talk):
     audio, spans = talk
-    long_replies = SessionConfig(**{**SESSION, "max_new_tokens": 400, "max_audio_per_chunk": 25})
-    with running_gateway(tiny_dir, workers=1, worker_overrides={"session": long_replies}) as g:
+    long_replies = ReplyConfig(**{**REPLY, "max_new_tokens": 400, "max_audio_per_chunk": 25})
+    with running_gateway(tiny_dir, workers=1, worker_overrides={"reply": long_replies}) as g:
         base = g.url.replace("http://", "ws://")
 
         async def go():

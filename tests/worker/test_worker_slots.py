@@ -11,16 +11,16 @@ import json
 import time
 
 import pytest
-from server_client import SESSION, TIMEOUT, Client, http, pcm, running_server, tone, user, wait_until
+from server_client import ENGINE, TIMEOUT, Client, http, pcm, running_server, tone, user, wait_until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from llama_omni_py.config import SessionConfig
+from llama_omni_py.config import EngineConfig
 from llama_omni_py.errors import ConfigError
 from llama_omni_py.server import WorkerConfig
 
 # every LLM and TTS step alone: a slot's reply is bit for bit a lone session's
-EXACT = SessionConfig(**SESSION, batch_invariant=True)
+EXACT = EngineConfig(**ENGINE, batch_invariant=True)
 PROMPTS = ("hello there", "tell me about the sea", "what is a slot?", "count to three")
 
 
@@ -30,7 +30,7 @@ def run(coro):
 
 @pytest.fixture(scope="module", params=[2, 4])
 def slotted(request, tiny_dir):
-    with running_server(tiny_dir, slots=request.param, session=EXACT) as s:
+    with running_server(tiny_dir, slots=request.param, engine=EXACT) as s:
         yield s
 
 
@@ -63,7 +63,7 @@ def test_slot_counts_are_validated():
         WorkerOptions(slots=0)
     assert WorkerOptions(slots=3, batch_invariant=True).to_argv() == ["--slots", "3", "--batch-invariant"]
     cfg = WorkerOptions(slots=3, batch_invariant=True).server_config("127.0.0.1", 0, "cpu")
-    assert cfg.slots == 3 and cfg.session.batch_invariant is True
+    assert cfg.slots == 3 and cfg.engine.batch_invariant is True
 
 
 def test_sessions_at_once_get_their_lone_replies(slotted):

@@ -173,7 +173,7 @@ class LanguageModel:
         if sampling.num_beams > have:
             raise InvalidArgumentError(
                 f"num_beams={sampling.num_beams} needs {sampling.num_beams} LLM KV sequences per slot and this "
-                f"engine has {have}: build it with SessionConfig(max_beams={sampling.num_beams}) (each beam "
+                f"engine has {have}: build it with EngineConfig(max_beams={sampling.num_beams}) (each beam "
                 "decodes in a sequence of its own)"
             )
 

@@ -13,8 +13,6 @@ import threading
 
 from websockets.asyncio.server import serve as ws_serve
 
-from ..._lazy import lazy
-from ...deprecation import renamed_kwargs
 from .backend.connection import Connection
 from .config import WorkerConfig
 from .duplex.connection import DemoDuplexConnection
@@ -26,14 +24,12 @@ from .routes import BodyConnection, process_request
 from .slot_socket import query
 
 log = logging.getLogger(__name__)
-__getattr__, _ = lazy(__name__, {}, old={"OmniServer": (__name__, "WorkerServer")})
 
 
 class WorkerServer:
     """One worker: its EngineHost (``host``; tests give one that loads slowly or fails)
     and the protocol connections on its slots."""
 
-    @renamed_kwargs(engine="host")
     def __init__(self, config: WorkerConfig | None = None, host: EngineHost | None = None):
         self.config = config or WorkerConfig()
         self.host = host or EngineHost(self.config)
@@ -45,22 +41,22 @@ class WorkerServer:
 
     async def start(self) -> None:
         """Listens at once (health answers 503 loading) and loads the engine in the background."""
-        c = self.config
+        worker = self.config
         self._ws = await ws_serve(
             self._handle,
-            c.host,
-            c.port,
+            worker.host,
+            worker.port,
             process_request=self._route,
             create_connection=BodyConnection,
-            max_size=c.max_message_bytes,
-            ping_interval=c.ping_interval_s,
-            ping_timeout=c.ping_timeout_s,
+            max_size=worker.max_message_bytes,
+            ping_interval=worker.ping_interval_s,
+            ping_timeout=worker.ping_timeout_s,
             compression=None,
-            open_timeout=c.init_timeout_s,
+            open_timeout=worker.init_timeout_s,
         )
         self.port = self._ws.sockets[0].getsockname()[1]
         self._load = asyncio.create_task(self.host.load())
-        log.warning("worker listening on http://%s:%d (WebSocket /backend, /health)", c.host, self.port)
+        log.warning("worker listening on http://%s:%d (WebSocket /backend, /health)", worker.host, self.port)
 
     def _route(self, connection, request):
         return process_request(self, connection, request)
@@ -128,7 +124,6 @@ class BackgroundServer:
     """A WorkerServer on its own event loop in a daemon thread: ``with BackgroundServer(cfg) as s:
     s.url``. ``wait_ready()`` polls the engine state (not HTTP)."""
 
-    @renamed_kwargs(engine="host")
     def __init__(self, config: WorkerConfig, host: EngineHost | None = None):
         self.server = WorkerServer(config, host)
         self.loop = asyncio.new_event_loop()

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ... import checks
-from ..._lazy import lazy
-from ...config import SessionConfig
+from ...config import EngineConfig, ReplyConfig
 from ...constants import MAX_SLOTS
 
 
@@ -16,7 +15,8 @@ class WorkerConfig:
     port: int = 8765  # 0: any free port (tests)
     model_dir: str | None = None  # None: the tiny demo set (random weights)
     device: str = "auto"
-    session: SessionConfig | None = None
+    engine: EngineConfig | None = None  # None: the defaults
+    reply: ReplyConfig | None = None  # the sessions' default replies; None: the set's (short on the random set)
     slots: int = 1  # sessions served at once: one OmniEngine slot each (docs/serving.md, "Slots")
     max_message_bytes: int = 32 << 20  # one WebSocket message; larger closes the socket with 1009
     max_audio_seconds: float = 30.0  # input audio per turn (the audio encoder holds 30 s)
@@ -40,7 +40,10 @@ class WorkerConfig:
         check = checks.that
         checks.listen_address(self.host, self.port)
         checks.int_in("slots", self.slots, 1, MAX_SLOTS)
-        check("session", self.session is None or isinstance(self.session, SessionConfig), "must be a SessionConfig")
+        check("engine", self.engine is None or isinstance(self.engine, EngineConfig), "must be an EngineConfig")
+        check("reply", self.reply is None or isinstance(self.reply, ReplyConfig), "must be a ReplyConfig")
+        if self.reply is not None:
+            self.reply.check_fits(self.engine or EngineConfig())
         check(
             "max_message_bytes",
             isinstance(self.max_message_bytes, int) and self.max_message_bytes >= 1024,
@@ -73,6 +76,3 @@ class WorkerConfig:
             isinstance(self.max_pending_inputs, int) and self.max_pending_inputs >= 0,
             "must be an integer >= 0",
         )
-
-
-__getattr__, _ = lazy(__name__, {}, old={"ServerConfig": (__name__, "WorkerConfig")})

@@ -13,10 +13,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from ..._lazy import lazy
 from ...errors import OmniError, ProtocolError, SlotsBusyError
 from ...modelset.layout import random_weights
-from ...modelset.random_set import random_set_config
 from ...results import SpeechChunk
 from ...session import OmniEngine, OmniSession
 from .backend.protocol import Turn
@@ -24,7 +22,6 @@ from .config import WorkerConfig
 from .memory import give_back
 
 log = logging.getLogger(__name__)
-__getattr__, _ = lazy(__name__, {}, old={"Engine": (__name__, "EngineHost")})
 
 WARMUP_TEXT = "Hello."
 
@@ -36,7 +33,7 @@ def busy_text(slots: int) -> str:
 
 
 class EngineHost:
-    """``factory(model_dir, device, slots=, config=)`` builds the OmniEngine (tests slow it down
+    """``factory(model_dir, device, slots=, config=, reply=)`` builds the OmniEngine (tests slow it down
     or break it)."""
 
     def __init__(self, config: WorkerConfig, factory=OmniEngine):
@@ -93,16 +90,16 @@ class EngineHost:
             log.error("engine failed to load: %s", self.error)
 
     def _load(self) -> None:
-        c = self.config
+        worker = self.config
         t0 = time.perf_counter()
-        cfg = c.session
-        if cfg is None and c.model_dir is None:  # the demo set: short replies
-            cfg = random_set_config()
-        self.engine = self._factory(c.model_dir, c.device, slots=c.slots, config=cfg)
+        # reply None: the set's defaults (short replies on the random set)
+        self.engine = self._factory(
+            worker.model_dir, worker.device, slots=worker.slots, config=worker.engine, reply=worker.reply
+        )
         self.load_s = time.perf_counter() - t0
         self.voice_ready = self._load_vad()
         self.random_weights = random_weights(getattr(self.engine, "model_dir", None))
-        if c.warmup:  # the first turn pays one-time costs (shared by every slot); ready means a turn has run
+        if worker.warmup:  # the first turn pays one-time costs (shared by every slot); ready means a turn has run
             t0 = time.perf_counter()
             with self.engine.session() as s:
                 s.speak(WARMUP_TEXT, max_new_tokens=10)

@@ -262,7 +262,7 @@ class Connection:
                         )
         finally:
             await chunks.aclose()  # stops the engine now, not when the generator is collected
-        limit = turn.max_new_tokens or self.session.config.max_new_tokens
+        limit = turn.max_new_tokens or self.session.reply.max_new_tokens
         full = (
             None
             if turn.streaming or not turn.speech

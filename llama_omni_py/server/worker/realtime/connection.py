@@ -278,7 +278,7 @@ class RealtimeConnection(RealtimeSocket):
         if modalities not in (["audio"], ["text"]):
             raise ProtocolError("response.output_modalities must be ['audio'] or ['text']", "invalid_value")
         limit = R.max_tokens(opts.get("max_output_tokens", self.cfg.max_output_tokens), "max_output_tokens")
-        cap = self.server.config.max_new_tokens or self.session.config.max_new_tokens  # every route's cap
+        cap = self.server.config.max_new_tokens or self.session.reply.max_new_tokens  # every route's cap
         limit = cap if limit == "inf" else min(limit, cap)
         instructions = opts.get("instructions")
         if instructions is not None:
