@@ -2,13 +2,20 @@
 clients, each turning in order through a demo chat turn (WS /ws/chat), an OpenAI chat completion
 (the official `openai` client) and an OpenAI Realtime session (the official client's realtime
 connection: three text items, each answered with audio, then the close). The gateway's and the
-worker's RSS are sampled every --sample-s; the result reports each one's slope (MB per hour, a
-least-squares line over the samples after the first --warmup-min minutes), and every request
+worker's RSS and thread counts (/proc/<pid>/status) are sampled every --sample-s; the result
+reports each RSS slope (MB per hour, a least-squares line over the samples after the first
+--warmup-min minutes), each thread count's first, min, max and final value, the worker's threads
+by name (/proc/<pid>/task/*/comm) at its first sample, its peak and its end, and every request
 that was lost (an error, a refusal, no answer within --turn-timeout) or answered twice (more
 than one done / response.done for it, or a completion with other than one choice). Exit code 1
 when any was lost or duplicated, or the server did not live through it.
 
     python benchmarks/server_soak.py [--minutes 20] [--clients 4] [--model-dir DIR]
+
+The package names its own Python threads (omni-block_N: the worker's pool for blocking calls;
+omni-<stage>: a turn's stage threads; omni-async-brid: a stream's bridge to asyncio). Threads
+named after the process (python) are its main thread, the lifeline watcher and the native
+libraries' pools (docs/serving.md, "Threads").
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -96,10 +104,75 @@ async def client_loop(i: int, url: str, until: float, timeout: float, log: list)
         n += 1
 
 
-def rss_mb(proc: psutil.Process) -> tuple[float, float]:
-    """(the gateway's RSS, its worker's), MB."""
-    worker = sum(c.memory_info().rss for c in proc.children(recursive=True))
-    return proc.memory_info().rss / 2**20, worker / 2**20
+def worker_of(gateway: psutil.Process) -> psutil.Process | None:
+    """The gateway's worker process (`llama_omni_py worker`), or None between a death and its
+    restart."""
+    for child in gateway.children(recursive=True):
+        try:
+            if "worker" in child.cmdline():
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def proc_status(pid: int) -> dict:
+    """VmRSS (MB) and Threads of /proc/<pid>/status."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == "VmRSS":
+                out["rss_mb"] = int(value.split()[0]) / 1024
+            elif key == "Threads":
+                out["threads"] = int(value)
+    return out
+
+
+def thread_names(pid: int) -> dict:
+    """How many of the process's threads carry each name (/proc/<pid>/task/*/comm), most first."""
+    names: Counter = Counter()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            names[task.joinpath("comm").read_text().strip()] += 1
+        except OSError:  # the thread ended meanwhile
+            pass
+    return dict(names.most_common())
+
+
+class Sampler:
+    """Samples (t, gateway RSS, worker RSS, gateway threads, worker threads) and keeps the worker's
+    thread names at the first sample, at the (first) peak of its thread count and at the last."""
+
+    def __init__(self, gateway: psutil.Process):
+        self.gateway, self.worker = gateway, worker_of(gateway)
+        self.samples: list = []
+        self.names: dict = {}
+        self.start = time.monotonic()
+
+    def sample(self) -> None:
+        if self.worker is None or not self.worker.is_running():
+            self.worker = worker_of(self.gateway)  # restarted: follow the new process
+        if self.worker is None:
+            return
+        try:
+            g, w = proc_status(self.gateway.pid), proc_status(self.worker.pid)
+            names = thread_names(self.worker.pid)
+        except OSError:  # a process ended between the lookups
+            return
+        t = round(time.monotonic() - self.start, 1)
+        self.samples.append((t, round(g["rss_mb"], 1), round(w["rss_mb"], 1), g["threads"], w["threads"]))
+        at = {"t": t, "threads": w["threads"], "names": names}
+        self.names.setdefault("first", at)
+        if w["threads"] > self.names.get("peak", {"threads": -1})["threads"]:
+            self.names["peak"] = at
+        self.names["last"] = at
+
+
+def spread(samples: list, column: int) -> dict:
+    """first, min, max and final of one column of the samples."""
+    values = [s[column] for s in samples]
+    return {"first": values[0], "min": min(values), "max": max(values), "final": values[-1]}
 
 
 def slope_mb_per_hour(samples: list, column: int, after_s: float) -> float | None:
@@ -115,16 +188,16 @@ def mean_seconds(log: list) -> dict:
 
 
 async def soak(url: str, proc, args) -> dict:
-    p = psutil.Process(proc.pid)
+    sampler = Sampler(psutil.Process(proc.pid))
+    sampler.sample()  # before any request: the idle server
     log: list = []
-    samples: list = []
-    start = time.monotonic()
-    until = start + args.minutes * 60
+    until = time.monotonic() + args.minutes * 60
     clients = [asyncio.create_task(client_loop(i, url, until, args.turn_timeout, log)) for i in range(args.clients)]
     while not all(c.done() for c in clients):
-        samples.append((round(time.monotonic() - start, 1), *(round(x, 1) for x in rss_mb(p))))
         await asyncio.wait(clients, timeout=args.sample_s)
+        sampler.sample()
     await asyncio.gather(*clients)
+    samples = sampler.samples
     lost = [r for r in log if r["errors"] or r["answers"] < r.get("expected", 1)]
     duplicated = [r for r in log if r["answers"] > r.get("expected", 1)]
     warm = args.warmup_min * 60
@@ -144,6 +217,9 @@ async def soak(url: str, proc, args) -> dict:
             "gateway": slope_mb_per_hour(samples, 0, warm),
             "worker": slope_mb_per_hour(samples, 1, warm),
         },
+        "threads": {"gateway": spread(samples, 3), "worker": spread(samples, 4)},
+        "worker_thread_names": sampler.names,
+        "sample_columns": ["s", "gateway_rss_mb", "worker_rss_mb", "gateway_threads", "worker_threads"],
         "samples": samples,
         "seconds_per_request": mean_seconds(log),
     }
@@ -168,7 +244,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model-dir", help="module set (default: a fresh tiny set)")
     ap.add_argument("--max-new-tokens", type=int, default=20)
     ap.add_argument("--codes-per-chunk", type=int, default=25)
-    ap.add_argument("--sample-s", type=float, default=10.0, help="seconds between RSS samples")
+    ap.add_argument("--sample-s", type=float, default=10.0, help="seconds between RSS and thread samples")
     ap.add_argument("--warmup-min", type=float, default=2.0, help="minutes left out of the RSS slope")
     ap.add_argument("--turn-timeout", type=float, default=180.0, help="seconds before a request counts as lost")
     ap.add_argument("--out", help="JSON path (default: benchmarks/results/server_soak-<time>.json)")
@@ -193,12 +269,15 @@ def main(argv=None) -> int:
             tmp.cleanup()
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     write_result("server_soak", {"settings": settings, "result": result}, (), args.out)
-    slope, rss = result["rss_slope_mb_per_hour"], result["rss_mb"]
+    slope, rss, threads = result["rss_slope_mb_per_hour"], result["rss_mb"], result["threads"]
     print(
         f"{result['requests']} requests ({result['by_kind']}), {result['replies']} replies; "
         f"{len(result['lost'])} lost, {len(result['duplicated'])} duplicated; RSS MB/h gateway {slope['gateway']} "
-        f"worker {slope['worker']}; RSS MB gateway {rss['gateway']} worker {rss['worker']}"
+        f"worker {slope['worker']}; RSS MB gateway {rss['gateway']} worker {rss['worker']}; "
+        f"threads gateway {threads['gateway']} worker {threads['worker']}"
     )
+    for when, at in result["worker_thread_names"].items():
+        print(f"worker threads, {when} (t={at['t']} s): {at['threads']} {at['names']}")
     return 0 if result["server_alive"] and not result["lost"] and not result["duplicated"] else 1
 
 

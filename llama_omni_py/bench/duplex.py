@@ -99,13 +99,17 @@ def make_case(folder: Path, units: int) -> Path:
 
 
 def default_case(units: int) -> Path:
-    """The generated case in the user cache (written once; the files are deterministic)."""
+    """The generated case in the user cache (written once, by one process of any that start
+    together; the files are deterministic)."""
     from ..env import cache_dir
+    from ..modelset.cache_write import build_once
 
-    folder = cache_dir() / f"duplex-case-{units}"
-    if len(list(folder.glob("*.wav"))) < units or len(list(folder.glob("*.jpg"))) < units:
-        make_case(folder, units)
-    return folder
+    def complete(folder: Path) -> bool:
+        return len(list(folder.glob("*.wav"))) >= units and len(list(folder.glob("*.jpg"))) >= units
+
+    return build_once(
+        cache_dir() / f"duplex-case-{units}", lambda tmp: make_case(tmp, units), complete, "the duplex case"
+    )
 
 
 def load_case(folder: Path, units: int, frames: bool) -> list[tuple[np.ndarray, bytes | None]]:

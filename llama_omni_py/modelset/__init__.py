@@ -6,6 +6,7 @@ every file's tensor names and shapes (``spec``), and the random-weight generator
     generate     make_models(): a whole set with random weights, written by gguf_writer
     gguf_writer  a streaming GGUF writer
     dsp          the mel filter bank and 2-D sin-cos tables the generator writes
+    cache_write  writing into the shared cache: a file lock, a temporary name, one rename
 
 The package imports nothing itself: ``generate`` and ``spec`` are pure Python and load without the
 compiled core (a GPU check writes a set before the core is built); ``layout`` reads files through

@@ -18,6 +18,8 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
+from .cache_write import temp_name
+
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
 ALIGNMENT = 32
@@ -88,14 +90,19 @@ class GgufWriter:
         for several tensors at once, from threads (same bytes as one worker)."""
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive integer, got {workers!r}")
-        tmp = self.path.with_suffix(self.path.suffix + ".partial")
+        # This writer's own temporary name, moved onto the real one in one step: a reader never
+        # sees a half-written file, and two writers of the same file never share one.
+        tmp = temp_name(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            if workers == 1:
-                self._write(f, data)
-            else:
-                self._write_parallel(f, data, workers)
-        tmp.replace(self.path)  # never leave a half-written file under the real name
+        try:
+            with open(tmp, "wb") as f:
+                if workers == 1:
+                    self._write(f, data)
+                else:
+                    self._write_parallel(f, data, workers)
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _header(self) -> tuple[bytes, list[int]]:
         """The header up to the data section (padded) and each tensor's offset in that section."""

@@ -3,6 +3,9 @@
 fetches one file into the cache or a directory of the user's choice. The Hugging Face Hub goes
 through ``huggingface_hub`` (its cache, resumable downloads, a progress bar per file); ModelScope
 through ``modelscope`` (the ``modelscope`` extra). Both are imported only when a model is fetched.
+Both lock each file while they fetch it (a file lock in their cache), check again once they hold
+the lock, and move a download into place only when it is whole: processes that fetch the same set
+at once download each file once, so no lock of ours is taken around them.
 """
 
 from __future__ import annotations

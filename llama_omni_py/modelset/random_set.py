@@ -39,22 +39,28 @@ def reply_for(model_dir, **fields) -> ReplyConfig:
 def random_set_dir(size: str = "tiny") -> Path:
     """A random-weight set in the user cache (tiny: the default set; real: the benchmark set,
     about 6.5 GB), generated on first use. The directory keeps its first name, demo-models, so
-    that sets written before are reused."""
+    that sets written before are reused. Processes that start together write it once: the first
+    writes it (under a lock, into a temporary directory moved into place when whole), the others
+    wait for it and use its files."""
+    from .cache_write import build_once
     from .generate import make_models
     from .layout import discover, validate
 
+    def complete(root: Path) -> bool:
+        try:  # missing, or written by an older version whose files the loaders no longer accept
+            validate(discover(root))
+        except OmniError:
+            return False
+        return True
+
+    def build(tmp: Path) -> None:
+        make_models(tmp, size=size)
+        validate(discover(tmp))  # a set that does not validate is never moved into place
+
     name = "demo-models" if size == "tiny" else f"demo-models-{size}"
-    root = cache_dir() / name
-    try:  # missing, or written by an older version whose files the loaders no longer accept
-        validate(discover(root))
-        complete = True
-    except OmniError:
-        complete = False
-    if not complete:
-        log.warning("writing the random set (%s) to %s", size, root)
-        make_models(root, size=size)
+    root = build_once(cache_dir() / name, build, complete, f"the random set ({size})")
     log.warning(
         "using the random set: random weights, so the reply text is gibberish and the "
-        "audio is noise; pass model_dir for a real MiniCPM-o-4_5-gguf directory"
+        "audio is noise; pass --model (model_dir in Python) for a real MiniCPM-o-4_5-gguf set"
     )
     return root

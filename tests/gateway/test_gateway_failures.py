@@ -149,6 +149,48 @@ def test_queued_requests_fail_in_bounded_time_when_no_worker_is_left():
         assert http(g.url + "/health")[0] == 503
 
 
+LOAD_ERROR = "FileNotFoundError: [Errno 2] No such file or directory: 'MiniCPM-o-4_5.gguf'"
+
+
+def test_a_worker_whose_load_fails_is_restarted_on_the_backoff_of_a_dead_one():
+    # Its load fails (after 0.3 s): it reports the error and exits; the gateway shows it as error
+    # with the cause and starts it again after 0.2 s. Its second failure in a row waits 60 s.
+    workers = FakeWorkers(1, "--fail-load", LOAD_ERROR, "--load-s", "0.3")
+    cfg = GatewayConfig(port=0, health_interval_s=0.2, restart_backoff_s=(0.2, 60.0))
+    with BackgroundGateway(cfg, [workers]) as g:
+        w = workers.workers[0]
+        wait_until(lambda: w.restarts == 1, 30)
+        first = workers.procs[0].pid
+        wait_until(lambda: w.status == "error" and workers.procs[0].poll() is not None, 30)
+        assert workers.procs[0].returncode == 3 and workers.procs[0].pid == first
+        time.sleep(1.0)  # well past the first backoff: the second one holds
+        assert w.restarts == 1 and metric(g.url, "omni_worker_restarts_total") == 1
+        status, body = http(g.url + "/health")
+        assert status == 503 and body["status"] == "unavailable"
+        assert body["workers"][0]["status"] == "error"
+        assert body["workers"][0]["error"] == f"its engine failed to load: {LOAD_ERROR}"
+
+
+def test_a_client_waiting_for_a_worker_that_fails_to_load_is_told_the_cause():
+    # The client queues while the only worker loads; the load fails, and so does the restart's
+    # wait: once no worker could serve for no_worker_grace_s the client gets an error naming it.
+    workers = FakeWorkers(1, "--fail-load", LOAD_ERROR, "--load-s", "1.5")
+    cfg = GatewayConfig(port=0, health_interval_s=0.2, restart_backoff_s=(0.2,), no_worker_grace_s=0.5)
+    with BackgroundGateway(cfg, [workers]) as g:
+        assert http(g.url + "/health")[1]["status"] == "loading"
+        t0 = time.monotonic()
+        msgs = asyncio.run(_chat_until_end(g.url))
+        took = time.monotonic() - t0
+        assert msgs[0]["type"] == "queued" and msgs[-1]["type"] == "error", msgs
+        assert msgs[-1]["code"] == "no_worker" and "no worker is left" in msgs[-1]["error"]
+        assert f"worker_0: its engine failed to load: {LOAD_ERROR}" in msgs[-1]["error"]
+        assert took < 10.0  # 1.5 s of loading, then the 0.5 s grace (a restart loading meanwhile)
+        # a new request while it is down is refused at once, with the same cause
+        wait_until(lambda: workers.workers[0].status == "error", 30)
+        status, body = http(g.url + "/api/chat", "POST", json.dumps(chat_request("hi")).encode())
+        assert status == 503 and body["error"] == "no_worker" and LOAD_ERROR in body["detail"], body
+
+
 def test_workers_end_with_their_gateway(tmp_path):
     """SIGKILL the gateway process: its workers (children told --parent-pid) end within seconds."""
     script = tmp_path / "gateway.py"

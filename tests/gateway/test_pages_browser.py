@@ -42,9 +42,16 @@ def _chrome(*extra: str):
         *extra,
     ):
         opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for get_log("browser")
     from selenium.webdriver.chrome.service import Service
 
     return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def severe(browser) -> list[dict]:
+    """The console's SEVERE entries (a failed request, an uncaught exception) since the last call
+    (each call drains the browser's log)."""
+    return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
 def _wait(browser, script, timeout=60.0):
@@ -77,8 +84,10 @@ def test_page_streams_and_decodes_audio(tiny_dir):
             browser.find_element("id", "send").click()
             second = _wait(browser, "const s = window.omniStats; return s.done >= 2 ? s : null")
             wait_until(lambda: http(gw.url + "/status")[1]["idle_workers"] == 1)
+            console = severe(browser)
     finally:
         browser.quit()
+    assert console == []
     assert stats["audioChunks"] >= 2 and stats["decodedChunks"] == stats["audioChunks"]
     assert stats["audioSeconds"] > 1.0 and float(shown) == pytest.approx(stats["audioSeconds"], abs=1e-3)
     assert stats["ttfaMs"] > 0 and stats["rtf"] > 0  # (the random-weight reply text may be empty)
@@ -124,8 +133,8 @@ def fake_mic_chrome(wav: Path):
 def session_page(tiny_dir, mic: Path, page: str, stats_ready: str, timeout: float, shot: str, count_id: str):
     """Opens a whole-life session page (/duplex, /half_duplex) with ``mic`` as the microphone,
     presses Start, waits until ``stats_ready`` (a script) returns the page's stats, checks that the
-    session holds its worker, keeps a screenshot, presses Stop and checks the worker is freed.
-    Returns the stats and the text of the element ``count_id``."""
+    session holds its worker, keeps a screenshot, presses Stop and checks the worker is freed and
+    the console holds no error. Returns the stats and the text of the element ``count_id``."""
     browser = fake_mic_chrome(mic)
     try:
         with running_gateway(tiny_dir, workers=1) as gw:
@@ -138,6 +147,7 @@ def session_page(tiny_dir, mic: Path, page: str, stats_ready: str, timeout: floa
             browser.save_screenshot(str(ARTIFACTS / shot))
             browser.find_element("id", "stop").click()
             wait_until(lambda: http(gw.url + "/status")[1]["idle_workers"] == 1)
+            assert severe(browser) == [], "console errors"
             return stats, browser.find_element("id", count_id).text
     finally:
         browser.quit()

@@ -6,9 +6,11 @@ does), and `--parent-pid` like a real worker. With `--voice` it also serves the 
 sessions of the half_duplex capability: /ws/half_duplex (prepare -> prepared; audio_chunk ->
 `--deltas` chunks, then turn_done; stop) and /v1/realtime (session.created; response.create ->
 response.created, `--deltas` text deltas, response.done; the gateway's stop). It loads no
-model, so tests can kill it mid-turn at a known point.
+model, so tests can kill it mid-turn at a known point. With `--fail-load ERROR` its load fails
+after `--load-s`: it reports the error on stdout and exits, as a gateway's worker does.
 
     python fake_worker.py --port 0 [--parent-pid PID] [--deltas 40] [--delay 0.05] [--load-s 0] [--slots 1] [--voice]
+                          [--fail-load ERROR]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import json
 import re
 import signal
+import sys
 import time
 from http import HTTPStatus
 
@@ -26,6 +29,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from llama_omni_py.server.gateway.workers import LocalWorkers
+from llama_omni_py.server.lifeline import EXIT_LOAD_FAILED, LOAD_FAILED
 
 
 class FakeWorkers(LocalWorkers):
@@ -37,7 +41,6 @@ class FakeWorkers(LocalWorkers):
 
     def command(self, device: str) -> list[str]:
         import os
-        import sys
 
         return [sys.executable, __file__, "--port", "0", "--parent-pid", str(os.getpid()), *self.fake_args]
 
@@ -60,11 +63,14 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=1, help="sessions served at once")
     ap.add_argument("--voice", action="store_true", help="serve /ws/half_duplex and /v1/realtime too")
     ap.add_argument("--reject-ws", action="store_true", help="/health says ready; every WebSocket gets 503")
+    ap.add_argument(
+        "--fail-load", metavar="ERROR", help="after --load-s, report this load error and exit, as a real one"
+    )
     args, _ = ap.parse_known_args()
     if args.parent_pid is not None:
         from llama_omni_py.server.lifeline import die_with_parent
 
-        die_with_parent(args.parent_pid, grace_s=5.0)
+        die_with_parent(args.parent_pid)
     started = time.monotonic()
     state = {"active": set(), "sessions": 0, "turns": 0, "most": 0}
 
@@ -75,7 +81,7 @@ def main() -> None:
 
     def process_request(connection, request):
         if request.path == "/health":
-            if time.monotonic() - started < args.load_s:
+            if args.fail_load or time.monotonic() - started < args.load_s:
                 return reply(503, {"status": "loading"})
             busy = len(state["active"])
             return reply(
@@ -176,9 +182,14 @@ def main() -> None:
             stop = asyncio.Event()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            if args.fail_load:
+                await asyncio.sleep(args.load_s)
+                print(json.dumps({LOAD_FAILED: args.fail_load}), flush=True)
+                return EXIT_LOAD_FAILED
             await stop.wait()
+        return 0
 
-    asyncio.run(run())
+    sys.exit(asyncio.run(run()))
 
 
 if __name__ == "__main__":

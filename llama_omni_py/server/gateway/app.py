@@ -26,7 +26,12 @@ from .config import GatewayConfig
 from .service import Gateway
 
 log = logging.getLogger(__name__)
-_TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
+_TYPES = {
+    "html": "text/html; charset=utf-8",
+    "js": "text/javascript; charset=utf-8",
+    "css": "text/css; charset=utf-8",
+    "ico": "image/x-icon",
+}
 STATIC = (
     *("index.html", "app.js", "style.css", "pcm.js", "common.js"),
     *("duplex.html", "duplex.js", "half_duplex.html", "half_duplex.js"),
@@ -39,6 +44,12 @@ async def page(request: Request) -> Response:
         return JSONResponse({"error": "no such file"}, 404)
     data = (resources.files("llama_omni_py.server.gateway") / "static" / name).read_bytes()
     return Response(data, media_type=_TYPES[name.rsplit(".", 1)[1]], headers={"Cache-Control": "no-store"})
+
+
+async def favicon(request: Request) -> Response:
+    """The pages' icon, at the path browsers ask for on their own (public: it reveals nothing)."""
+    data = (resources.files("llama_omni_py.server.gateway") / "static" / "favicon.ico").read_bytes()
+    return Response(data, media_type=_TYPES["ico"], headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def duplex_page(request: Request) -> Response:
@@ -66,7 +77,7 @@ async def _not_found(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 # and /static/...: no data behind them
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/duplex", "/half_duplex"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/duplex", "/half_duplex", "/favicon.ico"})
 
 
 class ApiKeys:
@@ -140,6 +151,7 @@ def build_app(gateway: Gateway) -> Starlette:
         Route("/duplex", duplex_page),
         Route("/half_duplex", duplex_page),
         Route("/static/{name}", page),
+        Route("/favicon.ico", favicon),
     ]
     app = Starlette(
         routes=routes,

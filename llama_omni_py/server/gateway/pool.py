@@ -128,6 +128,7 @@ class WorkerPool:
         worker.error = error
         if status in ("idle", "busy"):
             worker.health = "ready"
+            worker.load_error = None
             if slots_busy is None:
                 slots_busy = worker.slots if status == "busy" else 0
             worker.report_slots(worker.slots, slots_busy)
@@ -139,6 +140,21 @@ class WorkerPool:
         """The gateway itself found the worker down (offline, error) or starting (loading); a
         health check that finds it ready again brings it back."""
         worker.health, worker.error = status, error
+
+    def mark_load_failed(self, worker: Worker, cause: str) -> None:
+        """The worker's engine failed to load (``cause``: the worker's error). It serves nothing and
+        is no hope for queued requests -- even while a restart of it loads -- until it reports ready."""
+        worker.load_error = cause
+        worker.health, worker.error = "error", worker.trouble
+
+    def why_down(self, capability: str | None = None) -> str:
+        """What is known of the workers that cannot serve (those with ``capability``, when given):
+        "worker_0: its engine failed to load: ...; worker_1: ...", or "" when nothing is known."""
+        return "; ".join(
+            f"{w.id}: {w.trouble}"
+            for w in self.workers.values()
+            if w.trouble and not w.may_serve and (capability is None or capability in w.capabilities)
+        )
 
     # -- queue -----------------------------------------------------------------------------
     def session_type(self, name: str) -> SessionType:
@@ -222,21 +238,23 @@ class WorkerPool:
 
     def fail_stranded(self, grace_s: float) -> int:
         """Tickets whose capability no live worker has had for ``grace_s`` (every worker that could
-        serve them died and none came back: a restart gets that long) fail with NoWorkerFor
-        instead of waiting forever. Returns how many failed; called by the health loop."""
+        serve them died or failed to load, and none came back: a restart gets that long) fail
+        with NoWorkerFor naming what is known of the workers, instead of waiting forever.
+        Returns how many failed; called by the health loop."""
         now, failed = time.monotonic(), 0
         for cap in {t.type.capability for t in self.queue.values()}:
-            if any(cap in w.capabilities and w.status in ALIVE for w in self.workers.values()):
+            if any(cap in w.capabilities and w.may_serve for w in self.workers.values()):
                 self._stranded_since.pop(cap, None)
                 continue
             since = self._stranded_since.setdefault(cap, now)
             if now - since < grace_s:
                 continue
+            causes = self.why_down(cap)
             for ticket in [t for t in self.queue.values() if t.type.capability == cap]:
                 self.queue.pop(ticket.id)
                 if not ticket.future.done():
                     why = f"no worker is left to serve {ticket.type.name} sessions (none for {now - since:.0f} s)"
-                    ticket.future.set_exception(NoWorkerFor(why))
+                    ticket.future.set_exception(NoWorkerFor(why + (f": {causes}" if causes else "")))
                 failed += 1
         if failed:
             self._recalc()

@@ -85,7 +85,10 @@ class Gateway:
         try:
             status, body = await health(worker.url)
         except WorkerUnavailable as e:
-            self.pool.report_health(worker, "offline", str(e))
+            if worker.load_error is not None:  # gone after its load failed (exited, or being restarted)
+                self.pool.mark_load_failed(worker, worker.load_error)
+            else:
+                self.pool.report_health(worker, "offline", str(e))
             return
         facts = {}
         if body.get("device"):
@@ -103,6 +106,9 @@ class Gateway:
             self.pool.report_health(worker, "busy" if active else "idle", None, taken, **facts)
         elif body.get("status") == "loading":
             self.pool.report_health(worker, "loading", None, **facts)
+        elif body.get("status") == "error" and body.get("error"):  # its engine failed to load
+            self.pool.report_health(worker, "error", None, **facts)
+            self.pool.mark_load_failed(worker, str(body["error"]))
         else:
             self.pool.report_health(worker, "error", body.get("error") or f"/health answered {status}", **facts)
 

@@ -67,7 +67,9 @@ async def run_turn(gateway, inp: dict, *, api: str, session_id=None, notify=None
     try:
         if gateway.state() == "unavailable":  # loading workers are worth waiting for; failed ones not
             metrics.refusals.labels(reason="no_worker").inc()
-            raise TurnFailed("no_worker", "no worker is available (every worker failed or is unreachable)", 503)
+            causes = gateway.pool.why_down()
+            why = "every worker failed or is unreachable" + (f": {causes}" if causes else "")
+            raise TurnFailed("no_worker", f"no worker is available ({why})", 503)
         # A worker that vanished is marked offline; the turn is tried once more, but only when the
         # worker had made nothing of the reply yet: a turn is never replayed after partial output.
         # A whole (non-streamed) reply is streamed from the worker all the same, so that its

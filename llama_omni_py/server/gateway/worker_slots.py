@@ -57,6 +57,7 @@ class Worker:
     external: int = 0  # slots held by sessions the gateway did not give it (its /health's `slots_busy`)
     leases: list = field(default_factory=list)  # the gateway's sessions on it (pool.Lease), oldest first
     error: str | None = None
+    load_error: str | None = None  # why its engine failed to load, until it reports ready again
     total_requests: int = 0
     total_ms: float = 0.0
     last_heartbeat: str | None = None
@@ -81,6 +82,17 @@ class Worker:
     @property
     def busy(self) -> bool:
         return self.status in BUSY
+
+    @property
+    def may_serve(self) -> bool:
+        """It serves, or may soon: up, or loading -- but not a restart of a worker whose engine
+        failed to load (that one counts once it reports ready)."""
+        return self.status in ALIVE and self.load_error is None
+
+    @property
+    def trouble(self) -> str | None:
+        """Why it does not serve, when known: a failed load (until it reports ready), else its error."""
+        return f"its engine failed to load: {self.load_error}" if self.load_error else self.error
 
     @property
     def leased(self) -> bool:

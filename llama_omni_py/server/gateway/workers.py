@@ -21,6 +21,7 @@ import time
 
 from ...env import ENV_WORKER_SECRET, for_child
 from ...errors import ConfigError
+from ..lifeline import EXIT_LOAD_FAILED, LOAD_FAILED
 from .worker_slots import Worker
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class LocalWorkers:
         self.secret = secret  # given to each worker in its environment (never on its command line)
         self.procs: list[subprocess.Popen] = []
         self.workers: list[Worker] = []
+        self._readers: dict[int, threading.Thread] = {}  # pid -> the thread reading its stdout
+        self._load_failures: dict[int, str] = {}  # pid -> the load error it reported
 
     def describe(self) -> str:
         return f"{len(self.devices)} local worker(s) on {', '.join(self.devices)}"
@@ -102,8 +105,31 @@ class LocalWorkers:
             proc.kill()
             proc.wait()
             raise
-        threading.Thread(target=proc.stdout.read, name=f"worker_{i}-stdout", daemon=True).start()  # drained
+        reader = threading.Thread(target=self._read_reports, args=(proc,), name=f"worker_{i}-stdout", daemon=True)
+        reader.start()
+        self._readers[proc.pid] = reader
         return proc, port
+
+    def _read_reports(self, proc: subprocess.Popen) -> None:
+        """Drains the worker's stdout to its end, keeping what it reports there after its port: a
+        failed load, {"load_failed": error}, printed before it exits (``EXIT_LOAD_FAILED``)."""
+        for line in proc.stdout:
+            try:
+                report = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(report, dict) and isinstance(report.get(LOAD_FAILED), str):
+                self._load_failures[proc.pid] = report[LOAD_FAILED]
+
+    async def _load_failure(self, proc: subprocess.Popen) -> str | None:
+        """Why the exited ``proc`` failed to load its engine, or None when it did not report that."""
+        reader = self._readers.get(proc.pid)
+        if reader is not None:  # its stdout is at its end, or soon (a child may hold it a moment)
+            await asyncio.to_thread(reader.join, 2.0)
+        cause = self._load_failures.get(proc.pid)
+        if cause is None and proc.returncode == EXIT_LOAD_FAILED:
+            cause = "see the worker's log"
+        return cause
 
     async def start(self) -> list[Worker]:
         for i, device in enumerate(self.devices):
@@ -115,7 +141,8 @@ class LocalWorkers:
 
     async def supervise(self, gateway) -> None:
         """Watches the worker processes, each on its own: one that died (and is reaped here, no
-        zombie) is marked offline and started again after its own backoff
+        zombie) is marked offline -- or error with the cause it reported, when its engine failed
+        to load (such a worker exits: ``EXIT_LOAD_FAILED``) -- and started again after its own backoff
         (gateway.config.restart_backoff_s, stepping up with each failure in a row; a worker that
         ran a minute starts the count over), while the others are watched and restarted as
         they fail."""
@@ -132,9 +159,13 @@ class LocalWorkers:
                     fails = 0
                 continue
             worker = self.workers[i]
-            gateway.pool.mark_down(worker, "offline", f"process {proc.pid} exited with status {proc.returncode}")
+            cause = await self._load_failure(proc)
+            if cause is None:
+                gateway.pool.mark_down(worker, "offline", f"process {proc.pid} exited with status {proc.returncode}")
+            else:  # its engine failed to load: restarted like a dead one, the cause kept
+                gateway.pool.mark_load_failed(worker, cause)
             delay = backoff[min(fails, len(backoff) - 1)]
-            log.error("worker_%d %s; starting it again in %g s", i, worker.error, delay)
+            log.error("worker_%d: %s; starting it again in %g s", i, worker.error, delay)
             fails += 1
             await asyncio.sleep(delay)
             try:
@@ -143,6 +174,8 @@ class LocalWorkers:
                 log.error("worker_%d did not start again: %s", i, e)
                 continue
             self.procs[i], since = new, time.monotonic()
+            self._readers.pop(proc.pid, None)
+            self._load_failures.pop(proc.pid, None)
             worker.port = port
             gateway.pool.mark_down(worker, "loading", None)
             worker.restarts += 1

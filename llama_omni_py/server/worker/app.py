@@ -1,7 +1,8 @@
 """WorkerServer, the worker: one engine of ``WorkerConfig.slots`` session slots, one
 protocol session per slot, HTTP and WebSocket on one port (websockets' asyncio server).
-``serve()`` runs it until SIGINT/SIGTERM (``llama-omni worker``); ``BackgroundServer`` runs it
-in a thread (tests, benchmarks). The gateway (gateway/) puts many of these behind one public API."""
+``serve()`` runs it until SIGINT/SIGTERM, or a failed load when supervised (``llama-omni
+worker``); ``BackgroundServer`` runs it in a thread (tests, benchmarks). The gateway (gateway/)
+puts many of these behind one public API."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import threading
 
 from websockets.asyncio.server import serve as ws_serve
 
+from ..lifeline import EXIT_LOAD_FAILED, LOAD_FAILED
 from .backend.connection import Connection
+from .blocking import use_blocking_pool
 from .config import WorkerConfig
 from .duplex.connection import DemoDuplexConnection
 from .engine_host import EngineHost
@@ -42,6 +45,7 @@ class WorkerServer:
     async def start(self) -> None:
         """Listens at once (health answers 503 loading) and loads the engine in the background."""
         worker = self.config
+        use_blocking_pool(asyncio.get_running_loop(), worker.slots)  # blocking.py: what bounds the threads
         self._ws = await ws_serve(
             self._handle,
             worker.host,
@@ -57,6 +61,12 @@ class WorkerServer:
         self.port = self._ws.sockets[0].getsockname()[1]
         self._load = asyncio.create_task(self.host.load())
         log.warning("worker listening on http://%s:%d (WebSocket /backend, /health)", worker.host, self.port)
+
+    async def load_failed(self) -> None:
+        """Returns once the engine has failed to load (never, when it loads)."""
+        await asyncio.shield(self._load)
+        if self.host.state != "failed":
+            await asyncio.Event().wait()
 
     def _route(self, connection, request):
         return process_request(self, connection, request)
@@ -99,11 +109,14 @@ class WorkerServer:
         await self.host.close()
 
 
-def serve(config: WorkerConfig, announce: bool = False) -> None:
-    """Runs the server until SIGINT or SIGTERM. ``announce``: print {"listening", "port"} as one
-    JSON line on stdout once it listens (how a gateway learns a worker's port)."""
+def serve(config: WorkerConfig, announce: bool = False, exit_on_failed_load: bool = False) -> int:
+    """Runs the server until SIGINT or SIGTERM; the process's exit status. ``announce``: print
+    {"listening", "port"} as one JSON line on stdout once it listens (how a gateway learns a
+    worker's port). ``exit_on_failed_load``: a failed load ends it with ``EXIT_LOAD_FAILED`` (and,
+    when announcing, {"load_failed": error} on stdout first), so that whatever supervises it
+    starts it again; otherwise it keeps answering /health with 503 and the error."""
 
-    async def main():
+    async def main() -> int:
         server = WorkerServer(config)
         await server.start()
         if announce:
@@ -113,11 +126,23 @@ def serve(config: WorkerConfig, announce: bool = False) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        log.warning("shutting down")
+        ends = {asyncio.ensure_future(stop.wait())}
+        if exit_on_failed_load:
+            ends.add(asyncio.ensure_future(server.load_failed()))
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+        for end in ends:
+            end.cancel()
+        failed = exit_on_failed_load and server.host.state == "failed"
+        if failed:
+            log.error("the engine failed to load; this worker exits (status %d)", EXIT_LOAD_FAILED)
+            if announce:
+                print(json.dumps({LOAD_FAILED: server.host.error}), flush=True)
+        else:
+            log.warning("shutting down")
         await server.stop()
+        return EXIT_LOAD_FAILED if failed else 0
 
-    asyncio.run(main())
+    return asyncio.run(main())
 
 
 class BackgroundServer:

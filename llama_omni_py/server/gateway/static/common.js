@@ -40,7 +40,7 @@ for (const a of document.querySelectorAll("nav a")) a.href = withKey(a.getAttrib
 fetch("/health").then((r) => r.json()).then((h) => {
   if (h.random_weights) {
     showNotice("This server runs a generated model set with random weights: its replies are gibberish and " +
-               "its speech is noise, by design. Start it with --model-dir pointing at a MiniCPM-o-4_5-gguf " +
-               "directory for real answers.");
+               "its speech is noise, by design. Start it with --model and a MiniCPM-o-4_5-gguf directory or " +
+               "repository id (such as openbmb/MiniCPM-o-4_5-gguf) for real answers.");
   }
 }).catch(() => {});
