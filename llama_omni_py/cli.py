@@ -381,6 +381,8 @@ def add_worker_parser(sub) -> None:
 
 
 def cmd_serve(args) -> int:
+    import dataclasses
+    import math
     import secrets
 
     from .env import api_keys_from, worker_secret
@@ -392,6 +394,7 @@ def cmd_serve(args) -> int:
     # Workers this gateway starts get a fresh secret (unless one is set); --connect workers need
     # the one they were started with.
     secret = worker_secret() or (None if args.connect else secrets.token_urlsafe(32))
+    local_media = os.path.abspath(args.allowed_local_media_path) if args.allowed_local_media_path else None
     cfg = GatewayConfig(
         host=args.host,
         port=args.port,
@@ -402,7 +405,15 @@ def cmd_serve(args) -> int:
         max_body_bytes=int(args.max_message_mb * 2**20),
         model_name=args.model_name,
         api_keys=keys,
+        allowed_local_media_path=local_media,
+        max_local_media_bytes=int(args.max_local_media_mb * 2**20),
+        max_audio_seconds=args.max_audio_seconds,
+        image_ids=args.fidelity == "reference",  # the workers' image layout (VisionConfig.use_image_id)
     )
+    options = WorkerOptions.from_args(args)
+    if cfg.allowed_local_media_path:  # a turn may carry the local files as base64: the workers must take it
+        needed = args.max_message_mb + args.max_local_media_mb * 4 / 3 + 1
+        options = dataclasses.replace(options, max_message_mb=max(options.max_message_mb, math.ceil(needed)))
     if args.connect:
         sources = [StaticWorkers(args.connect.split(","), secret)]
     elif args.ray is not None:
@@ -411,7 +422,7 @@ def cmd_serve(args) -> int:
         sources = [
             RayWorkers(
                 args.workers or 1,
-                WorkerOptions.from_args(args),
+                options,
                 address=args.ray or None,
                 accelerator=args.ray_accelerator,
                 cpus_per_worker=args.ray_cpus,
@@ -419,7 +430,6 @@ def cmd_serve(args) -> int:
             )
         ]
     else:
-        options = WorkerOptions.from_args(args)
         sources = [LocalWorkers(devices_for(args.workers, args.device), options.to_argv(), pin=args.pin, secret=secret)]
     run_gateway(cfg, sources)
     return 0
@@ -462,6 +472,17 @@ def add_serve_parser(sub) -> None:
         "repeatable (also OMNI_API_KEY; a key on the command line shows in ps: prefer --api-key-file)",
     )
     sv.add_argument("--api-key-file", help="a file of API keys, one per line")
+    sv.add_argument(
+        "--allowed-local-media-path",
+        metavar="DIR",
+        help="the OpenAI API reads file:// media only under DIR (links and '..' resolved); default: never",
+    )
+    sv.add_argument(
+        "--max-local-media-mb",
+        type=float,
+        default=2048.0,
+        help="file:// media one request may name in all (the workers' --max-message-mb is raised to carry it)",
+    )
     WorkerOptions.add_arguments(sv)
     sv.set_defaults(func=cmd_serve)
 

@@ -216,7 +216,9 @@ class EngineConfig:
     token2wav: Token2WavConfig = field(default_factory=Token2WavConfig)
     pin: bool | None = None  # None: pin when the NUMA node has >= 4 usable CPUs; True: always
     numa_node: int | None = None  # None: OMNI_NUMA_NODE, else the device's node
-    audio_mode: str = "clamp"  # or "window" for input audio over 29.9 s
+    # a lone audio clip over 30 s: "clamp" (its first 29.9 s) or "window" (30 s chunks); None: the
+    # fidelity's. A video's audio segments are never clamped.
+    audio_mode: str | None = None
     audio_fidelity: str | None = None  # the audio encoder's rules: "llama.cpp-omni" or "reference"
     audio_resampler: str | None = None  # audio files not at 16 kHz: "linear" (llama.cpp-omni's) or "band-limited"
     # llama.cpp-omni's encoder history, which both fidelities leave out (docs/fidelity.md): "carried"
@@ -261,7 +263,8 @@ class EngineConfig:
             object.__setattr__(self, "numa_node", env_int(ENV_NUMA_NODE))
         if self.numa_node is not None:
             checks.int_in("numa_node", self.numa_node, 0, 4095)
-        checks.choice("audio_mode", self.audio_mode, AUDIO_MODES)
+        if self.audio_mode is not None:
+            checks.choice("audio_mode", self.audio_mode, AUDIO_MODES)
 
     @property
     def token2wav_config(self) -> Token2WavConfig:
@@ -274,6 +277,11 @@ class EngineConfig:
     def audio_rule(self) -> str:
         """The audio encoder's rules in force: the field, else the fidelity's."""
         return self.audio_fidelity or DEFAULTS[self.fidelity].audio
+
+    @property
+    def audio_mode_rule(self) -> str:
+        """How a lone clip over 30 s is encoded: the field, else the fidelity's."""
+        return self.audio_mode or DEFAULTS[self.fidelity].audio_mode
 
     @property
     def audio_rules(self) -> dict:

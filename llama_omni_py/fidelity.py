@@ -10,6 +10,7 @@ field (``None``: the fidelity's choice), which wins over the switch:
     Token2Wav        Token2WavConfig.cache_policy     "llama.cpp-omni"    "reference"
     audio encoder    EngineConfig.audio_fidelity      "llama.cpp-omni"    "reference"
     audio rate       EngineConfig.audio_resampler     "linear"            "band-limited"
+    clip over 30 s   EngineConfig.audio_mode          "clamp" (29.9 s)    "window" (30 s chunks)
     TTS sampling     ReplyConfig.tts                  TtsSampling()       TtsSampling.reference()
     prompt           ReplyConfig.prompt_fidelity      "llama.cpp-omni"    "reference"
     images           VisionConfig.rules               "llama.cpp-omni"    "reference"
@@ -40,15 +41,22 @@ class Defaults:
     audio: str  # the audio encoder's rules (AudioEncoder fidelity)
     reference_tts: bool  # TtsSampling.reference() instead of TtsSampling()
     resampler: str  # audio not at 16 kHz (media.resample)
+    audio_mode: str  # a lone clip over 30 s: its first 29.9 s ("clamp") or all of it in 30 s chunks ("window")
     audio_history: str = "clip"  # llama.cpp-omni's "carried" is a defect: never the default
     audio_positions: str = "consecutive"  # likewise its "chunk-count"
 
 
 DEFAULTS = {
     "llama.cpp-omni": Defaults(
-        cache_policy="llama.cpp-omni", audio="llama.cpp-omni", reference_tts=False, resampler="linear"
+        cache_policy="llama.cpp-omni",
+        audio="llama.cpp-omni",
+        reference_tts=False,
+        resampler="linear",
+        audio_mode="clamp",
     ),
-    "reference": Defaults(cache_policy="reference", audio="reference", reference_tts=True, resampler="band-limited"),
+    "reference": Defaults(
+        cache_policy="reference", audio="reference", reference_tts=True, resampler="band-limited", audio_mode="window"
+    ),
 }
 RESAMPLERS = ("linear", "band-limited")  # llama.cpp-omni's decoder's; a band-limited (FFT) one
 AUDIO_HISTORIES = ("clip", "carried")  # each clip on its own; one history over a request's clips

@@ -277,8 +277,9 @@ class OmniSession:
         "assistant", content a str, EncodedAudio or list of parts; speech=False gives a
         text-only reply; tts_template (default: speech) ends the prompt with the speech prefix;
         omni: join the parts as the reference's omni mode (None: when a video brings audio);
-        prompt_style: this reply's prompt layout ("reference", "llama.cpp-omni", or
-        "llama.cpp-omni-eval", its evaluation CLIs'; None: the session's prompt rules);
+        prompt_style: this reply's prompt layout ("reference", "llama.cpp-omni",
+        "llama.cpp-omni-eval", its evaluation CLIs', or "vllm-omni", parts joined by newlines as
+        vLLM-Omni's server joins them; None: the session's prompt rules);
         reply_text: teacher forcing -- the reply is this text, evaluated (not sampled) so that the
         TTS speaks it from the LLM's hidden states, as llama.cpp-omni's TTS evaluation does;
         prompt: a prompt.Prompt built already (an evaluation's exact layout; no content then); llm:

@@ -152,7 +152,6 @@ def cmd_mcq(args) -> int:
         "limit": args.limit,
         "sample_ratio": args.sample_ratio,
         "seed": args.seed,
-        "max_frames": p.max_frames,
         "target": target.describe(),
     }
     out = _out(args, f"{args.benchmark}-{args.protocol}")

@@ -1,16 +1,25 @@
-"""The answer letter of a multiple-choice reply, as each harness reads it (docs/evaluation.md).
+"""The answer letter of a multiple-choice reply, as each harness's scored code path reads it
+(docs/evaluation.md#scores).
 
-Each function restates one harness's rules in order; they disagree on purpose, because the
-harnesses do, and a score moves with them:
+Each function restates the function whose output a harness actually scores -- the field its
+scorer reads and the function that wrote that field -- and they disagree on purpose, because the
+harnesses do:
 
-* :func:`evalkit_letter` -- the OmniEvalKit's ``MQAEvaluator`` rules (its templates, patterns and
-  option-text match), without its sentence-embedding and GPT fallbacks, which cannot run offline:
-  what they would have judged is counted as unparsed.
-* :func:`llama_cpp_omni_letter` -- llama.cpp-omni's evaluation pipeline (``extract_answer``).
-* :func:`daily_omni_scorer_letter` / :func:`videomme_scorer_letter` -- the official scorers it
-  hands the results to (Daily-Omni's, and Video-MME's ``extract_characters_regex`` with its two
-  missing commas kept).
-* :func:`vllm_omni_letter` -- vLLM-Omni's Daily-Omni and Video-MME extraction.
+* :func:`evalkit_letter` -- OmniEvalKit: ``MQAEvaluator.eval`` on the ``prediction`` field.
+* :func:`llama_cpp_omni_letter` -- llama.cpp-omni's pipelines: ``extract_answer`` on the reply.
+* :func:`daily_omni_scorer_letter` -- llama.cpp-omni's Daily-Omni score: its scorer on the record
+  the pipeline writes (the ``prediction`` field, written by ``extract_answer``).
+* :func:`videomme_scorer_letter` -- llama.cpp-omni's Video-MME score: Video-MME's
+  ``extract_characters_regex`` on the ``response`` field, written by ``extract_answer``.
+* :func:`vllm_omni_letter` -- ``vllm bench serve --omni``: its Daily-Omni and Video-MME scoring on
+  the streamed text.
+
+Each docstring names the sources read. llama.cpp-omni's ``evaluation/`` suite was read in the
+copies published at github.com/hNSBQZ/llama.cpp-omni (b1d40d9),
+github.com/zengjun123/llama.cpp-omni-bench-huawei-zj (c80f55c) and
+github.com/lucahttp/llama.cpp-omni (b06198f); where two of them hold a file, the functions named
+read the same. Its ``*/rerun_failed.py`` reruns an item whose field holds no letter and writes
+``extract_answer``'s letter back, so the field stays that function's output.
 """
 
 from __future__ import annotations
@@ -69,8 +78,9 @@ EVALKIT_TEMPLATES = (
 )
 _EVALKIT_BRACKETS = (r"\(([A-D])\)", r"\[([A-D])\]", r"（([A-D])）")
 
-# The official scorers' prefixes: Daily-Omni's list, and Video-MME's as its source has it (two
-# missing commas join four of them into two strings, which then never match).
+# The answer prefixes of the official scorers: Daily-Omni's list (also vLLM-Omni's Video-MME list,
+# which splits the two strings Video-MME's source glues together), and Video-MME's as its source
+# has it (two missing commas join four of them into two strings, which then never match).
 DAILY_OMNI_PREFIXES = (
     "The best answer is",
     "The correct answer is",
@@ -101,9 +111,23 @@ TTS_EOS = "<|tts_eos|>"
 
 
 def evalkit_letter(reply: str, choices: list[str]) -> str | None:
-    """The evaluation kit's rules: templates (each over every letter, in order), then the short
-    and leading-letter patterns and bracketed letters, then an option's text making up more than
-    half of the reply. None: its fallbacks would have had to judge."""
+    """OmniEvalKit's reading of a reply. ``MiniCPMO._generate_chat`` removes ``<|tts_eos|>`` and
+    strips the reply, ``run_inference`` stores it as the ``prediction`` field, and
+    ``MQAEvaluator.eval`` reads that field (lower-cased, single-spaced): its templates (each over
+    every letter, in order), then a reply of at most 3 characters holding a letter, a leading
+    letter followed by ``.,;:)``, a space or a newline, a bracketed A-D, then an option's text
+    making up more than half of the reply.
+
+    The kit then sends every reply whose letter is missing *or wrong* to a sentence-embedding
+    match and to GPT-4o-mini (``BaseEvaluator.evaluate_single`` keeps a rule's letter only when it
+    is correct); neither runs offline, so this is the rules' letter, and None where they found
+    none.
+
+    Source: github.com/OpenBMB/OmniEvalKit 1adac05, ``o_e_Kit/models/minicpm/minicpmo.py``
+    ``MiniCPMO._generate_chat``, ``o_e_Kit/utils/infer.py`` ``run_inference``,
+    ``o_e_Kit/utils/eval.py`` ``evaluate_dataset``, ``o_e_Kit/utils/metrics/evaluator_mqa.py``
+    ``MQAEvaluator.eval`` and ``o_e_Kit/utils/metrics/evaluator_base.py``
+    ``BaseEvaluator.evaluate_single``."""
     text = " ".join(str(reply).replace(TTS_EOS, "").strip().lower().split())
     letters = LETTERS[: min(len(choices), len(LETTERS))] or "ABCD"
     for template in EVALKIT_TEMPLATES:
@@ -131,9 +155,13 @@ def evalkit_letter(reply: str, choices: list[str]) -> str | None:
 
 
 def llama_cpp_omni_letter(reply: str, strip_tts_eos: bool = True) -> str:
-    """llama.cpp-omni's pipeline: a lone letter (a trailing period dropped), else the first A-D
-    not touching another ASCII letter; "" when there is none. Its Video-MME pipeline does not
-    strip <|tts_eos|> (``strip_tts_eos=False``)."""
+    """llama.cpp-omni's ``extract_answer``: a lone letter (a trailing period dropped, lower case
+    accepted), else the first capital A-D touching no other ASCII letter; "" when there is none.
+    The Daily-Omni pipeline removes ``<|tts_eos|>`` first; the Video-MME one does not
+    (``strip_tts_eos=False``).
+
+    Source: llama.cpp-omni ``evaluation/daily-omni/eval_cpp_pipeline.py`` and
+    ``evaluation/videomme/eval_cpp_pipeline.py``, ``extract_answer``."""
     text = (str(reply).replace(TTS_EOS, "") if strip_tts_eos else str(reply)).strip()
     if not text:
         return ""
@@ -150,10 +178,14 @@ def _strip_prefixes(s: str, prefixes) -> str:
     return s
 
 
-def daily_omni_scorer_letter(reply: str) -> str:
-    """Daily-Omni's official scorer: answer prefixes removed, a lone letter, "" for more than ten
-    words without A-D, else the first A-D anywhere (inside a word too)."""
-    s = str(reply).strip()
+def daily_omni_regex_letter(s: str) -> str:
+    """The ``extract_characters_regex`` of llama.cpp-omni's Daily-Omni scorer: its answer prefixes
+    removed, then ``<|tts_eos|>``; a lone letter; "" for more than ten words without a capital
+    A-D; else the first capital A-D anywhere, inside a word too.
+
+    Source: llama.cpp-omni ``evaluation/daily-omni/eval_daily_omni_result.py``
+    ``extract_characters_regex``."""
+    s = str(s).strip()
     if not s:
         return ""
     s = _strip_prefixes(s, DAILY_OMNI_PREFIXES).replace(TTS_EOS, "").strip()
@@ -166,20 +198,66 @@ def daily_omni_scorer_letter(reply: str) -> str:
     return m.group(0) if m else ""
 
 
-def videomme_scorer_letter(reply: str) -> str:
-    """Video-MME's official ``extract_characters_regex``: its prefix list as written, "" for more
-    than ten words without A-D, else the first A-D anywhere."""
-    s = _strip_prefixes(str(reply).strip(), VIDEOMME_PREFIXES)
+def daily_omni_scorer_grade(prediction: str, raw_response: str | None = None) -> str:
+    """``eval_daily_omni_results`` on one record: its ``prediction`` field as it stands; only an
+    empty one falls back to :func:`daily_omni_regex_letter` of its ``raw_response`` field.
+
+    Source: llama.cpp-omni ``evaluation/daily-omni/eval_daily_omni_result.py``
+    ``eval_daily_omni_results``."""
+    return prediction if prediction else daily_omni_regex_letter(raw_response or "")
+
+
+def daily_omni_scorer_letter(reply: str) -> str:
+    """llama.cpp-omni's Daily-Omni score of a reply: ``process_sample`` sets ``prediction`` to
+    ``extract_answer(reply)`` and ``format_output`` writes no ``raw_response`` field, so the
+    scorer's fallback reads nothing and the letter is :func:`llama_cpp_omni_letter`'s ("" leaves
+    the item unanswered).
+
+    Source: llama.cpp-omni ``evaluation/daily-omni/eval_cpp_pipeline.py`` ``process_sample`` and
+    ``format_output``, then ``evaluation/daily-omni/eval_daily_omni_result.py``
+    ``eval_daily_omni_results``."""
+    return daily_omni_scorer_grade(llama_cpp_omni_letter(reply))
+
+
+def videomme_regex_letter(s: str) -> str:
+    """Video-MME's official ``extract_characters_regex``: its prefix list as written (missing
+    commas kept), "" for more than ten words without a capital A-D, else the first capital A-D
+    anywhere.
+
+    Source: llama.cpp-omni ``evaluation/videomme/eval_your_result.py``
+    ``extract_characters_regex``."""
+    s = _strip_prefixes(str(s).strip(), VIDEOMME_PREFIXES)
     if len(s.split()) > 10 and not re.search(r"[ABCD]", s):
         return ""
     m = re.search(r"[ABCD]", s)
     return m.group(0) if m else ""
 
 
+def videomme_scorer_letter(reply: str) -> str:
+    """llama.cpp-omni's Video-MME score of a reply: ``process_video`` writes
+    ``extract_answer(reply)`` (``<|tts_eos|>`` kept) as the ``response`` field, which
+    ``eval_your_results`` reads through :func:`videomme_regex_letter`.
+
+    Source: llama.cpp-omni ``evaluation/videomme/eval_cpp_pipeline.py`` ``process_video`` and
+    ``format_output``, then ``evaluation/videomme/eval_your_result.py`` ``eval_your_results``."""
+    return videomme_regex_letter(llama_cpp_omni_letter(reply, strip_tts_eos=False))
+
+
 def vllm_omni_letter(reply: str, benchmark: str = "daily-omni") -> str | None:
-    """vLLM-Omni's extraction. Daily-Omni: the text after "assistant", a leading letter, the first
-    standalone letter of the upper-cased text, the last letter between non-letters. Video-MME: the
-    official prefixes (all twelve), then as Video-MME's scorer."""
+    """``vllm bench serve --omni``'s letter of the streamed text, as it stands (no ``<think>``
+    block is removed). Daily-Omni (``extract_choice_letter_official``, the default mode): the text
+    after the first "assistant", a leading letter followed by white space, ``.``, ``)``, ``:``,
+    ``：`` or the end, the first standalone letter of the upper-cased text, the last letter
+    between non-letters. Video-MME (``extract_characters_regex``): all twelve prefixes removed,
+    then as Video-MME's scorer. None: no letter.
+
+    Source: github.com/vllm-project/vllm-omni: ``vllm_omni/benchmarks/patch/patch.py``
+    ``async_request_openai_chat_omni_completions`` (``generated_text``: the ``content`` of every
+    streamed chunk whose ``modality`` is ``text``, concatenated) and ``benchmark`` (hands the
+    outputs to ``vllm_omni/benchmarks/data_modules/daily_omni_eval.py`` (3aa84c4)
+    ``compute_daily_omni_accuracy_metrics`` -> ``extract_predicted_choice`` ->
+    ``extract_choice_letter_official``); ``vllm_omni/benchmarks/data_modules/videomme_eval.py``
+    ``compute_videomme_accuracy_metrics`` (the same outputs) -> ``extract_characters_regex``."""
     if reply is None or not str(reply).strip():
         return None
     raw = str(reply).strip()
@@ -191,8 +269,6 @@ def vllm_omni_letter(reply: str, benchmark: str = "daily-omni") -> str | None:
         return m.group(0) if m else None
     m = re.search(r"assistant\s*([\s\S]*)$", raw, flags=re.IGNORECASE)
     candidate = m.group(1).strip() if m else raw
-    unthought = re.sub(r"<think>[\s\S]*?</think>", "", candidate, flags=re.IGNORECASE).strip()
-    candidate = unthought or candidate
     m = re.match(r"(?i)^\s*([A-D])(?:[\s\.\):：]|$)", candidate)
     if m:
         return m.group(1).upper()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import InvalidArgumentError
@@ -43,12 +42,12 @@ def _record(item: McqItem, protocol: McqProtocol, target, seed: int) -> dict:
         "groups": item.groups,
         "missing": item.missing,
     }
-    if item.missing:
-        rec.update(ok=False, raw="", error=f"missing media: {item.missing}", timings={})
+    if item.missing:  # nothing is sent
+        rec.update(ok=False, raw="", error=f"missing media: {item.missing}", timings={}, sent=None)
     else:
         prompt = protocol.prompt(item.question, list(item.choices))
         a = target.ask(McqRequest(item.video, item.audio, prompt, protocol, seed))
-        rec.update(ok=a.ok, raw=a.text, error=a.error, timings=a.timings)
+        rec.update(ok=a.ok, raw=a.text, error=a.error, timings=a.timings, sent=a.sent)
     rec["letters"] = letters(rec["raw"], list(item.choices), protocol.benchmark)
     rec["prediction"] = rec["letters"][protocol.extractor]
     return rec
@@ -67,6 +66,8 @@ def run(
     """Asks every item not yet in ``out``'s records, then scores all of them and writes the
     summaries; returns the summary."""
     out = Path(out)
+    requests = target.request_settings(protocol, seed)
+    settings = {**settings, "requests": requests}
     check_resume(out, settings)
     store = RecordStore(out)
     todo = [it for it in items if not store.done(it.id)]
@@ -89,15 +90,48 @@ def run(
     keys = DAILY_OMNI_GROUPS if protocol.benchmark == "daily-omni" else VIDEOMME_GROUPS
     scores = score(records, protocol.extractor, protocol.denominator, keys)
     described = target.describe()
+    named = protocol_named(protocol)
     result = {
         "benchmark": protocol.benchmark,
-        "protocol": asdict(protocol),
+        "protocol": named,
         "target": described,
         "settings": settings,
+        "requests": requests,
+        "reported": reported(records, getattr(target, "COUNTS", {}), getattr(target, "COUNTED_BY", "")),
         "model_files": S.model_files(described.get("model_dir")),
         "engine": S.engine(),
         **scores,
     }
     title = f"{TITLES[protocol.benchmark]}: {protocol.name} protocol"
-    S.write(out, result, S.mcq_markdown(title, asdict(protocol), described, scores))
+    S.write(out, result, S.mcq_markdown(title, named, described, scores, requests, result["reported"]))
     return result
+
+
+def protocol_named(p: McqProtocol) -> dict:
+    """The protocol as every target honours it: its name, the prompt text it writes and whose
+    letter and denominator make its headline. How the requests decode and lay the media out is
+    the run's ``requests`` section, read off what the target sends."""
+    return {
+        "name": p.name,
+        "benchmark": p.benchmark,
+        "prompt_text": "the protocol's, to the letter (each record holds the prompt as sent)",
+        "extractor": p.extractor,
+        "denominator": p.denominator,
+    }
+
+
+def reported(records: list[dict], counts: dict, by: str) -> dict:
+    """The media and prompt counts the target reported per item (``counts``: name -> dotted path
+    in a record's timings), summed over the items that reported them."""
+    out = {}
+    for name, path in counts.items():
+        values = []
+        for r in records:
+            v = r.get("timings") or {}
+            for key in path.split("."):
+                v = v.get(key) if isinstance(v, dict) else None
+            if r.get("ok") and isinstance(v, (int, float)) and not isinstance(v, bool):
+                values.append(v)
+        if values:
+            out[name] = {"items": len(values), "total": sum(values), "min": min(values), "max": max(values)}
+    return {"by": by, "counts": out}

@@ -6,8 +6,22 @@ assistant turns, the decoding, and whose letter extraction and denominator make 
   omni layout ("" joins, merged audio), the TTS prefix, 3-beam search with repetition penalty 1.2.
 * ``llama.cpp-omni`` -- its evaluation CLIs: the voice-clone system prompt, a newline after every
   frame and audio segment, each segment encoded alone, no TTS prefix, greedy decoding.
-* ``vllm-omni`` -- vLLM-Omni's benchmark with MiniCPM-o: its prompts (Daily-Omni's upstream one),
-  parts joined by newlines, greedy decoding.
+* ``vllm-omni`` -- vLLM-Omni's benchmark with MiniCPM-o 4.5: its prompts (Daily-Omni's upstream
+  one), no system turn, greedy decoding. The local run lays the user turn out as vLLM-Omni's server
+  does for the benchmark's requests (prompt layout "vllm-omni"): the video's frames and audio
+  segments in time order, then the text, every part joined by "\n" (Video-MME: the frames, then
+  the text). The requests are built by vLLM-Omni's ``vllm_omni/benchmarks/data_modules/
+  daily_omni_dataset.py`` (``DailyOmniDataset._get_minicpm_interleaved_parts`` and
+  ``_build_daily_omni_openai_messages``: one ``image_url`` and one ``audio_url`` part a frame,
+  the text part last) and ``videomme_dataset.py`` (``VideoMMEDataset._build_openai_messages``:
+  the ``image_url`` frames, the text last), and sent as they are
+  (``vllm_omni/benchmarks/patch/patch.py`` ``async_request_openai_chat_omni_completions``).
+  The server, run with ``--interleave-mm-strings`` as vLLM-Omni's MiniCPM-o 4.5 recipe runs it
+  for Daily-Omni, keeps each part's placeholder where the part was and joins the parts with
+  "\n" (vLLM's ``vllm/entrypoints/chat_utils.py`` ``_parse_chat_message_content_parts`` and
+  ``_get_interleaved_text_prompt``); MiniCPM-o 4.5's processor then writes the reference's
+  markers for them (``vllm_omni/model_executor/models/minicpmo_4_5/minicpmo_4_5_omni_llm.py``
+  ``MiniCPMO45OmniLLMMultiModalProcessor._get_prompt_updates``).
 """
 
 from __future__ import annotations
@@ -66,7 +80,7 @@ class McqProtocol:
     frame_rule: str  # VideoConfig.frame_rule
     audio: bool  # the video's audio interleaved with its frames
     segments: str  # VideoConfig.segments: "merged" or "separate"
-    prompt_style: str  # "reference" or "llama.cpp-omni-eval"
+    prompt_style: str  # prompt.LAYOUTS: "reference", "llama.cpp-omni-eval" or "vllm-omni"
     system: bool  # a system turn (llama.cpp-omni's voice-clone prompt) or none
     tts_template: bool  # the assistant turn ends with <|tts_bos|>
     num_beams: int
@@ -126,7 +140,7 @@ _TABLE = {
         "minicpmo-utils",
         True,
         "merged",
-        "reference",
+        "vllm-omni",
         False,
         False,
         1,
@@ -140,7 +154,7 @@ _TABLE = {
         "vllm-omni",
         False,
         "merged",
-        "reference",
+        "vllm-omni",
         False,
         False,
         1,

@@ -15,14 +15,13 @@ EXTRACTORS = ("evalkit", "llama.cpp-omni", "daily-omni-scorer", "videomme-scorer
 
 
 def letters(reply: str, choices: list, benchmark: str) -> dict:
-    """The letter each harness reads in ``reply`` ("" when it finds none)."""
+    """The letter each harness's scored code path reads in ``reply`` ("" when it finds none): the
+    official scorers read the letter llama.cpp-omni's pipelines wrote, never the reply itself."""
     return {
         "evalkit": X.evalkit_letter(reply, choices) or "",
         "llama.cpp-omni": X.llama_cpp_omni_letter(reply, strip_tts_eos=benchmark != "videomme"),
         "daily-omni-scorer": X.daily_omni_scorer_letter(reply),
-        "videomme-scorer": X.videomme_scorer_letter(X.llama_cpp_omni_letter(reply, benchmark != "videomme"))
-        if benchmark == "videomme"
-        else X.videomme_scorer_letter(reply),
+        "videomme-scorer": X.videomme_scorer_letter(reply),
         "vllm-omni": X.vllm_omni_letter(reply, benchmark) or "",
     }
 
@@ -55,6 +54,11 @@ def counts(records: list[dict]) -> dict:
         "failed_requests": sum(1 for r in records if not r.get("ok") and not r.get("missing")),
         "empty_replies": sum(1 for r in records if r.get("ok") and not r.get("raw", "").strip()),
         "unparsed_by_evalkit_rules": sum(1 for r in records if r.get("ok") and not r["letters"].get("evalkit")),
+        # the kit's sentence-embedding and GPT fallbacks judge every reply its rules did not read
+        # correctly, unread or wrong
+        "judged_by_evalkit_fallbacks": sum(
+            1 for r in records if r.get("ok") and r["letters"].get("evalkit") != r.get("answer")
+        ),
     }
 
 

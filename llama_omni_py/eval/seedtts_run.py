@@ -12,6 +12,11 @@ recipe, then scored (docs/evaluation.md#seed-tts).
 
 The Token2Wav voice is the module set's (``prompt_cache.gguf``): the engine builds no voice prompt
 from a wav, so the speaker similarity measures how close that fixed voice is to each prompt.
+
+A line's speech is capped relative to its text (:func:`speech_cap_s`): 20 speech codes (0.8 s)
+per text token, CosyVoice2's ``max_token_text_ratio`` (minicpmo-utils' ``stepaudio2/flashcosyvoice``:
+``max_tokens = len(text_ids) * max_token_text_ratio``), and at least 2 s. The request is cancelled
+once its audio reaches the cap, the audio is cut there, and the record says ``capped``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..constants import CODES_PER_SECOND, OUTPUT_SAMPLE_RATE
 from ..errors import InvalidArgumentError, OmniError
 from .datasets import limited, seed_tts
 from .records import Progress, RecordStore
@@ -27,6 +33,20 @@ ZERO_SHOT_SYSTEM = "请用这种声音风格来为用户提供帮助。 直接�
 ZERO_SHOT_USER = "请朗读以下内容。"
 LCO_SYSTEM = "Please imitate the reference voice"
 LCO_USER = "读出下列文本内容。"
+
+# The speech cap: CosyVoice2's ratio of speech codes to text tokens (its max_token_text_ratio),
+# with a floor for the shortest lines.
+CODES_PER_TEXT_TOKEN = 20
+MIN_SPEECH_S = 2.0
+SPEECH_CAP_RULE = (
+    f"{CODES_PER_TEXT_TOKEN} speech codes ({CODES_PER_TEXT_TOKEN / CODES_PER_SECOND:g} s) per text token "
+    f"of the line, at least {MIN_SPEECH_S:g} s"
+)
+
+
+def speech_cap_s(text_tokens: int) -> float:
+    """The most audio, in seconds, a line of ``text_tokens`` tokens is synthesised into."""
+    return max(MIN_SPEECH_S, CODES_PER_TEXT_TOKEN * text_tokens / CODES_PER_SECOND)
 
 
 def _lco_prompt(session, voice, text: str):
@@ -47,13 +67,48 @@ def _lco_prompt(session, voice, text: str):
     )
 
 
-def synthesise(session, item, variant: str, seed: int):
-    """One utterance's reply (SpeakResult)."""
+def collect_capped(chunks, cap_samples: int):
+    """``(SpeakResult, capped)`` from a reply's stream, its audio cut at ``cap_samples``: once audio
+    past the cap arrives the stream is closed, which cancels the request. A capped reply has no
+    final chunk, so its timings are empty."""
+    import numpy as np
+
+    from ..results import SpeakResult, Timings
+
+    texts, parts, n, timings, capped = [], [], 0, Timings(), False
+    try:
+        for chunk in chunks:
+            texts.append(chunk.text_delta)
+            if chunk.timings is not None:
+                timings = chunk.timings
+            if chunk.audio.size:
+                keep = min(int(chunk.audio.size), cap_samples - n)
+                parts.append(chunk.audio[:keep])
+                n += keep
+                if keep < chunk.audio.size:
+                    capped = True
+                    break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    return SpeakResult("".join(texts), wav, OUTPUT_SAMPLE_RATE, timings), capped
+
+
+def synthesise(session, item, variant: str, seed: int, cap_s: float):
+    """One utterance's reply, at most ``cap_s`` seconds of it: ``(SpeakResult, capped)``."""
+    cap = round(cap_s * OUTPUT_SAMPLE_RATE)
+    return collect_capped(session.stream(**request_options(session, item, variant, seed)), cap)
+
+
+def request_options(session, item, variant: str, seed: int) -> dict:
+    """The ``stream()`` options of the recipe ``variant`` for one utterance."""
     import llama_omni_py as omni
 
     if variant == "zero-shot":
-        return session.speak(
-            f"{ZERO_SHOT_USER} {item.text}",
+        return dict(
+            text=f"{ZERO_SHOT_USER} {item.text}",
             ref_audio=str(item.prompt_wav),
             system_prompt=ZERO_SHOT_SYSTEM,
             prompt_style="reference",
@@ -62,7 +117,7 @@ def synthesise(session, item, variant: str, seed: int):
             seed=seed,
         )
     voice = session.encode_audio(str(item.prompt_wav))
-    return session.speak(prompt=_lco_prompt(session, voice, item.text), reply_text=item.text, seed=seed)
+    return dict(prompt=_lco_prompt(session, voice, item.text), reply_text=item.text, seed=seed)
 
 
 def session_configs(variant: str, threads: int | None):
@@ -89,11 +144,27 @@ class LocalVoice:
         self.session = omni.OmniSession(args.model_dir, args.device, engine, reply=reply)
 
     def say(self, item, wav: Path) -> dict:
-        result = synthesise(self.session, item, self.variant, self.seed)
+        import time
+
+        text_tokens = len(self.session.llm.model.tokenize(item.text, False))
+        cap_s = speech_cap_s(text_tokens)
+        t0 = time.perf_counter()
+        result, capped = synthesise(self.session, item, self.variant, self.seed, cap_s)
         result.save(wav)
         t = result.timings
-        timings = {"wall_s": t.wall_s, "wall_rtf": t.wall_rtf, "n_tts_tokens": t.n_tts_tokens}
-        return {"samples": int(result.audio.size), "reply": result.text, "audio_s": t.audio_s, "timings": timings}
+        if capped:  # cancelled at the cap: no final timings
+            timings = {"wall_s": round(time.perf_counter() - t0, 3), "wall_rtf": None, "n_tts_tokens": None}
+        else:
+            timings = {"wall_s": t.wall_s, "wall_rtf": t.wall_rtf, "n_tts_tokens": t.n_tts_tokens}
+        return {
+            "samples": int(result.audio.size),
+            "reply": result.text,
+            "audio_s": round(result.audio.size / OUTPUT_SAMPLE_RATE, 3),
+            "text_tokens": text_tokens,
+            "speech_cap_s": cap_s,
+            "capped": capped,
+            "timings": timings,
+        }
 
     def close(self) -> None:
         self.session.close()
@@ -198,6 +269,23 @@ def language_of(meta: Path, given: str | None) -> str:
     raise InvalidArgumentError(f"{meta}: say --language zh or en (the list is not under a zh/ or en/ folder)")
 
 
+def speech_cap_summary(items, store: RecordStore, local: bool) -> dict:
+    """The cap's rule and the lines that reached it (from the run's records), with a report line."""
+    capped = sorted(it.id for it in items if (store.records.get(it.id) or {}).get("capped"))
+    if not local:
+        line = "An endpoint's audio is scored as the server returns it: no speech cap is applied."
+        return {"rule": None, "n_capped": 0, "capped": [], "line": line}
+    line = f"{len(capped)} of {len(items)} lines reached the speech cap ({SPEECH_CAP_RULE}) and were cut there."
+    return {
+        "rule": SPEECH_CAP_RULE,
+        "codes_per_text_token": CODES_PER_TEXT_TOKEN,
+        "min_s": MIN_SPEECH_S,
+        "n_capped": len(capped),
+        "capped": capped,
+        "line": line,
+    }
+
+
 def run_seed_tts(args, out: Path) -> int:
     from . import summary as S
     from .seedtts_score import report
@@ -212,7 +300,9 @@ def run_seed_tts(args, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not args.no_synthesis:
         synthesise_all(items, args, out)
+    cap = speech_cap_summary(items, RecordStore(out), local=not args.endpoint)
     scores = report(items, out, language, asr=args.asr, sv=args.sv, sv_wavlm=args.sv_wavlm, proxy_sv=args.proxy_sv)
+    scores["markdown"] += "\n## Speech cap\n\n" + cap.pop("line") + "\n"
     result = {
         "benchmark": "seed-tts",
         "variant": args.variant,
@@ -220,6 +310,7 @@ def run_seed_tts(args, out: Path) -> int:
         "meta": str(meta.resolve()),
         "model_files": S.model_files(args.model_dir),
         "engine": S.engine(),
+        "speech_cap": cap,
         **scores,
     }
     S.write(out, result, scores.get("markdown", ""))

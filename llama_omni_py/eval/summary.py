@@ -11,6 +11,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from ..env import cache_dir
+from ..modelset.cache_write import write_bytes
 
 
 def file_hashes(paths) -> dict:
@@ -31,9 +32,9 @@ def file_hashes(paths) -> dict:
                     h.update(block)
             cache[key] = h.hexdigest()
         out[p.name] = {"sha256": cache[key], "bytes": st.st_size}
-    try:
+    try:  # other processes share the cache: the file is replaced whole, the last writer wins
         cache_path.parent.mkdir(parents=True, exist_ok=True)
-        cache_path.write_text(json.dumps(cache))
+        write_bytes(cache_path, json.dumps(cache).encode())
     except OSError:
         pass
     return out
@@ -67,15 +68,23 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def mcq_markdown(title: str, protocol: dict, target: dict, scores: dict) -> str:
+def mcq_markdown(
+    title: str, protocol: dict, target: dict, scores: dict, requests: dict | None = None, reported: dict | None = None
+) -> str:
     """The human-readable summary of a multiple-choice run."""
     h = scores["headline"]
+    not_sent = (requests or {}).get("not_sent") or {}
     lines = [
         f"# {title}",
         "",
         f"**{_pct(h['accuracy'])} %** ({h['extractor']} extraction, correct / {h['denominator']} items), "
         f"protocol `{protocol['name']}`, target {target.get('kind')}.",
         "",
+    ]
+    if not_sent:
+        named = ", ".join(f"{k} ({json.dumps(v['protocol'])})" for k, v in not_sent.items())
+        lines += [f"**Not sent**: the protocol's {named} -- see Requests.", ""]
+    lines += [
         "| extraction | correct | all | answered | successful | % of all | % of answered | % of successful |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -91,5 +100,30 @@ def mcq_markdown(title: str, protocol: dict, target: dict, scores: dict) -> str:
         for value, v in table.items():
             lines.append(f"| {value} | {v['correct']} / {v['all']} | {_pct(v['accuracy_all'])} |")
         lines.append("")
+    if requests:
+        lines += _requests_markdown(requests)
+    if reported and reported.get("counts"):
+        lines += [f"## Prompt counts, as reported by {reported['by']}", ""]
+        lines += ["| count | items | total | min | max |", "|---|---|---|---|---|"]
+        for name, v in reported["counts"].items():
+            lines.append(f"| {name} | {v['items']} | {v['total']} | {v['min']} | {v['max']} |")
+        lines.append("")
     lines += ["## Protocol", "", "```json", json.dumps(protocol, indent=2), "```", ""]
     return "\n".join(lines)
+
+
+def _requests_markdown(requests: dict) -> list[str]:
+    """What every request carried, section by section, and the protocol's settings none carried."""
+    lines = ["## Requests", "", f"Sent to {requests.get('sent_to')}.", "", "| setting | sent |", "|---|---|"]
+    for section in ("sampling", "media", "layout"):
+        for key, value in (requests.get(section) or {}).items():
+            lines.append(f"| {section}.{key} | {value if isinstance(value, str) else json.dumps(value)} |")
+    if "body" in requests:
+        lines += ["", "Each request's fields besides its messages:", "", "```json", json.dumps(requests["body"]), "```"]
+    not_sent = requests.get("not_sent") or {}
+    if not_sent:
+        lines += ["", "Not sent: the protocol's settings no field of these requests carries.", ""]
+        lines += ["| setting | protocol's | why |", "|---|---|---|"]
+        for key, v in not_sent.items():
+            lines.append(f"| {key} | {json.dumps(v['protocol'])} | {v['why']} |")
+    return lines + [""]

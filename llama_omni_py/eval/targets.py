@@ -2,7 +2,10 @@
 
 Both answer ``ask(request) -> Answer`` for one :class:`McqRequest` (a video, its separate audio
 track, the prompt text and the protocol's decoding), so one command scores two engines side by
-side (docs/evaluation.md#targets).
+side (docs/evaluation.md#targets). Each says what its requests carry
+(``request_settings(protocol, seed)``: sampling, media, prompt layout, and what of the protocol it
+could not send), and each Answer holds what was sent for that item (``sent``: the prompt as laid
+out, or the request's parts with their media described).
 """
 
 from __future__ import annotations
@@ -37,12 +40,22 @@ class Answer:
     ok: bool = True
     error: str | None = None
     timings: dict = field(default_factory=dict)
+    sent: dict | None = None  # what went out: the prompt as laid out, or the request's parts
 
 
 class LocalTarget:
     """Our engine in this process: one session per protocol setting, on ``device``."""
 
     name = "local"
+    # what a record's timings hold of the prompt: the engine's own counts
+    COUNTED_BY = "the engine, as it built each prompt"
+    COUNTS = {
+        "prompt_tokens": "prompt_tokens",
+        "video_frames": "video_frames",
+        "audio_segments": "audio_segments",
+        "image_tokens": "vision_tokens",
+        "audio_tokens": "audio_tokens",
+    }
 
     def __init__(self, model_dir, device: str = "auto", threads: int | None = None, n_ctx: int | None = None):
         self.model_dir, self.device, self.threads, self.n_ctx = model_dir, device, threads, n_ctx
@@ -62,9 +75,8 @@ class LocalTarget:
             return self._session
         self.close()
         video = omni.VideoConfig(max_frames=p.max_frames, frame_rule=p.frame_rule, audio=p.audio, segments=p.segments)
-        fidelity = "llama.cpp-omni" if p.prompt_style.startswith("llama.cpp-omni") else "reference"
         # max_beams: a KV sequence per beam (docs/slots.md#beam-search)
-        options = {"fidelity": fidelity, "video": video, "max_beams": p.num_beams}
+        options = {"fidelity": _fidelity(p), "video": video, "max_beams": p.num_beams}
         if self.threads:
             options["threads"] = self.threads
         if self.n_ctx:
@@ -74,39 +86,88 @@ class LocalTarget:
         self._key = key
         return self._session
 
-    def ask(self, r: McqRequest) -> Answer:
+    @staticmethod
+    def _sampling(p: McqProtocol):
         import llama_omni_py as omni
 
+        return _with_beams(omni.LlmSampling(temperature=0.0, repeat_penalty=p.repetition_penalty), p)
+
+    def request_settings(self, p: McqProtocol, seed: int) -> dict:
+        """What every request of a run by ``p`` carries: read off the objects ``ask`` builds."""
+        s = self._sampling(p)
+        sampling = {
+            "temperature": s.temperature,
+            "num_beams": s.num_beams,
+            "repetition_penalty": s.repeat_penalty,
+            "max_new_tokens": p.max_new_tokens,
+            "seed": seed,
+        }
+        if s.beam_search:
+            sampling.update(length_penalty=s.length_penalty, early_stopping=s.early_stopping)
+        elif s.repeat_penalty != 1.0:
+            sampling["repeat_last_n"] = s.repeat_last_n
+        return {
+            "sent_to": "the engine in this process",
+            "sampling": sampling,
+            "media": {
+                "pack": "engine",
+                "max_frames": p.max_frames,
+                "frame_rule": p.frame_rule,
+                "audio": _audio_rule(p),
+                "segments": p.segments,
+            },
+            "layout": {
+                "by": "this harness, by the protocol",
+                "prompt_style": p.prompt_style,
+                "system_turn": p.system,
+                "tts_template": p.tts_template,
+                "fidelity": _fidelity(p),
+            },
+            "not_sent": {},
+        }
+
+    def ask(self, r: McqRequest) -> Answer:
+        """The prompt is built here, as the engine would build it, recorded, and then run as it
+        is (``speak(prompt=...)``): the record is the prompt the model read."""
+        import llama_omni_py as omni
+        from llama_omni_py.orchestration.turn_based import fitting_prompt
+
         p = r.protocol
+        t0 = time.perf_counter()
         session = self._open(p)
-        sampling = omni.LlmSampling(temperature=0.0, repeat_penalty=p.repetition_penalty)
-        sampling = _with_beams(sampling, p)
+        sampling = self._sampling(p)
+        options = dict(speech=False, tts_template=p.tts_template, llm=sampling, max_new_tokens=p.max_new_tokens)
+        sent = None
         try:
-            result = session.speak(
+            request = session.request(
                 content=[omni.Video(r.video, audio=r.audio if p.audio else None), r.prompt],
-                speech=False,
-                tts_template=p.tts_template,
                 system_prompt=None if p.system else False,
                 prompt_style=p.prompt_style,
-                llm=sampling,
-                max_new_tokens=p.max_new_tokens,
                 seed=r.seed,
+                **options,
             )
+            media = session.stages.inputs.encode(request)
+            prompt, _ = fitting_prompt(session.stages, request, media, p.max_new_tokens, p.prompt_style)
+            sent = prompt_record(prompt, session.llm.detokenize)
+            result = session.speak(prompt=prompt, seed=r.seed, **options)
         except OmniError as e:
-            return Answer(ok=False, error=f"{type(e).__name__}: {e}")
-        t = result.timings
+            return Answer(ok=False, error=f"{type(e).__name__}: {e}", sent=sent)
+        t, m = result.timings, media.stats
         return Answer(
             result.text,
             timings={
-                "wall_s": round(t.wall_s, 3),
+                "wall_s": round(time.perf_counter() - t0, 3),
                 "prefill_ms": round(t.prefill_ms, 1),
                 "prompt_tokens": t.prompt_tokens,
                 "n_tokens": t.n_tokens,
-                "video_frames": t.video_frames,
-                "audio_segments": t.audio_segments,
-                "apm_ms": round(t.apm_ms, 1),
-                "vpm_ms": round(t.vpm_ms, 1),
+                "video_frames": m.video_frames,
+                "audio_segments": m.audio_segments,
+                "vision_tokens": m.vision_tokens,
+                "audio_tokens": m.audio_tokens,
+                "apm_ms": round(m.apm_ms, 1),
+                "vpm_ms": round(m.vpm_ms, 1),
             },
+            sent=sent,
         )
 
     def close(self) -> None:
@@ -122,17 +183,54 @@ def _with_beams(sampling, p: McqProtocol):
     return replace(sampling, num_beams=p.num_beams) if p.num_beams > 1 else sampling
 
 
+def _fidelity(p: McqProtocol) -> str:
+    """The engine rules a protocol runs under locally (EngineConfig.fidelity)."""
+    return "llama.cpp-omni" if p.prompt_style.startswith("llama.cpp-omni") else "reference"
+
+
+def _audio_rule(p: McqProtocol) -> str:
+    """Which audio goes with a video's frames under ``p``."""
+    if not p.audio:
+        return "none: frames only"
+    return "the separate track when the item has one (in place of the video's own), else the video's own"
+
+
+def prompt_record(prompt, detokenize) -> dict:
+    """A prompt as the model reads it: its text with every embedding block written as
+    ``[N audio rows]`` or ``[N image rows]`` where it sits, its positions, and the rows of each
+    kind (a block right after ``<|audio_start|>`` is audio, any other an image or video frame)."""
+    text, rows = [], {"audio": 0, "image": 0}
+    for kind, x in prompt.segments:
+        if kind == "tokens":
+            text.append(detokenize(list(x)))
+            continue
+        what = "audio" if text and text[-1].endswith("<|audio_start|>") else "image"
+        rows[what] += int(x.shape[0])
+        text.append(f"[{int(x.shape[0])} {what} rows]")
+    return {"prompt": "".join(text), "positions": prompt.token_count(), "rows": rows}
+
+
 PACKS = ("video", "interleave")
 
 
 class EndpointTarget:
     """An OpenAI-compatible chat completions endpoint (ours, or vLLM-Omni with its MiniCPM-o
-    pack). ``pack``: "video" sends the MP4 as one ``video_url`` part (the server interleaves it;
-    a separate audio track goes as an ``audio_url`` part after it); "interleave" extracts the
-    frames and audio segments here, by the protocol's rules, and sends them as ``image_url`` (detail
-    low) and ``audio_url`` parts in order, as vLLM-Omni's minicpm-interleave pack does."""
+    pack). ``pack``: "video" sends the video as one ``video_url`` part, which the server
+    interleaves; an item's separate audio track rides in it as its audio track, in place of the
+    video's own (the model hears each second once, as the local run's ``omni.Video(path,
+    audio=track)``). "interleave" extracts the frames and audio segments here, by the protocol's
+    rules, and sends them as ``image_url`` (detail low) and ``audio_url`` parts in order, as
+    vLLM-Omni's minicpm-interleave pack does."""
 
     name = "endpoint"
+    # what a record's timings hold of the prompt: the server's usage, as it reported it
+    COUNTED_BY = "the server, in each reply's usage"
+    COUNTS = {
+        "prompt_tokens": "prompt_tokens",
+        "image_tokens": "prompt_tokens_details.image_tokens",
+        "audio_tokens": "prompt_tokens_details.audio_tokens",
+        "completion_tokens": "completion_tokens",
+    }
 
     def __init__(
         self,
@@ -172,41 +270,160 @@ class EndpointTarget:
             raise InvalidArgumentError(f"{self.base}/models lists no model: pass --endpoint-model")
         return models[0]["id"]
 
-    def parts(self, r: McqRequest) -> list:
-        p = r.protocol
+    def body(self, p: McqProtocol, seed: int) -> dict:
+        """Every field of a request besides its messages (``--extra-body`` last: it may override)."""
+        return {"model": self.model, "max_tokens": p.max_new_tokens, "temperature": 0.0, "seed": seed, **self.extra}
+
+    def request_settings(self, p: McqProtocol, seed: int) -> dict:
+        """What every request of a run by ``p`` carries, read off the request body and the pack;
+        the protocol's settings no field of the request carries are listed under ``not_sent``, with
+        why (the server decides them)."""
+        body = self.body(p, seed)
+        tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        sampling = {"temperature": body.get("temperature"), "max_new_tokens": tokens, "seed": body.get("seed")}
+        sampling.update({k: body[k] for k in SAMPLING_FIELDS if k in body})
+        not_sent = {}
+
+        def unsent(key: str, value, why: str) -> None:
+            not_sent[key] = {"protocol": value, "why": why}
+
+        if p.num_beams > 1 and not BEAM_FIELDS & set(body):
+            unsent(
+                "num_beams",
+                p.num_beams,
+                "the OpenAI chat API has no beam search: the requests decode greedily (temperature 0)",
+            )
+        if p.repetition_penalty != 1.0 and "repetition_penalty" not in body:
+            unsent(
+                "repetition_penalty",
+                p.repetition_penalty,
+                "the OpenAI chat API has no repetition penalty (its frequency and presence penalties are "
+                "other rules): the server's own applies",
+            )
         if self.pack == "video":
-            out = [_data_url("video", "video/mp4", r.video.read_bytes())]
-            if not p.audio:  # frames alone (our server's extension of video_url)
-                out[0]["video_url"]["use_audio"] = False
-            elif r.audio is not None:
-                out.append(_data_url("audio", "audio/wav", r.audio.read_bytes()))
-            return out + [{"type": "text", "text": r.prompt}]
-        return _interleaved(r) + [{"type": "text", "text": r.prompt}]
+            media = {"pack": "video", "audio": _audio_rule(p)}
+            if p.audio:
+                media["audio_track"] = "a separate track goes as the video's audio track (QuickTime, float PCM)"
+            else:
+                media["use_audio"] = False
+            for key in ("max_frames", "frame_rule", "segments"):
+                unsent(key, getattr(p, key), "the server cuts the video into frames and segments by its own rules")
+        else:
+            media = {
+                "pack": "interleave",
+                "max_frames": p.max_frames,
+                "frame_rule": p.frame_rule,
+                "audio": _audio_rule(p),
+                "image_detail": "low",
+            }
+            unsent("segments", p.segments, "each segment is its own audio_url part: the server encodes it")
+        mm = body.get("mm_processor_kwargs")
+        if isinstance(mm, dict):  # what --extra-body asks of the server's processor is sent
+            for key, value in mm.items():
+                media[key] = value
+                not_sent.pop(key, None)
+        unsent("prompt_style", p.prompt_style, "the server's chat template lays the prompt out")
+        unsent("system_turn", p.system, "no system message is sent: the server's chat template decides")
+        unsent("tts_template", p.tts_template, "the server's chat template writes the assistant turn")
+        unsent("fidelity", _fidelity(p), "the server's engine runs under its own rules")
+        return {
+            "sent_to": self.base + "/chat/completions",
+            "body": body,
+            "sampling": sampling,
+            "media": media,
+            "layout": {"by": "the server's chat template", "parts": _PACK_PARTS[self.pack]},
+            "not_sent": not_sent,
+        }
+
+    def parts(self, r: McqRequest) -> list:
+        return [part for part, _ in self._pack(r)]
+
+    def _pack(self, r: McqRequest) -> list:
+        """The user message's parts, each with its description for the record."""
+        p = r.protocol
+        text = {"type": "text", "text": r.prompt}
+        if self.pack == "interleave":
+            return _interleaved(r) + [(text, text)]
+        about = {"type": "video_url", "source": str(r.video)}
+        if not p.audio:  # frames alone (our server's extension of video_url)
+            data = r.video.read_bytes()
+            part = _data_url("video", "video/mp4", data)
+            part["video_url"]["use_audio"] = False
+            about.update(use_audio=False)
+        elif r.audio is not None:
+            data, seconds = with_audio_track(r.video, r.audio)
+            part = _data_url("video", "video/quicktime", data)
+            about["audio_track"] = {"source": str(r.audio), "seconds": round(seconds, 3)}
+        else:
+            data = r.video.read_bytes()
+            part = _data_url("video", "video/mp4", data)
+            about["audio_track"] = "the video's own"
+        about["bytes"] = len(data)
+        return [(part, about), (text, text)]
 
     def ask(self, r: McqRequest) -> Answer:
-        p = r.protocol
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": self.parts(r)}],
-            "max_tokens": p.max_new_tokens,
-            "temperature": 0.0,
-            "seed": r.seed,
-            **self.extra,
-        }
+        body = self.body(r.protocol, r.seed)
+        try:
+            packed = self._pack(r)
+        except OmniError as e:
+            return Answer(ok=False, error=f"{type(e).__name__}: {e}")
+        sent = {"content": [about for _, about in packed]}
+        body["messages"] = [{"role": "user", "content": [part for part, _ in packed]}]
         t0 = time.perf_counter()
         try:
             reply = self._call("/chat/completions", body)
             text = reply["choices"][0]["message"].get("content") or ""
         except urllib.error.HTTPError as e:
             detail = e.read().decode("utf-8", "replace")[:300]
-            return Answer(ok=False, error=f"HTTP {e.code}: {detail}")
+            return Answer(ok=False, error=f"HTTP {e.code}: {detail}", sent=sent)
         except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as e:
-            return Answer(ok=False, error=f"{type(e).__name__}: {e}")
+            return Answer(ok=False, error=f"{type(e).__name__}: {e}", sent=sent)
         usage = reply.get("usage") or {}
-        return Answer(text, timings={"wall_s": round(time.perf_counter() - t0, 3), **usage})
+        return Answer(text, timings={"wall_s": round(time.perf_counter() - t0, 3), **usage}, sent=sent)
 
     def close(self) -> None:
         pass
+
+
+# Request fields that change the decoding, recorded when --extra-body sends them.
+SAMPLING_FIELDS = (
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "use_beam_search",
+    "num_beams",
+    "best_of",
+    "length_penalty",
+    "n",
+)
+BEAM_FIELDS = {"use_beam_search", "num_beams", "best_of"}
+_PACK_PARTS = {
+    "video": "one video_url part, then the prompt text",
+    "interleave": "image_url (detail low) and audio_url parts, a frame and its second of audio in turn, then the "
+    "prompt text",
+}
+
+
+def with_audio_track(video: Path, audio: Path) -> tuple[bytes, float]:
+    """The video with ``audio`` as its only audio track, and the track's seconds. The video stream
+    is copied as it is; the track is the samples the local run reads (16 kHz mono float,
+    ``media.load_audio``), stored as 32-bit float PCM in a QuickTime file, so that a server
+    decodes the very same samples."""
+    import tempfile
+
+    from ..media import FFMPEG_TIMEOUT, demuxer_args, load_audio, run_ffmpeg
+
+    samples = load_audio(audio, None)
+    with tempfile.TemporaryDirectory(prefix="llama-omni-eval-") as folder:
+        out = Path(folder) / "video.mov"
+        args = ["-nostdin", "-v", "error", "-y", *demuxer_args(str(video)), "-i", str(video)]
+        args += ["-f", "f32le", "-ar", "16000", "-ac", "1", "-i", "pipe:0", "-map", "0:v:0", "-map", "1:a:0"]
+        args += ["-c:v", "copy", "-c:a", "pcm_f32le", "-f", "mov", str(out)]
+        run_ffmpeg(args, samples.astype("<f4").tobytes(), timeout=FFMPEG_TIMEOUT + samples.size / 16000)
+        return out.read_bytes(), samples.size / 16000
 
 
 def _data_url(kind: str, mime: str, data: bytes) -> dict:
@@ -214,7 +431,8 @@ def _data_url(kind: str, mime: str, data: bytes) -> dict:
 
 
 def _interleaved(r: McqRequest) -> list:
-    """The video's frames (JPEG, the overview alone) and audio segments (WAV), in order."""
+    """The video's frames (JPEG, the overview alone) and audio segments (WAV), in order, each with
+    its description for the record."""
     import io
 
     import numpy as np
@@ -225,17 +443,23 @@ def _interleaved(r: McqRequest) -> list:
 
     p = r.protocol
     cfg = V.VideoConfig(max_frames=p.max_frames, frame_rule=p.frame_rule, audio=p.audio)
-    clip = V.load_video(r.video, cfg, audio=r.audio if p.audio else None)
+    track = r.audio if p.audio else None
+    clip = V.load_video(r.video, cfg, audio=track)
+    heard = str(track if track is not None else r.video)
     out = []
-    for step in clip.steps():
+    for i, step in enumerate(clip.steps()):
+        at = round(float(clip.plan.timestamps[i]), 3)
         for kind, x in step:
             buf = io.BytesIO()
             if kind == "audio":
                 sf.write(buf, np.asarray(x, np.float32), 16000, format="WAV", subtype="FLOAT")
-                out.append(_data_url("audio", "audio/wav", buf.getvalue()))
+                about = {"type": "audio_url", "source": heard, "segment": i, "seconds": round(len(x) / 16000, 4)}
+                out.append((_data_url("audio", "audio/wav", buf.getvalue()), {**about, "bytes": buf.tell()}))
             else:
                 Image.fromarray(x).save(buf, "JPEG", quality=95)
                 part = _data_url("image", "image/jpeg", buf.getvalue())
                 part["image_url"]["detail"] = "low"
-                out.append(part)
+                h, w = x.shape[:2]
+                about = {"type": "image_url", "source": str(r.video), "frame": i, "at_s": at, "size": [w, h]}
+                out.append((part, {**about, "detail": "low", "bytes": buf.tell()}))
     return out

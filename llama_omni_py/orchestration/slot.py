@@ -98,7 +98,7 @@ class EngineModules:
             model_set.root,
             device,
             self._encoder_threads(),
-            config.audio_mode,
+            config.audio_mode_rule,
             vision=config.vision_config,
             video=config.video,
             **config.audio_rules,

@@ -32,8 +32,12 @@ class WorkerOptions:
     max_audio_per_chunk: int = _opt(
         0, "speech codes per 10-token chunk before it is cut (0: 500, 50 with the demo set)", int
     )
-    max_message_mb: float = _opt(32.0, "largest WebSocket message", float)
-    max_audio_seconds: float = _opt(30.0, "input audio per turn", float)
+    max_message_mb: float = _opt(
+        256.0, "largest WebSocket message (and, with serve, HTTP body): a 60 s clip with its track as data URLs", float
+    )
+    max_audio_seconds: float = _opt(
+        300.0, "a turn's audio clips in all (a video's own audio track is not counted)", float
+    )
     idle_timeout: float = _opt(300.0, "seconds without a message before a session closes", float)
     fidelity: str = _opt(
         "llama.cpp-omni", "llama.cpp-omni or reference: whose rules where they differ (docs/fidelity.md)", str

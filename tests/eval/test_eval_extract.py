@@ -1,6 +1,7 @@
-"""Each harness's letter extraction on replies whose letters its rules give (the table of
-docs/evaluation.md#letter-extraction), prompts to the letter, and llama.cpp-omni's stratified
-Video-MME sampling."""
+"""Each harness's letter extraction on replies whose letters its scored code path gives (the table
+of docs/evaluation.md#scores; tests/eval/test_official_scorers.py runs the restated official code
+paths on the same table), prompts to the letter, and llama.cpp-omni's stratified Video-MME
+sampling."""
 
 import pytest
 
@@ -16,53 +17,81 @@ CHOICES = [
     "D. Rain falling on a roof",
 ]
 
-# reply: (evaluation kit rules, llama.cpp-omni pipeline, Daily-Omni scorer, Video-MME scorer, vLLM-Omni);
-# None: no letter
+# reply: the letter each scored code path reads --
+#   OmniEvalKit's rules (evalkit_letter; None: only its fallbacks could read it),
+#   llama.cpp-omni's extract_answer (llama_cpp_omni_letter),
+#   llama.cpp-omni's Daily-Omni score (its scorer on the pipeline's prediction field),
+#   llama.cpp-omni's Video-MME score (Video-MME's scorer on the pipeline's response field),
+#   vLLM-Omni's Daily-Omni and Video-MME scoring of the streamed text (None: no letter).
 TABLE = {
-    "B": ("B", "B", "B", "B", "B"),
-    "B.": ("B", "B", "B", "B", "B"),
-    "b": ("B", "B", "B", "", "B"),
-    "(C)": ("C", "C", "C", "C", "C"),
-    "C)": ("C", "C", "C", "C", "C"),
-    "The answer is D.": ("D", "D", "D", "D", "D"),
-    "Answer: B": ("B", "B", "B", "B", "B"),
-    "答案是C": ("C", "C", "C", "C", "C"),
-    "选B": ("B", "B", "B", "B", "B"),
-    "**A**": ("A", "A", "A", "A", "A"),
-    "I think it is a dog, so B": ("A", "B", "B", "B", "A"),
-    "D. Rain falling on a roof": ("D", "D", "D", "D", "D"),
-    "Rain falling on a roof": (None, "", "", "", "A"),
-    "The correct option isB": (None, "", "B", "B", None),
-    "A man playing a guitar is shown.": ("A", "A", "A", "A", "A"),
-    "Based on the video, option C is correct.": ("C", "C", "B", "B", "C"),
-    "BD": ("B", "", "B", "B", None),
-    "DB": ("B", "", "D", "D", None),
-    "D, B": ("D", "D", "D", "D", "D"),
-    "\\boxed{D}": ("D", "D", "D", "D", "D"),
-    "[B]": ("B", "B", "B", "B", "B"),
-    "None of the above": (None, "", "", "", None),
-    "": (None, "", "", "", None),
-    "Because of the noise": (None, "", "B", "B", None),
-    "assistant\nC": (None, "C", "C", "C", "C"),
-    "A and B are wrong; the answer is C": ("C", "A", "A", "A", "A"),
-    "Definitely D": (None, "D", "D", "D", "D"),
-    "c. two children": ("C", "", "", "", "C"),
-    "I choose: d": ("D", "", "", "", "D"),
-    "Answer C. Two children laughing": ("C", "C", "A", "A", "C"),
-    "It's C.": (None, "C", "C", "C", "C"),
-    "I'd say b.": (None, "", "", "", "D"),
-    "The answer is C or D": ("C", "C", "C", "C", "C"),
+    "B": ("B", "B", "B", "B", "B", "B"),
+    "B.": ("B", "B", "B", "B", "B", "B"),
+    "b": ("B", "B", "B", "B", "B", None),
+    "(C)": ("C", "C", "C", "C", "C", "C"),
+    "C)": ("C", "C", "C", "C", "C", "C"),
+    "The answer is D.": ("D", "D", "D", "D", "D", "D"),
+    "Answer: B": ("B", "B", "B", "B", "B", "B"),
+    "The best option is C": ("C", "C", "C", "C", "C", "C"),
+    "Best answer: D": ("D", "D", "D", "D", "D", "D"),
+    "答案是C": ("C", "C", "C", "C", "C", "C"),
+    "选B": ("B", "B", "B", "B", "B", "B"),
+    "**A**": ("A", "A", "A", "A", "A", "A"),
+    "\\boxed{D}": ("D", "D", "D", "D", "D", "D"),
+    "[B]": ("B", "B", "B", "B", "B", "B"),
+    "D. Rain falling on a roof": ("D", "D", "D", "D", "D", "D"),
+    "Rain falling on a roof": (None, "", "", "", "A", None),
+    "The correct option isB": (None, "", "", "", None, "B"),
+    "I think it is a dog, so B": ("A", "B", "B", "B", "A", "B"),
+    # a capitalised word starting with A-D: the official scorers' regex alone would read its first letter
+    "Based on the video, B": (None, "B", "B", "B", "B", "B"),
+    "Based on the video, C": (None, "C", "C", "C", "C", "B"),
+    "Based on the video, option C is correct.": ("C", "C", "C", "C", "C", "B"),
+    "Because of the noise": (None, "", "", "", None, "B"),
+    "Definitely C": (None, "C", "C", "C", "C", "D"),
+    "Definitely D": (None, "D", "D", "D", "D", "D"),
+    "Dogs bark, so B": (None, "B", "B", "B", "B", "D"),
+    "Children laughing, so D": (None, "D", "D", "D", "D", "C"),
+    "Answer C. Two children laughing": ("C", "C", "C", "C", "C", "A"),
+    "Both A and B": (None, "A", "A", "A", "A", "B"),
+    "A dog is barking at the door": ("B", "A", "A", "A", "A", "A"),  # the kit's "is [X]" reads "is b"
+    "A man playing a guitar is shown.": ("A", "A", "A", "A", "A", "A"),
+    # several letters
+    "BD": ("B", "", "", "", None, "B"),
+    "DB": ("B", "", "", "", None, "D"),
+    "D, B": ("D", "D", "D", "D", "D", "D"),
+    "C or D": ("C", "C", "C", "C", "C", "C"),
+    "The answer is C or D": ("C", "C", "C", "C", "C", "C"),
+    "A and B are wrong; the answer is C": ("C", "A", "A", "A", "A", "A"),
+    # lower case and punctuation
+    "c. two children": ("C", "", "", "", "C", None),
+    "I choose: d": ("D", "", "", "", "D", None),
+    "It's C.": (None, "C", "C", "C", "C", "C"),
+    "I'd say b.": (None, "", "", "", "D", None),
+    # vLLM-Omni reads what follows "assistant"
+    "assistant\nC": (None, "C", "C", "C", "C", "C"),
+    # a thinking block in the text: every scorer reads it as it stands
+    "<think>\nIt could be A.\n</think>\nC": (None, "A", "A", "A", "A", "A"),
+    "<think>\n\n</think>\n\nB": (None, "B", "B", "B", "B", "B"),
+    # the TTS end marker: the Video-MME pipeline keeps it, the letter survives
+    "B<|tts_eos|>": ("B", "B", "B", "B", "B", "B"),
+    "B.<|tts_eos|>": ("B", "B", "B", "B", "B", "B"),
+    "<|tts_eos|>": (None, "", "", "", None, None),
+    # nothing to read
+    "None of the above": (None, "", "", "", None, None),
+    "": (None, "", "", "", None, None),
+    "   ": (None, "", "", "", None, None),
 }
 
 
 @pytest.mark.parametrize("reply", list(TABLE))
 def test_each_harness_reads_its_letter(reply):
-    evalkit, lco, daily, vmme, vo = TABLE[reply]
+    evalkit, lco, daily, vmme, vo_daily, vo_vmme = TABLE[reply]
     assert X.evalkit_letter(reply, CHOICES) == evalkit
     assert X.llama_cpp_omni_letter(reply) == lco
     assert X.daily_omni_scorer_letter(reply) == daily
     assert X.videomme_scorer_letter(reply) == vmme
-    assert X.vllm_omni_letter(reply) == vo
+    assert X.vllm_omni_letter(reply) == vo_daily
+    assert X.vllm_omni_letter(reply, "videomme") == vo_vmme
 
 
 def test_evalkit_matches_option_text_over_half_the_reply():
@@ -72,18 +101,33 @@ def test_evalkit_matches_option_text_over_half_the_reply():
     assert X.evalkit_letter("The capital is definitely Paris, the city of light", cities) == "D"  # "is d"
 
 
-def test_videomme_scorer_keeps_its_missing_commas():
+def test_videomme_regex_keeps_its_missing_commas():
     # "The correct option is" is glued to "The best option is" in its list, so it is never removed
-    assert X.videomme_scorer_letter("The correct option is B") == "B"
-    assert X.videomme_scorer_letter("The best option isThe correct option is C") == "C"
-    assert X.daily_omni_scorer_letter("Based on it, C") == "B"  # the first capital A-D anywhere
+    assert X.videomme_regex_letter("The correct option is B") == "B"
+    assert X.videomme_regex_letter("The best option isThe correct option is C") == "C"
+    assert X.videomme_regex_letter("The best option is D") == "D"  # "The best option is" alone stays too
     long = "this reply has many words but not a single capital letter among them at all really"
-    assert X.videomme_scorer_letter(long) == "" and X.daily_omni_scorer_letter(long) == ""
+    assert X.videomme_regex_letter(long) == "" and X.daily_omni_regex_letter(long) == ""
+
+
+def test_official_scorers_read_the_pipelines_letter_not_the_reply():
+    # their regexes would read the first capital A-D of "Based"; the field they grade holds C
+    assert X.daily_omni_regex_letter("Based on it, C") == "B" and X.videomme_regex_letter("Based on it, C") == "B"
+    assert X.daily_omni_scorer_letter("Based on it, C") == X.videomme_scorer_letter("Based on it, C") == "C"
+    # an empty prediction falls back to a raw_response field the pipeline never writes
+    assert X.daily_omni_scorer_letter("Because of the noise") == ""
+    assert X.daily_omni_scorer_grade("", "Because of the noise") == "B"
+    assert X.daily_omni_scorer_grade("D", "Because of the noise") == "D"
 
 
 def test_vllm_omni_videomme_strips_all_twelve_prefixes():
     assert X.vllm_omni_letter("The correct option is C", "videomme") == "C"
     assert X.vllm_omni_letter("", "videomme") is None
+
+
+def test_vllm_omni_keeps_a_thinking_block():
+    reply = "<think>\nIt could be A.\n</think>\nC"
+    assert X.vllm_omni_letter(reply) == "A" and X.vllm_omni_letter(reply, "videomme") == "A"
 
 
 def test_prompts_to_the_letter():

@@ -224,6 +224,43 @@ def test_paraformer_from_a_local_folder(tmp_path):
         asr.transcribe(str(tmp_path / "missing.wav"))
 
 
+def test_long_audio_windows():
+    from llama_omni_py.eval.seedtts.asr import windows
+
+    assert windows(10, 10) == [(0, 10)] and windows(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert windows(121, 60) == [(0, 41), (41, 82), (82, 121)]  # no short tail window
+    assert windows(120, 60) == [(0, 60), (60, 120)]
+    assert all(b - a <= 60 for a, b in windows(100_001, 60))
+
+
+@pytest.mark.slow
+def test_paraformer_takes_long_audio_in_windows(tmp_path, monkeypatch):
+    """Up to the window a wav goes to funasr whole, by path; past it, window by window, each read
+    and resampled as funasr reads the file, the texts joined by spaces."""
+    from llama_omni_py.eval.seedtts import asr as asr_module
+
+    asr = st.load_asr(f"paraformer:{paraformer_folder(tmp_path / 'para')}")
+    calls = []
+    generate = asr.model.generate
+    monkeypatch.setattr(asr.model, "generate", lambda **kw: calls.append(kw) or generate(**kw))
+    wav = tone(tmp_path / "long.wav", 200, seconds=1.2, sr=24000)
+    whole = asr.transcribe(str(wav))
+    assert [c["input"] for c in calls] == [str(wav)] and " " not in whole
+
+    calls.clear()
+    monkeypatch.setattr(asr_module, "PARAFORMER_WINDOW_S", 0.5)
+    text = asr.transcribe(str(wav))
+    assert [(c["input"].shape, c["fs"]) for c in calls] == [((9600,), 24000)] * 3  # three 0.4 s windows
+    parts = text.split(" ")
+    assert len(parts) == 3 and set("".join(parts)) == {"這"}
+    # each window's text is what funasr gives that stretch of audio as a file of its own
+    x, _ = sf.read(wav, dtype="float32")
+    monkeypatch.setattr(asr_module, "PARAFORMER_WINDOW_S", 60.0)
+    for i, part in enumerate(parts):
+        sf.write(tmp_path / f"w{i}.wav", x[i * 9600 : (i + 1) * 9600], 24000, subtype="FLOAT")
+        assert asr.transcribe(str(tmp_path / f"w{i}.wav")) == part
+
+
 # ---- SIM: official model ---------------------------------------------------------------------
 
 

@@ -180,9 +180,10 @@ def test_silent_page_and_pings_only_client_take_no_worker(gw):
 
 
 def test_oversize_frame_closes_with_1009_and_the_server_lives(tiny_dir):
-    # Its own gateway: sending 33 MB on a loaded machine can outlast the shared fixture's 1 s
-    # first-message timeout, which would then answer first.
-    with running_gateway(tiny_dir, workers=1) as g:
+    # Its own gateway, with a 32 MiB message limit (the default is larger, for long media):
+    # sending 33 MB on a loaded machine can outlast the shared fixture's 1 s first-message
+    # timeout, which would then answer first.
+    with running_gateway(tiny_dir, workers=1, max_message_bytes=32 << 20) as g:
         _oversize(g)
 
 

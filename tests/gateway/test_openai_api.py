@@ -216,7 +216,7 @@ def test_image_detail_chooses_the_slices(client, tmp_path):
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "assistant", "content": "x"}]}, "messages[0].role"),
-        ({"modalities": ["text", "audio"]}, "audio"),
+        ({"modalities": ["text", "audio"], "audio": {"format": "wav"}}, "audio.voice"),
         ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "aiff"}}, "audio.format"),
         ({"modalities": ["text", "audio"], "audio": {"voice": "nobody", "format": "wav"}}, "audio.voice"),
         (

@@ -142,3 +142,44 @@ def test_a_session_runs_the_layout_of_its_fidelity(tiny_dir, model):
             lengths[fid] == p.turn_based_prompt(model, user=_text("hello"), tts_template=False, style=fid).token_count()
         )
     assert lengths["llama.cpp-omni"] != lengths["reference"]
+
+
+def test_vllm_omni_layout_of_a_daily_omni_request(model):
+    # a Daily-Omni item as the local run encodes it: each frame followed by its second of audio,
+    # then the question; the video brings audio, so the message is in the reference's omni mode
+    from llama_omni_py.eval.protocols import protocol
+
+    f0, a0, f1, a1 = _blocks(model, 4, 3, 4, 2)
+    vo = protocol("vllm-omni", "daily-omni")
+    question = vo.prompt("What barks?", ["A. a dog", "B. a cat", "C. a cow", "D. a fox"])
+    parts = (("frame", f0), ("audio", a0), ("frame", f1), ("audio", a1), ("text", question))
+    message = p.EncodedMessage(parts, video=True, omni=True)
+    assert vo.prompt_style == p.VLLM_OMNI_STYLE and not vo.system and not vo.tts_template
+
+    def built(style):
+        return _built(p.turn_based_prompt(model, user=message, system_prompt=False, tts_template=False, style=style))
+
+    # vLLM-Omni's server (--interleave-mm-strings): the parts in their order, every two joined by "\n"
+    expected = [
+        "<|im_start|>user\n<image>",
+        f0,
+        "</image>\n<|audio_start|>",
+        a0,
+        "<|audio_end|>\n<image>",
+        f1,
+        "</image>\n<|audio_start|>",
+        a1,
+        "<|audio_end|>\n" + question + p.ASSISTANT_TEXT_PREFIX,
+    ]
+    assert p.join_of(message, vo.prompt_style) == "\n"
+    assert built(vo.prompt_style) == _flatten(model, expected)
+    # the reference's omni mode (the evalkit protocol) keeps joining the same parts with ""
+    evalkit = protocol("evalkit", "daily-omni").prompt_style
+    omni_mode = [x.replace(">\n<", "><") if isinstance(x, str) else x for x in expected[:-1]]
+    assert built(evalkit) == _flatten(model, [*omni_mode, "<|audio_end|>" + question + p.ASSISTANT_TEXT_PREFIX])
+    # Video-MME's frames only: "\n" joins under both
+    frames = p.EncodedMessage((("frame", f0), ("frame", f1), ("text", "Q?")), video=True)
+    want = ["<|im_start|>user\n<image>", f0, "</image>\n<image>", f1, "</image>\nQ?" + p.ASSISTANT_TEXT_PREFIX]
+    for style in (protocol("vllm-omni", "videomme").prompt_style, protocol("evalkit", "videomme").prompt_style):
+        got = p.turn_based_prompt(model, user=frames, system_prompt=False, tts_template=False, style=style)
+        assert _built(got) == _flatten(model, want), style

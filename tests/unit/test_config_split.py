@@ -63,3 +63,10 @@ def test_replies_an_engine_cannot_hold_are_refused_by_name():
         with pytest.raises(ConfigError) as e:
             reply.check_fits(engine)
         assert e.value.field == field
+
+
+def test_a_long_clip_follows_the_fidelity_unless_audio_mode_says():
+    assert omni.EngineConfig().audio_mode_rule == "clamp"  # llama.cpp-omni keeps the first 29.9 s
+    assert omni.EngineConfig(fidelity="reference").audio_mode_rule == "window"  # the reference: 30 s chunks
+    assert omni.EngineConfig(fidelity="reference", audio_mode="clamp").audio_mode_rule == "clamp"
+    assert omni.EngineConfig(audio_mode="window").audio_mode_rule == "window"

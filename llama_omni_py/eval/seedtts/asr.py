@@ -8,6 +8,12 @@ download), behind one method: ``transcribe(wav_path) -> str``.
 - ``paraformer:<dir>`` -- paraformer-zh through funasr's ``AutoModel`` (``batch_size_s=300``),
   version check off. The text is returned as funasr gives it; the WER scorer converts a Chinese
   hypothesis to simplified characters.
+
+Both transcribe in bounded memory, however long the wav: Whisper hears its first 30 s (its
+processor's window, as upstream); paraformer takes a wav of up to ``PARAFORMER_WINDOW_S`` (60 s) whole,
+as upstream, and a longer one in equal windows of at most that length, read one at a time, their
+texts joined by spaces -- the way funasr's long-audio mode joins its voice-activity segments, which
+are at most 60 s each (fsmn-vad's ``max_single_segment_time``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from .. import deps as _deps
 from .audio import SAMPLE_RATE, read_audio, resample_fft
 
 KINDS = ("whisper", "paraformer")
+PARAFORMER_WINDOW_S = 60.0  # funasr's fsmn-vad segments are at most this long (max_single_segment_time)
 
 
 @runtime_checkable
@@ -102,8 +109,37 @@ class ParaformerASR:
     def transcribe(self, wav_path: str) -> str:
         if not os.path.isfile(wav_path):
             raise MediaError(f"audio file not found: {wav_path}")
-        res = self.model.generate(input=wav_path, batch_size_s=300, disable_pbar=True)
+        import soundfile
+
+        try:
+            info = soundfile.info(wav_path)
+        except (RuntimeError, soundfile.LibsndfileError, TypeError, ValueError) as e:
+            raise MediaError(f"cannot read audio file {wav_path}: {e}") from None
+        window = int(PARAFORMER_WINDOW_S * info.samplerate)
+        if info.frames <= window:
+            return self._text(self.model.generate(input=wav_path, batch_size_s=300, disable_pbar=True))
+        texts = (self._text(self._window(wav_path, a, b, info.samplerate)) for a, b in windows(info.frames, window))
+        return " ".join(t for t in texts if t)
+
+    def _window(self, wav_path: str, start: int, stop: int, sr: int):
+        """funasr's result for samples [start, stop) of a wav, read as funasr reads a file (float32,
+        channels averaged) and resampled by funasr from ``sr``."""
+        import soundfile
+
+        data, _ = soundfile.read(wav_path, start=start, stop=stop, dtype="float32", always_2d=True)
+        mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+        return self.model.generate(input=mono.copy(), fs=sr, batch_size_s=300, disable_pbar=True)
+
+    @staticmethod
+    def _text(res) -> str:
         return res[0]["text"] if res else ""
+
+
+def windows(n: int, most: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of the fewest equal windows of at most ``most`` samples covering ``n``."""
+    k = -(-n // most)
+    size = -(-n // k)
+    return [(a, min(n, a + size)) for a in range(0, n, size)]
 
 
 def _has_fbank() -> bool:

@@ -27,7 +27,10 @@ PROMPT_STYLES = ("llama.cpp-omni", "reference")
 # llama.cpp-omni's evaluation CLIs: its system turn, one user header, the thinking block without
 # <|tts_bos|> (its decoder runs with TTS off), a newline after every media part.
 EVAL_CLI_STYLE = "llama.cpp-omni-eval"
-LAYOUTS = (*PROMPT_STYLES, EVAL_CLI_STYLE)
+# vLLM-Omni serving MiniCPM-o 4.5 for its benchmarks (vLLM's chat parser, the server run with
+# --interleave-mm-strings): the reference's markers, every part in its order joined by "\n".
+VLLM_OMNI_STYLE = "vllm-omni"
+LAYOUTS = (*PROMPT_STYLES, EVAL_CLI_STYLE, VLLM_OMNI_STYLE)
 ASSISTANT_TEXT_PREFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 ASSISTANT_SPEECH_PREFIX = ASSISTANT_TEXT_PREFIX + "<|tts_bos|>"
 ASSISTANT_PLAIN_PREFIX = "<|im_end|>\n<|im_start|>assistant\n"  # llama.cpp-omni's without the TTS template
@@ -128,8 +131,10 @@ def join_of(message: EncodedMessage, style: str) -> str:
     """What separates a message's parts: the reference joins them with newlines, or with nothing
     in omni mode (``modeling_minicpmo.py`` ``chat``); llama.cpp-omni's turn-based pipeline puts
     them side by side, and its evaluation CLI writes a newline after every frame and audio
-    segment of a video."""
-    if style == EVAL_CLI_STYLE:
+    segment of a video. vLLM joins a message's parts with newlines, omni mode or not: with
+    --interleave-mm-strings each media placeholder stays where its part was
+    (``vllm/entrypoints/chat_utils.py`` ``_get_interleaved_text_prompt``)."""
+    if style in (EVAL_CLI_STYLE, VLLM_OMNI_STYLE):
         return "\n"
     if style == "llama.cpp-omni":
         return "\n" if message.video else ""
@@ -282,14 +287,16 @@ def turn_based_prompt(
     `style` is whose prompt (docs/fidelity.md): "llama.cpp-omni" lays a single turn out token
     for token as its turn-based pipeline does (the voice slot even without a voice, its second user
     header, its shorter role text when the turn has an image); "reference" as the reference's chat
-    template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do. A
-    message's parts are joined as :func:`join_of` says.
+    template and processor do; "llama.cpp-omni-eval" as llama.cpp-omni's evaluation CLIs do;
+    "vllm-omni" as the reference, its parts joined as vLLM-Omni's server joins a chat request's
+    content parts. A message's parts are joined as :func:`join_of` says.
 
     An image is an :class:`~llama_omni_py.modules.vpm.EncodedImage` (overview and slices, laid out as
-    `image_layout` says (None: as `style`), numbered with <image_id> when `image_ids` and the
-    layout has them); a frame one (n, n_embd) block (<image>..</image>, no id)."""
+    `image_layout` says (None: as `style`; the reference's under "vllm-omni"), numbered with
+    <image_id> when `image_ids` and the layout has them); a frame one (n, n_embd) block
+    (<image>..</image>, no id)."""
     _check_arguments(user, system_prompt, history, style)
-    layout = image_layout or style
+    layout = image_layout or ("reference" if style == VLLM_OMNI_STYLE else style)
     image_numbers = itertools.count() if image_ids else None  # <image_id>s count the prompt's images
     seg = system_turn(model, system_prompt, reference_audio, style, user.has_images)
     seg += history_turns(model, history, style, layout, image_numbers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ... import checks
@@ -18,8 +19,8 @@ class GatewayConfig:
     idle_timeout_s: float = 300.0  # ... and this long when nobody waits
     send_buffer_bytes: int = 16 << 20  # unsent bytes for one client before it counts as a slow reader
     send_timeout_s: float = 10.0  # one send blocked this long: a slow reader
-    max_message_bytes: int = 32 << 20  # one WebSocket message from a client
-    max_body_bytes: int = 32 << 20  # one HTTP request body (/api/chat, /v1/chat/completions): 413 beyond
+    max_message_bytes: int = 256 << 20  # one WebSocket message from a client
+    max_body_bytes: int = 256 << 20  # one HTTP request body (/api/chat, /v1/chat/completions): 413 beyond
     ping_interval_s: float | None = 20.0
     ping_timeout_s: float | None = 20.0
     health_interval_s: float = 2.0  # how often each worker's /health is read
@@ -29,6 +30,14 @@ class GatewayConfig:
     model_name: str = "MiniCPM-o-4.5"  # the id of /v1/models
     audio_ttl_s: float = 3600.0  # OpenAI audio ids stay valid (for follow-up turns) this long
     log_interval_s: float = 10.0  # repeated refusals are logged once per interval
+    # OpenAI API media: file:// URLs are read only under this directory (None: never), at most
+    # this many bytes of them per request; a user message's audio clips at most this long (a
+    # video's own audio track is not counted); whether the workers write <image_id> before
+    # images (their fidelity's layout: mm_processor_kwargs.use_image_id must match it)
+    allowed_local_media_path: str | None = None
+    max_local_media_bytes: int = 2 << 30
+    max_audio_seconds: float = 300.0
+    image_ids: bool = False
     # Non-empty: every route but /health, /v1/health and the pages needs one of these keys
     # (docs/serving.md, "Security").
     api_keys: tuple = field(default=(), repr=False)
@@ -70,6 +79,25 @@ class GatewayConfig:
         for name in ("ping_interval_s", "ping_timeout_s"):
             check(name, getattr(self, name) is None or getattr(self, name) > 0, "must be > 0 or None")
         check("model_name", isinstance(self.model_name, str) and self.model_name.strip(), "must be a non-empty string")
+        root = self.allowed_local_media_path
+        check(
+            "allowed_local_media_path",
+            root is None or (isinstance(root, str) and os.path.isabs(root) and os.path.isdir(root)),
+            "must be None or the absolute path of an existing directory",
+        )
+        v = self.max_local_media_bytes
+        check(
+            "max_local_media_bytes",
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+            "must be an integer >= 0",
+        )
+        v = self.max_audio_seconds
+        check(
+            "max_audio_seconds",
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 3600,
+            "must be a number in (0, 3600]",
+        )
+        check("image_ids", isinstance(self.image_ids, bool), "must be True or False")
         keys = tuple(self.api_keys)
         check(
             "api_keys",

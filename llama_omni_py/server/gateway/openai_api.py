@@ -57,7 +57,9 @@ def _not_ready(gw) -> OpenAIError | None:
         return OpenAIError(
             503, "the model is still loading; retry shortly", None, "model_loading", retry_after=LOADING_RETRY_S
         )
-    return OpenAIError(503, "no worker is available", None, "unavailable", retry_after=UNAVAILABLE_RETRY_S)
+    causes = gw.pool.why_down()
+    message = "no worker is available" + (f" ({causes})" if causes else "")
+    return OpenAIError(503, message, None, "unavailable", retry_after=UNAVAILABLE_RETRY_S)
 
 
 def queue_wait_estimate(pool) -> float:
@@ -123,7 +125,7 @@ async def chat_completions(request: Request):
         except jsonio.BadJson as e:
             raise OpenAIError(400, str(e), None, "invalid_json") from None
         req = await asyncio.to_thread(
-            parse, body, gw.config.model_name, gw.audio.transcript, audio_codec.output_formats()
+            parse, body, gw.config.model_name, gw.audio.transcript, audio_codec.output_formats(), gw.config
         )
         refusal = _not_ready(gw)
         if refusal is not None:
@@ -142,8 +144,11 @@ async def chat_completions(request: Request):
 
 def _usage(done: dict, req: ChatCompletion) -> dict:
     """Tokens as OpenAI counts them: the reply's text tokens and speech codes are its
-    completion tokens; the input audio's LLM rows (10 a second) its prompt audio tokens."""
+    completion tokens; the LLM rows of all the input audio the model heard (10 a second: clips
+    and a video's own track, as the worker counted them; else the gateway's estimate) its prompt
+    audio tokens; the rows of its images and video frames (64 each) its prompt image tokens."""
     m = done.get("metrics") or {}
+    heard = m.get("audio_tokens")
     prompt = m.get("prompt_tokens") or 0
     text, audio = m.get("n_tokens") or 0, m.get("n_tts_tokens") or 0
     return {
@@ -152,7 +157,7 @@ def _usage(done: dict, req: ChatCompletion) -> dict:
         "total_tokens": prompt + text + audio,
         "prompt_tokens_details": {
             "cached_tokens": 0,
-            "audio_tokens": req.audio_tokens,
+            "audio_tokens": heard if heard is not None else req.audio_tokens,
             "image_tokens": m.get("vision_tokens") or 0,
         },
         "completion_tokens_details": {
@@ -223,7 +228,7 @@ class _Reply:
     async def _on_event(self, ev: dict) -> None:
         if not self.started.is_set():
             self.started.set()
-            if self.queue is not None and self.req.audio_out:
+            if self.queue is not None and self.req.audio_out and not self.req.omni_audio:
                 self.audio_id, self.expires = self.gw.audio.add("")
         if ev["type"] != "response.output.delta":
             return
@@ -242,8 +247,7 @@ class _Reply:
             if self.queue is None:
                 self.audio.append(samples)
             else:
-                data = base64.b64encode(audio_codec.pcm16(samples)).decode("ascii")
-                await self._put(self._chunk({"audio": {"id": self.audio_id, "data": data}}), len(data))
+                await self._audio(samples)
 
     def _stopped(self) -> dict:
         """The response.done of a turn ended at a stop sequence (the worker sends none): its
@@ -259,8 +263,22 @@ class _Reply:
     async def _text(self, piece: str) -> None:
         if self.queue is None:
             return
-        delta = {"audio": {"id": self.audio_id, "transcript": piece}} if self.req.audio_out else {"content": piece}
-        await self._put(self._chunk(delta), len(piece))
+        if self.req.audio_out and not self.req.omni_audio:  # OpenAI's shape: the text is the audio's transcript
+            delta = {"audio": {"id": self.audio_id, "transcript": piece}}
+        else:
+            delta = {"content": piece}
+        await self._put(self._chunk(delta, modality="text"), len(piece))
+
+    async def _audio(self, samples: np.ndarray) -> None:
+        """One streamed audio chunk: OpenAI's pcm16 in delta.audio, or (vLLM-Omni's layout) a WAV
+        file of its own in delta.content."""
+        if self.req.omni_audio:
+            data = base64.b64encode(audio_codec.encode(samples, "wav")).decode("ascii")
+            delta = {"role": "assistant", "content": data}
+        else:
+            data = base64.b64encode(audio_codec.pcm16(samples)).decode("ascii")
+            delta = {"audio": {"id": self.audio_id, "data": data}}
+        await self._put(self._chunk(delta, modality="audio"), len(data))
 
     # -- a whole reply -------------------------------------------------------------------------
     async def whole(self) -> dict:
@@ -289,7 +307,9 @@ class _Reply:
         }
 
     # -- a streamed reply ----------------------------------------------------------------------
-    def _chunk(self, delta: dict, finish=None, usage=None) -> dict:
+    def _chunk(self, delta: dict, finish=None, usage=None, modality: str | None = None) -> dict:
+        """A chunk; ``modality`` ("text" or "audio") is what the chunk carries, as vLLM-Omni's
+        server marks its chunks (the finish and usage chunks carry none, as there)."""
         out = {
             "id": self.cid,
             "object": "chat.completion.chunk",
@@ -298,6 +318,8 @@ class _Reply:
             "system_fingerprint": OWNER,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
+        if modality is not None:
+            out["modality"] = modality
         if self.req.include_usage:
             out["usage"] = usage
         return out
@@ -316,7 +338,7 @@ class _Reply:
             if rest:
                 await self._text(rest)
             last = {}
-            if self.req.audio_out:
+            if self.req.audio_out and not self.req.omni_audio:
                 self.gw.audio.add_as(self.audio_id, self.scanner.text)
                 last = {"audio": {"id": self.audio_id, "expires_at": self.expires}}
             await self.queue.put((self._chunk(last, _finish(done)), 0))
@@ -335,11 +357,15 @@ class _Reply:
         """Chunks: the role first, then text (``delta.content``; with audio out only
         ``delta.audio.transcript``, as OpenAI sends it) and audio (``delta.audio.data``, pcm16)
         as the worker makes them, the finish reason, the usage chunk when asked, then
-        ``[DONE]``. Errors after the stream started are an error event."""
+        ``[DONE]``. Errors after the stream started are an error event. The role, text and audio
+        chunks name their ``modality`` ("text", "audio"); audio asked without an ``audio`` object
+        (vLLM-Omni's clients) streams vLLM-Omni's layout: text in ``delta.content``, each audio
+        chunk a WAV file in ``delta.content``."""
         finisher = asyncio.create_task(self._finish_stream())
         try:
-            role = {"role": "assistant", "content": None if self.req.audio_out else ""}
-            yield _sse_line(self._chunk(role))
+            openai_audio = self.req.audio_out and not self.req.omni_audio
+            role = {"role": "assistant", "content": None if openai_audio else ""}
+            yield _sse_line(self._chunk(role, modality="text"))
             while True:
                 item = await self.queue.get()
                 if item is None:

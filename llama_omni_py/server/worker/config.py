@@ -18,8 +18,10 @@ class WorkerConfig:
     engine: EngineConfig | None = None  # None: the defaults
     reply: ReplyConfig | None = None  # the sessions' default replies; None: the set's (short on the random set)
     slots: int = 1  # sessions served at once: one OmniEngine slot each (docs/serving.md, "Slots")
-    max_message_bytes: int = 32 << 20  # one WebSocket message; larger closes the socket with 1009
-    max_audio_seconds: float = 30.0  # input audio per turn (the audio encoder holds 30 s)
+    max_message_bytes: int = 256 << 20  # one WebSocket message; larger closes the socket with 1009
+    # a turn's audio clips in all (a video's own audio track is not counted); a clip over 30 s is
+    # clamped to 29.9 s or encoded in 30 s windows, as EngineConfig.audio_mode says
+    max_audio_seconds: float = 300.0
     max_new_tokens: int | None = None  # cap on generation.max_new_tokens (None: the session's limit)
     idle_timeout_s: float = 300.0  # no message and no turn running for this long closes the session
     init_timeout_s: float = 30.0  # the first message must arrive within this
@@ -49,7 +51,7 @@ class WorkerConfig:
             isinstance(self.max_message_bytes, int) and self.max_message_bytes >= 1024,
             "must be an integer >= 1024",
         )
-        check("max_audio_seconds", 0 < self.max_audio_seconds <= 600, "must be in (0, 600]")
+        check("max_audio_seconds", 0 < self.max_audio_seconds <= 3600, "must be in (0, 3600]")
         check(
             "max_new_tokens",
             self.max_new_tokens is None or (isinstance(self.max_new_tokens, int) and self.max_new_tokens > 0),
