@@ -112,7 +112,11 @@ class StreamingVad:
         self.position = 0  # samples decided so far (whole windows)
         self.speaking = False
         self._pending = np.zeros(0, np.float32)  # under a window, waiting for more
-        self._kept = np.zeros(0, np.float32)  # audio from self._kept_at on
+        # Audio from stream position self._kept_at on: self._buf[: self._kept_n]. The buffer grows
+        # by doubling (up to the longest segment) and is reused, so that a long utterance costs a
+        # few allocations instead of one copy of everything kept per 32 ms window.
+        self._buf = np.zeros(0, np.float32)
+        self._kept_n = 0
         self._kept_at = 0
         self._start = 0
         self._silence_at: int | None = None
@@ -162,12 +166,26 @@ class StreamingVad:
     def _keep(self, w: np.ndarray, at: int) -> None:
         """Audio of the open segment (from its pad before) or, outside speech, the pad's worth."""
         pad = self.options.speech_pad_ms * INPUT_SAMPLE_RATE // 1000
-        self._kept = np.concatenate([self._kept, w])
+        n = self._kept_n
+        if n + w.size > self._buf.size:  # the longest segment: its speech, both pads, two windows
+            most = round(self.options.max_speech_duration_s * INPUT_SAMPLE_RATE) + 2 * (pad + WINDOW)
+            grown = np.empty(max(n + w.size, min(2 * self._buf.size, most), 16 * WINDOW), np.float32)
+            grown[:n] = self._buf[:n]
+            self._buf = grown
+        self._buf[n : n + w.size] = w
+        self._kept_n = n = n + w.size
         if not self.speaking:
-            drop = max(0, self._kept.size - (pad + WINDOW))
-            self._kept, self._kept_at = self._kept[drop:], self._kept_at + drop
-        if self._kept_at + self._kept.size != at + WINDOW:  # kept audio always ends at this window
+            self._drop(n - (pad + WINDOW))
+        if self._kept_at + self._kept_n != at + WINDOW:  # kept audio always ends at this window
             raise AssertionError("VAD audio bookkeeping out of step")
+
+    def _drop(self, n: int) -> None:
+        """Forgets the oldest ``n`` kept samples (none when n <= 0)."""
+        if n <= 0:
+            return
+        left = self._kept_n - n
+        self._buf[:left] = self._buf[n : self._kept_n]  # numpy copies overlapping ranges correctly
+        self._kept_n, self._kept_at = left, self._kept_at + n
 
     def _close(self, speech_end: int) -> VadEvent:
         o = self.options
@@ -176,9 +194,8 @@ class StreamingVad:
         self.speaking, self._silence_at = False, None
         lo = max(start - pad, self._kept_at) - self._kept_at
         hi = min(speech_end + pad, decided) - self._kept_at
-        audio = self._kept[lo:hi].copy()
-        keep = pad + WINDOW  # what stays for the next segment's pad
-        self._kept, self._kept_at = self._kept[-keep:], decided - min(keep, self._kept.size)
+        audio = self._buf[lo:hi].copy()
+        self._drop(self._kept_n - (pad + WINDOW))  # what stays is the next segment's pad
         s = INPUT_SAMPLE_RATE
         if (speech_end - start) * 1000 < o.min_speech_duration_ms * s:
             return SpeechDiscarded(start / s, speech_end / s)

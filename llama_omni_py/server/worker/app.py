@@ -21,6 +21,7 @@ from .config import WorkerConfig
 from .duplex.connection import DemoDuplexConnection
 from .engine_host import EngineHost
 from .half_duplex.connection import HalfDuplexConnection
+from .memory import one_heap
 from .realtime.connection import RealtimeConnection
 from .realtime.full_duplex import RealtimeDuplexConnection
 from .routes import BodyConnection, process_request
@@ -115,6 +116,7 @@ def serve(config: WorkerConfig, announce: bool = False, exit_on_failed_load: boo
     worker's port). ``exit_on_failed_load``: a failed load ends it with ``EXIT_LOAD_FAILED`` (and,
     when announcing, {"load_failed": error} on stdout first), so that whatever supervises it
     starts it again; otherwise it keeps answering /health with 503 and the error."""
+    one_heap()  # before the engine loads: freed memory goes back to the system (memory.py)
 
     async def main() -> int:
         server = WorkerServer(config)

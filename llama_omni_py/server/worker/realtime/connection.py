@@ -67,6 +67,7 @@ class RealtimeConnection(RealtimeSocket):
         hands_free, self.hands_free = self.hands_free, None
         if hands_free is not None:
             hands_free.close()
+        del hands_free  # its detector's audio is freed before the release gives memory back
         await self.host.release(self.id)
 
     def _recv_timeout(self) -> float | None:
