@@ -244,9 +244,11 @@ def test_seed_tts_synthesis_and_scores(tiny_dir, tmp_path, variant):
 RSS_LIMIT = 4 * 10**9  # bytes: 4 GB
 
 
-def _peak_rss(cmd: list[str], timeout: float = 600.0) -> int:
-    """Runs ``cmd`` to a successful end; the peak resident bytes of it and its children, polled
-    every 20 ms. A run that passes ``RSS_LIMIT`` is stopped there and fails the test."""
+def _peak_rss(cmd: list[str], cwd, timeout: float = 600.0) -> int:
+    """Runs ``cmd`` in ``cwd`` (not the repository root, whose uncompiled source tree would be
+    imported instead of the installed package) to a successful end; the peak resident bytes of it
+    and its children, polled every 20 ms. A run that passes ``RSS_LIMIT`` is stopped there and
+    fails the test."""
     import subprocess
     import tempfile
     import time
@@ -254,7 +256,7 @@ def _peak_rss(cmd: list[str], timeout: float = 600.0) -> int:
     import psutil
 
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
         root, peak, t0 = psutil.Process(proc.pid), 0, time.monotonic()
         try:
             while proc.poll() is None:
@@ -293,7 +295,7 @@ def test_seed_tts_run_stays_within_bounded_memory(tiny_dir, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "llama_omni_py", "eval", "seed-tts", "--meta", str(meta), "--model-dir", str(tiny_dir)]
     cmd += ["--asr", f"paraformer:{para}", "--device", "cpu", "--out", str(out)]
-    peak = _peak_rss(cmd)
+    peak = _peak_rss(cmd, tmp_path)
     print(f"peak RSS of the run: {peak / 1e9:.2f} GB")
     assert peak < RSS_LIMIT
     assert _summary(out)["wer"]["n"] == 3
@@ -302,7 +304,7 @@ def test_seed_tts_run_stays_within_bounded_memory(tiny_dir, tmp_path):
     seconds = 2 * asr.PARAFORMER_WINDOW_S + 10
     noise = 0.1 * np.random.default_rng(0).standard_normal(int(seconds * 24000)).astype(np.float32)
     sf.write(out / "utt0.wav", noise, 24000)
-    peak = _peak_rss([*cmd, "--no-synthesis"])
+    peak = _peak_rss([*cmd, "--no-synthesis"], tmp_path)
     print(f"peak RSS of scoring a {seconds:.0f} s wav: {peak / 1e9:.2f} GB")
     assert peak < RSS_LIMIT
     assert _summary(out)["wer"]["n"] == 3
