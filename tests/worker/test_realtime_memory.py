@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import subprocess
 import sys
@@ -52,25 +53,29 @@ async def _attack(port: int, rss) -> tuple[list[dict], float]:
     return events, held
 
 
-def test_realtime_session_memory_is_bounded_and_given_back(tiny_dir, tmp_path):
+@contextlib.contextmanager
+def _worker(model_dir, cwd):
+    """A `llama-omni worker` process on the tiny set, started outside the source tree and ready:
+    (its port, a function giving its RSS in MB). Killed on leaving."""
     cmd = [sys.executable, "-m", "llama_omni_py", "worker", "--port", "0", "--device", "cpu"]
-    cmd += ["--model-dir", str(tiny_dir), "--threads", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tmp_path)  # not the source tree
+    cmd += ["--model-dir", str(model_dir), "--threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd)  # not the source tree
     try:
         port = json.loads(proc.stdout.readline())["port"]
         wait_until(lambda: http(f"http://127.0.0.1:{port}/health")[0] == 200, 120)
         worker = psutil.Process(proc.pid)
+        yield port, lambda: worker.memory_info().rss / MIB
+    finally:
+        proc.kill()
+        proc.wait()
 
-        def rss() -> float:
-            return worker.memory_info().rss / MIB
 
+def test_realtime_session_memory_is_bounded_and_given_back(tiny_dir, tmp_path):
+    with _worker(tiny_dir, tmp_path) as (port, rss):
         start = rss()
         events, held = asyncio.run(asyncio.wait_for(_attack(port, rss), 180))
         time.sleep(1.0)  # the slot is emptied and its memory given back after the close
         end = wait_until(lambda: rss() if rss() < start + 4 else None, 20, 0.2)
-    finally:
-        proc.kill()
-        proc.wait()
     codes = [ev["error"]["code"] for ev in events if ev["type"] == "error"]
     assert codes[:150] == ["text_too_long"] * 150  # 1.25 MiB items: refused by the item limit
     assert codes[150:] and set(codes[150:]) == {"conversation_full"}  # past 1 MiB unanswered
@@ -138,18 +143,8 @@ def _steady_after_close(port: int, rss) -> float:
 @pytest.mark.slow
 def test_sessions_of_unanswered_speech_give_their_memory_back(tiny_dir, tmp_path):
     pcm = _continuous_speech(SPEECH_S)
-    cmd = [sys.executable, "-m", "llama_omni_py", "worker", "--port", "0", "--device", "cpu"]
-    cmd += ["--model-dir", str(tiny_dir), "--threads", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     rows = []  # (RSS before, while held, after the close), MB
-    try:
-        port = json.loads(proc.stdout.readline())["port"]
-        wait_until(lambda: http(f"http://127.0.0.1:{port}/health")[0] == 200, 120)
-        worker = psutil.Process(proc.pid)
-
-        def rss() -> float:
-            return worker.memory_info().rss / MIB
-
+    with _worker(tiny_dir, tmp_path) as (port, rss):
         start = rss()
         for _ in range(1 + SESSIONS):  # the first loads the audio encoder and sizes its buffers
             before = _steady_after_close(port, rss)
@@ -159,9 +154,6 @@ def test_sessions_of_unanswered_speech_give_their_memory_back(tiny_dir, tmp_path
             # every utterance committed and kept unanswered (60 s is under the 120 s limit)
             assert counts.get("input_audio_buffer.committed") == 3 and "error" not in counts, counts
             assert "response.created" not in counts, counts
-    finally:
-        proc.kill()
-        proc.wait()
     shown = [tuple(round(x, 1) for x in row) for row in rows]
     assert rows[0][2] - start < 80, (start, shown)  # the warm-up: the encoder's buffers, once
     for before, held, after in rows[1:]:
